@@ -1,0 +1,11 @@
+# Environment that keeps Prefect, MLflow and GX quiet, offline and inside the project
+# (../shared/ECOSYSTEM.md, "Recommended environment"). Sourced by .ci/setup.
+export PREFECT_HOME="${PREFECT_HOME:-$PWD/.prefect}"
+export PREFECT_SERVER_ANALYTICS_ENABLED=false
+export DO_NOT_TRACK=true
+export MLFLOW_DISABLE_TELEMETRY=true
+export PREFECT_SERVER_LOGGING_LEVEL=CRITICAL
+export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=90
+export PREFECT_LOGGING_LEVEL=WARNING
+export MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false
+export MPLBACKEND=Agg

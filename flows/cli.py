@@ -1,0 +1,44 @@
+"""The ``poem-pipeline`` console script.
+
+Each subcommand lives in its own module under :mod:`flows.commands` exposing
+``add_parser(subparsers)`` (registers its arguments, with help) and ``run(args) -> int``
+(the exit code). Modules are imported lazily, so ``poem-pipeline --help`` stays fast and
+a command only pays for the imports it needs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# subcommand name -> module under flows.commands (append new commands here)
+COMMANDS: dict[str, str] = {
+    "demo": "demo",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with one subparser per registered command."""
+    parser = argparse.ArgumentParser(
+        prog="poem-pipeline",
+        description="Counterfactual Risk Minimization pipeline: validate logged bandit feedback, "
+        "learn with POEM, gate against the champion, register and serve stochastic policies.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, module in COMMANDS.items():
+        mod = importlib.import_module(f"flows.commands.{module}")
+        mod.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse arguments and dispatch; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

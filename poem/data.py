@@ -1,0 +1,540 @@
+"""The logged-bandit data model: :class:`LoggedBandit` and its invariants.
+
+A log holds, for each row i, a context xᵢ, the logged action yᵢ, its loss δᵢ and
+the propensity pᵢ = π₀(yᵢ|xᵢ) (DESIGN §3). Three action structures ("families")
+are supported:
+
+``"discrete"``
+    ``actions`` are integers in ``0..n_actions-1``; ``contexts`` has shape ``(n, d)``.
+``"multilabel"``
+    ``actions`` are bit vectors of shape ``(n, n_actions)`` (``n_actions`` = number of labels q).
+``"candidates"``
+    each row has its own ragged candidate list (:class:`CandidateSets`); ``actions`` index
+    into the row's list. ``contexts`` is optional (row-level features, not used by the policy).
+
+Rewards are converted to losses exactly once, by :meth:`LoggedBandit.from_rewards`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from poem.exceptions import InvalidLogError, Violation
+
+__all__ = [
+    "FAMILIES",
+    "CandidateSets",
+    "Exclusion",
+    "LoggedBandit",
+    "check_logged_bandit",
+    "exclude_rows",
+    "scale_losses",
+]
+
+logger = logging.getLogger(__name__)
+
+FAMILIES = ("discrete", "multilabel", "candidates")
+_N_EXAMPLES = 5
+_PROPENSITY_HINT = "Propensities must be the logging policy's probability of the logged action"
+
+
+def _readonly(a: Any) -> Any:
+    if isinstance(a, np.ndarray):
+        a.setflags(write=False)
+    return a
+
+
+def _as_matrix(x: Any, name: str) -> np.ndarray | sp.csr_matrix:
+    if sp.issparse(x):
+        return sp.csr_matrix(x, dtype=np.float64)
+    arr = np.asarray(x)
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(f"{name} must be numeric, got dtype {arr.dtype}")
+    arr = np.asarray(arr, dtype=np.float64)
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must be 2-dimensional (n_samples, n_features), got shape {arr.shape}")
+    return arr
+
+
+@dataclass(frozen=True, eq=False)
+class CandidateSets:
+    """Ragged per-row candidate feature vectors ψ_{i,c} (the candidate-set family).
+
+    Parameters
+    ----------
+    features : array-like or sparse matrix of shape (n_candidates_total, n_features)
+        Candidate feature vectors of all rows, stacked row after row, i.e. ψ_{i,c}.
+    offsets : array-like of shape (n_rows + 1,)
+        Row i owns candidates ``offsets[i]:offsets[i+1]``; ``offsets[0] == 0``.
+    """
+
+    features: Any
+    offsets: np.ndarray
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "features", _readonly(_as_matrix(self.features, "candidate features")))
+        offsets = np.asarray(self.offsets)
+        if offsets.ndim != 1 or offsets.size < 1 or offsets.dtype.kind not in "iu":
+            raise ValueError("candidate offsets must be a 1-d integer array of length n_rows + 1")
+        offsets = offsets.astype(np.int64)
+        if offsets[0] != 0 or offsets[-1] != self.features.shape[0]:
+            raise ValueError(
+                f"candidate offsets must start at 0 and end at the number of candidate rows "
+                f"({self.features.shape[0]}), got {offsets[0]} and {offsets[-1]}"
+            )
+        if np.any(np.diff(offsets) < 0):
+            raise ValueError("candidate offsets must be non-decreasing")
+        object.__setattr__(self, "offsets", _readonly(offsets))
+
+    @classmethod
+    def from_sizes(cls, features: Any, sizes: Any) -> CandidateSets:
+        """Build from stacked features and the number of candidates of each row."""
+        sizes = np.asarray(sizes, dtype=np.int64)
+        return cls(features, np.concatenate([[0], np.cumsum(sizes)]))
+
+    @property
+    def n_rows(self) -> int:
+        """Number of rows (decisions)."""
+        return int(self.offsets.size - 1)
+
+    @property
+    def n_features(self) -> int:
+        """Dimension of each candidate vector."""
+        return int(self.features.shape[1])
+
+    @property
+    def sizes(self) -> np.ndarray:
+        """Number of candidates kᵢ of each row, shape (n_rows,)."""
+        return np.diff(self.offsets)
+
+    @property
+    def row_of_candidate(self) -> np.ndarray:
+        """Row index of every stacked candidate, shape (n_candidates_total,)."""
+        return np.repeat(np.arange(self.n_rows), self.sizes)
+
+    def take(self, rows: Any) -> CandidateSets:
+        """Return the candidate sets of the given rows, in that order."""
+        rows = np.asarray(rows, dtype=np.int64)
+        sizes = self.sizes[rows]
+        starts = self.offsets[rows]
+        idx = np.repeat(starts - np.concatenate([[0], np.cumsum(sizes)[:-1]]), sizes) + np.arange(
+            sizes.sum()
+        )
+        return CandidateSets(self.features[idx], np.concatenate([[0], np.cumsum(sizes)]))
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    """Record of rows removed from a log by :func:`exclude_rows`."""
+
+    reason: str
+    n_rows: int
+    row_examples: tuple = ()
+
+
+@dataclass(frozen=True, eq=False)
+class LoggedBandit:
+    """Immutable logged bandit feedback (xᵢ, yᵢ, δᵢ, pᵢ), validated at construction.
+
+    Parameters
+    ----------
+    contexts : array-like or sparse matrix of shape (n_samples, n_features) or None
+        Contexts xᵢ. Required for the discrete and multilabel families.
+    actions : array-like of shape (n_samples,) or (n_samples, n_labels)
+        Logged actions yᵢ: an index (discrete), a 0/1 vector (multilabel) or an index into
+        the row's candidate set (candidates).
+    losses : array-like of shape (n_samples,)
+        Observed losses δᵢ (lower is better), inside ``loss_bounds``.
+    propensities : array-like of shape (n_samples,)
+        Logging probabilities pᵢ = π₀(yᵢ|xᵢ), in (0, 1].
+    loss_bounds : tuple of float
+        Declared bounds [δ_min, δ_max] of the loss (DESIGN §4.1).
+    family : {"discrete", "multilabel", "candidates"}, default="discrete"
+        Policy family / action structure.
+    n_actions : int or None, default=None
+        Number of actions K (discrete) or labels q (multilabel); inferred when None.
+    candidates : CandidateSets or None, default=None
+        Per-row candidate vectors ψ_{i,c}; required for the candidate-set family.
+    timestamps : array-like of shape (n_samples,) or None, default=None
+        Decision times (converted to ``datetime64[ns]``).
+    event_ids : array-like of shape (n_samples,) or None, default=None
+        Unique identifiers of the decisions.
+    logging_model_version : str or None, default=None
+        Version of the logging policy π₀.
+    logging_distribution : array-like of shape (n_samples, n_actions) or None, default=None
+        Full logging distribution π₀(·|xᵢ), discrete family only.
+    feature_names : tuple of str or None, default=None
+        Names of the context (or candidate) features.
+
+    Raises
+    ------
+    InvalidLogError
+        When any invariant of :func:`check_logged_bandit` is violated; all columns are
+        checked before raising.
+    """
+
+    contexts: Any
+    actions: Any
+    losses: Any
+    propensities: Any
+    loss_bounds: tuple[float, float]
+    family: str = "discrete"
+    n_actions: int | None = None
+    candidates: CandidateSets | None = None
+    timestamps: Any = None
+    event_ids: Any = None
+    logging_model_version: str | None = None
+    logging_distribution: Any = None
+    feature_names: tuple[str, ...] | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise ValueError(f"family must be one of {FAMILIES}, got {self.family!r}")
+        set_ = object.__setattr__
+        if self.contexts is not None:
+            set_(self, "contexts", _readonly(_as_matrix(self.contexts, "contexts")))
+        elif self.family != "candidates":
+            raise ValueError(f"contexts are required for the {self.family} family")
+        if self.family == "candidates" and not isinstance(self.candidates, CandidateSets):
+            raise ValueError("the candidates family needs candidates=CandidateSets(...)")
+        actions = np.asarray(self.actions)
+        if actions.dtype.kind == "f" and actions.size and np.all(np.isfinite(actions)):
+            if np.all(actions == np.round(actions)):
+                actions = actions.astype(np.int64)
+        if actions.dtype.kind == "b":
+            actions = actions.astype(np.int64)
+        set_(self, "actions", _readonly(actions))
+        for name in ("losses", "propensities"):
+            arr = np.asarray(getattr(self, name))
+            if arr.dtype.kind not in "biuf":
+                raise TypeError(f"{name} must be numeric, got dtype {arr.dtype}")
+            set_(self, name, _readonly(arr.astype(np.float64).reshape(-1)))
+        lo, hi = (float(b) for b in self.loss_bounds)
+        if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
+            raise ValueError(f"loss_bounds must be finite with min < max, got {self.loss_bounds!r}")
+        set_(self, "loss_bounds", (lo, hi))
+        if self.n_actions is None:
+            set_(self, "n_actions", self._infer_n_actions())
+        elif self.n_actions is not None:
+            set_(self, "n_actions", int(self.n_actions))
+        if self.timestamps is not None:
+            set_(self, "timestamps", _readonly(np.asarray(self.timestamps, dtype="datetime64[ns]")))
+        if self.event_ids is not None:
+            set_(self, "event_ids", _readonly(np.asarray(self.event_ids)))
+        if self.logging_distribution is not None:
+            set_(
+                self,
+                "logging_distribution",
+                _readonly(np.asarray(self.logging_distribution, dtype=np.float64)),
+            )
+        if self.feature_names is not None:
+            set_(self, "feature_names", tuple(str(f) for f in self.feature_names))
+        check_logged_bandit(self)
+
+    def _infer_n_actions(self) -> int | None:
+        a = self.actions
+        if self.family == "multilabel":
+            return int(a.shape[1]) if a.ndim == 2 else None
+        if self.family == "discrete":
+            if a.size and a.dtype.kind in "iu":
+                return int(a.max()) + 1
+            return None
+        return None
+
+    # -- constructors -------------------------------------------------------------------------
+    @classmethod
+    def from_rewards(
+        cls, *, rewards: Any, reward_bounds: tuple[float, float], **kwargs: Any
+    ) -> LoggedBandit:
+        """Build a log from rewards: δᵢ = −rewardᵢ, bounds [−r_max, −r_min] (DESIGN §3).
+
+        Parameters
+        ----------
+        rewards : array-like of shape (n_samples,)
+            Observed rewards (higher is better), e.g. clicks.
+        reward_bounds : tuple of float
+            Declared bounds [r_min, r_max] of the reward.
+        **kwargs
+            Every other :class:`LoggedBandit` field except ``losses`` and ``loss_bounds``.
+
+        Returns
+        -------
+        LoggedBandit
+            The log with losses.
+        """
+        r = np.asarray(rewards)
+        if r.dtype.kind not in "biuf":
+            raise TypeError(f"rewards must be numeric, got dtype {r.dtype}")
+        lo, hi = reward_bounds
+        return cls(losses=-r.astype(np.float64), loss_bounds=(-float(hi), -float(lo)), **kwargs)
+
+    # -- shape helpers ------------------------------------------------------------------------
+    @property
+    def n_rows(self) -> int:
+        """Number of logged decisions n."""
+        return int(self.losses.shape[0])
+
+    @property
+    def n_features(self) -> int:
+        """Feature dimension used by the policy family."""
+        if self.family == "candidates":
+            assert self.candidates is not None
+            return self.candidates.n_features
+        return int(self.contexts.shape[1])
+
+    @property
+    def row_ids(self) -> np.ndarray:
+        """Event ids when present, else positions 0..n-1 (used in error messages)."""
+        return self.event_ids if self.event_ids is not None else np.arange(self.n_rows)
+
+    def scaled_losses(self) -> np.ndarray:
+        """Losses mapped to [−1, 0] by :func:`scale_losses` with this log's bounds."""
+        return scale_losses(self.losses, self.loss_bounds)
+
+    def take(self, rows: Any) -> LoggedBandit:
+        """Return the sub-log of the given row positions (in that order)."""
+        rows = np.asarray(rows)
+        if rows.dtype == bool:
+            rows = np.flatnonzero(rows)
+        sub = {
+            "contexts": None if self.contexts is None else self.contexts[rows],
+            "actions": self.actions[rows],
+            "losses": self.losses[rows],
+            "propensities": self.propensities[rows],
+            "candidates": None if self.candidates is None else self.candidates.take(rows),
+            "timestamps": None if self.timestamps is None else self.timestamps[rows],
+            "event_ids": None if self.event_ids is None else self.event_ids[rows],
+            "logging_distribution": None
+            if self.logging_distribution is None
+            else self.logging_distribution[rows],
+        }
+        return replace(self, **sub)
+
+
+def scale_losses(losses: Any, loss_bounds: tuple[float, float]) -> np.ndarray:
+    """Map losses to [−1, 0] (paper §4.3, DESIGN §4.1).
+
+    .. math:: \\delta'_i = (\\delta_i - \\delta_{max}) / (\\delta_{max} - \\delta_{min})
+
+    where δᵢ is the loss and [δ_min, δ_max] the declared loss bounds.
+
+    Parameters
+    ----------
+    losses : array-like of shape (n_samples,)
+        Losses δᵢ.
+    loss_bounds : tuple of float
+        Declared bounds (δ_min, δ_max).
+
+    Returns
+    -------
+    ndarray of shape (n_samples,)
+        Scaled losses δ'ᵢ ∈ [−1, 0].
+    """
+    lo, hi = loss_bounds
+    return (np.asarray(losses, dtype=np.float64) - hi) / (hi - lo)
+
+
+def _examples(mask: np.ndarray, row_ids: np.ndarray) -> tuple:
+    idx = np.flatnonzero(mask)[:_N_EXAMPLES]
+    return tuple(v.item() if hasattr(v, "item") else v for v in row_ids[idx])
+
+
+def _row_violation(column, mask, row_ids, message, hint=""):
+    mask = np.asarray(mask, dtype=bool)
+    n_bad = int(mask.sum())
+    if not n_bad:
+        return None
+    return Violation(column, n_bad, int(mask.size), _examples(mask, row_ids), message, hint)
+
+
+def _nonfinite_rows(x: Any) -> np.ndarray:
+    if sp.issparse(x):
+        x = sp.csr_matrix(x)
+        bad = ~np.isfinite(x.data)
+        return np.bincount(np.repeat(np.arange(x.shape[0]), np.diff(x.indptr))[bad], minlength=x.shape[0]) > 0
+    return ~np.all(np.isfinite(x), axis=1)
+
+
+def check_logged_bandit(
+    log: LoggedBandit, *, min_rows: int = 1, min_distinct_actions: int = 1
+) -> LoggedBandit:
+    """Check every invariant of a log; raise one error listing all violations.
+
+    Invariants (STYLE §6, DESIGN §4.6 "hard"): at least ``min_rows`` rows; equal lengths;
+    finite contexts; integer actions within range for the family (multilabel: 0/1 vectors of
+    width ``n_actions``; candidates: inside the row's non-empty candidate set); propensities
+    finite and in (0, 1]; losses finite and inside ``loss_bounds``; unique event ids; at least
+    ``min_distinct_actions`` distinct actions (discrete and multilabel families).
+
+    Parameters
+    ----------
+    log : LoggedBandit
+        The log to check.
+    min_rows : int, default=1
+        Minimum number of rows; learners pass 2.
+    min_distinct_actions : int, default=1
+        Minimum number of distinct logged actions; learners pass 2.
+
+    Returns
+    -------
+    LoggedBandit
+        The same log, for chaining.
+
+    Raises
+    ------
+    InvalidLogError
+        Listing each violated column with the number of bad rows and up to five row ids.
+    """
+    n = int(np.asarray(log.losses).shape[0])
+    violations: list[Violation] = []
+    if n < max(1, min_rows):
+        raise InvalidLogError(
+            [Violation("rows", 0, n, (), f"the log has {n} row(s); at least {max(1, min_rows)} are needed")]
+        )
+    lengths = {"losses": n, "propensities": np.asarray(log.propensities).shape[0]}
+    actions = np.asarray(log.actions)
+    lengths["actions"] = actions.shape[0] if actions.ndim else 0
+    if log.contexts is not None:
+        lengths["contexts"] = log.contexts.shape[0]
+    if log.candidates is not None:
+        lengths["candidates"] = log.candidates.n_rows
+    for name in ("timestamps", "event_ids", "logging_distribution"):
+        value = getattr(log, name)
+        if value is not None:
+            lengths[name] = np.asarray(value).shape[0]
+    if len(set(lengths.values())) > 1:
+        bad = {k: v for k, v in lengths.items() if v != n}
+        for col, length in bad.items():
+            violations.append(
+                Violation(col, 0, n, (), f"has {length:,} rows but losses has {n:,}", "All columns must have one entry per row")
+            )
+        raise InvalidLogError(violations)
+
+    row_ids = log.event_ids if log.event_ids is not None else np.arange(n)
+
+    p = log.propensities
+    v = _row_violation("propensity", ~(np.isfinite(p) & (p > 0) & (p <= 1)), row_ids, "outside (0, 1]", _PROPENSITY_HINT)
+    violations.append(v) if v else None
+
+    d = log.losses
+    lo, hi = log.loss_bounds
+    v = _row_violation("loss", ~np.isfinite(d), row_ids, "not finite (NaN or inf)", "Losses must be observed numbers")
+    violations.append(v) if v else None
+    tol = 1e-9 * max(1.0, hi - lo)
+    finite = np.isfinite(d)
+    v = _row_violation(
+        "loss",
+        finite & ((d < lo - tol) | (d > hi + tol)),
+        row_ids,
+        f"outside the declared loss bounds [{lo:g}, {hi:g}]",
+        "Check the loss bounds, or whether rewards were given where losses are declared",
+    )
+    violations.append(v) if v else None
+
+    if log.contexts is not None:
+        v = _row_violation("contexts", _nonfinite_rows(log.contexts), row_ids, "have non-finite features (NaN or inf)")
+        violations.append(v) if v else None
+
+    violations.extend(_check_actions(log, actions, row_ids, min_distinct_actions))
+
+    if log.event_ids is not None:
+        ids = np.asarray(log.event_ids)
+        _, first, counts = np.unique(ids, return_index=True, return_counts=True)
+        dup_mask = np.ones(n, dtype=bool)
+        dup_mask[first] = False
+        v = _row_violation("event_id", dup_mask, row_ids, "repeat an earlier event id", "Event ids must be unique")
+        violations.append(v) if v else None
+    if log.timestamps is not None:
+        v = _row_violation("timestamp", np.isnat(log.timestamps), row_ids, "missing (NaT)")
+        violations.append(v) if v else None
+    if log.logging_distribution is not None:
+        dist = log.logging_distribution
+        if log.family != "discrete" or dist.ndim != 2 or dist.shape[1] != log.n_actions:
+            violations.append(
+                Violation("logging_distribution", 0, n, (), "must have shape (n_rows, n_actions) and the discrete family")
+            )
+    if violations:
+        raise InvalidLogError(violations)
+    return log
+
+
+def _check_actions(log: LoggedBandit, actions: np.ndarray, row_ids: np.ndarray, min_distinct: int) -> list[Violation]:
+    n = actions.shape[0]
+    out: list[Violation] = []
+    if actions.dtype.kind not in "iu":
+        return [
+            Violation("action", n, n, tuple(row_ids[:_N_EXAMPLES].tolist()), f"are not integers (dtype {actions.dtype})",
+                      "Actions must be integer ids (or 0/1 label vectors for the multilabel family)")
+        ]
+    if log.family == "discrete":
+        if actions.ndim != 1:
+            return [Violation("action", n, n, (), f"must be one integer per row, got shape {actions.shape}")]
+        K = log.n_actions
+        v = _row_violation("action", (actions < 0) | (actions >= K), row_ids, f"outside the action range 0..{K - 1}")
+        out.append(v) if v else None
+        n_distinct = np.unique(actions).size
+    elif log.family == "multilabel":
+        q = log.n_actions
+        if actions.ndim != 2 or actions.shape[1] != q:
+            width = actions.shape[1] if actions.ndim == 2 else 1
+            return [Violation("action", n, n, (), f"have width {width}, expected {q} labels",
+                              "Every multilabel action must be a 0/1 vector of the same width")]
+        v = _row_violation("action", np.any((actions != 0) & (actions != 1), axis=1), row_ids, "have entries other than 0/1")
+        out.append(v) if v else None
+        n_distinct = np.unique(actions, axis=0).shape[0]
+    else:
+        assert log.candidates is not None
+        sizes = log.candidates.sizes
+        v = _row_violation("candidates", sizes < 1, row_ids, "have zero candidates", "Every decision needs at least one candidate")
+        out.append(v) if v else None
+        if actions.ndim != 1:
+            return out + [Violation("action", n, n, (), f"must be one index per row, got shape {actions.shape}")]
+        v = _row_violation("action", (sizes >= 1) & ((actions < 0) | (actions >= sizes)), row_ids,
+                           "index outside the row's candidate set")
+        out.append(v) if v else None
+        n_distinct = min_distinct  # indexes into different sets are not comparable actions
+    if n_distinct < min_distinct:
+        out.append(
+            Violation("action", n, n, (), f"has only {n_distinct} distinct value(s); at least {min_distinct} are needed",
+                      "A log that always takes the same action carries no counterfactual information")
+        )
+    return out
+
+
+def exclude_rows(log: LoggedBandit, mask: Any, reason: str) -> tuple[LoggedBandit, Exclusion]:
+    """Remove rows explicitly, returning the reduced log and a record of what was removed.
+
+    Parameters
+    ----------
+    log : LoggedBandit
+        The log.
+    mask : array-like of bool of shape (n_samples,)
+        True for rows to remove.
+    reason : str
+        Why the rows are removed (logged to MLflow by the flows).
+
+    Returns
+    -------
+    log : LoggedBandit
+        The log without the masked rows.
+    exclusion : Exclusion
+        Reason, number of rows removed and up to five example row ids.
+
+    Raises
+    ------
+    ValueError
+        If the mask has the wrong length or would remove every row.
+    """
+    mask = np.asarray(mask, dtype=bool)
+    if mask.shape != (log.n_rows,):
+        raise ValueError(f"mask must have shape ({log.n_rows},), got {mask.shape}")
+    if mask.all():
+        raise ValueError(f"exclude_rows would remove all {log.n_rows} rows ({reason})")
+    exclusion = Exclusion(reason, int(mask.sum()), _examples(mask, log.row_ids))
+    logger.info("excluding %d rows: %s", exclusion.n_rows, reason)
+    return log.take(~mask), exclusion

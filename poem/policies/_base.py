@@ -1,0 +1,170 @@
+"""The interface every policy family implements (DESIGN §3).
+
+A family knows the structure of the action space and computes, for a flat
+parameter array ``coef`` of shape :attr:`PolicyFamily.coef_shape`:
+
+- ``log_prob_and_vjp``: log π_w(yᵢ|xᵢ) and a vector–Jacobian product
+  v ↦ Σᵢ vᵢ ∇_w log π_w(yᵢ|xᵢ) (never a dense n×d Jacobian);
+- ``action_probability``, ``predict_proba``, ``sample`` and ``predict`` (MAP) under the
+  *served* distribution: temperature α and exploration floor ε applied.
+
+Learners only talk to this interface, so one objective serves every family.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = ["PolicyFamily", "check_serving_params"]
+
+
+def check_serving_params(temperature: float, exploration_floor: float, max_floor: float) -> None:
+    """Validate temperature α > 0 and floor ε ∈ [0, max_floor].
+
+    Raises
+    ------
+    ValueError
+        If either value is out of range.
+    """
+    if not (np.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"temperature must be > 0, got {temperature!r}")
+    if not (np.isfinite(exploration_floor) and 0 <= exploration_floor <= max_floor):
+        raise ValueError(
+            f"exploration_floor must be in [0, {max_floor:g}] for this action space, got {exploration_floor!r}"
+        )
+
+
+class PolicyFamily(ABC):
+    """Structure of an action space and the softmax policy over it.
+
+    Parameters
+    ----------
+    n_features : int
+        Number of raw input features (before the optional intercept column).
+    n_actions : int or None
+        Number of actions K (discrete) or labels q (multilabel); None for candidate sets.
+    fit_intercept : bool
+        Whether a constant feature is appended to every context.
+    """
+
+    name: ClassVar[str]
+
+    def __init__(self, n_features: int, n_actions: int | None = None, fit_intercept: bool = False):
+        self.n_features = int(n_features)
+        self.n_actions = None if n_actions is None else int(n_actions)
+        self.fit_intercept = bool(fit_intercept)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(n_features={self.n_features}, n_actions={self.n_actions}, "
+            f"fit_intercept={self.fit_intercept})"
+        )
+
+    def spec(self) -> dict[str, Any]:
+        """JSON-serialisable description (used by the policy artifact)."""
+        return {
+            "family": self.name,
+            "n_features": self.n_features,
+            "n_actions": self.n_actions,
+            "fit_intercept": self.fit_intercept,
+        }
+
+    # -- structure ------------------------------------------------------------------------------
+    @property
+    def n_inputs(self) -> int:
+        """Feature dimension seen by the parameters (intercept included)."""
+        return self.n_features + int(self.fit_intercept)
+
+    @property
+    @abstractmethod
+    def coef_shape(self) -> tuple[int, ...]:
+        """Shape of the parameter array w."""
+
+    @property
+    def max_exploration_floor(self) -> float:
+        """Largest admissible exploration floor ε (uniform policy)."""
+        return 1.0 / float(self.n_actions)
+
+    def _prepare_matrix(self, X: Any) -> Any:
+        if sp.issparse(X):
+            X = sp.csr_matrix(X, dtype=np.float64)
+        else:
+            X = np.asarray(X, dtype=np.float64)
+            if X.ndim != 2:
+                raise ValueError(f"X must be 2-dimensional, got shape {X.shape}")
+        if X.shape[1] != self.n_features:
+            raise ValueError(
+                f"X has {X.shape[1]} features, but the policy was fitted with {self.n_features} features"
+            )
+        if self.fit_intercept:
+            ones = np.ones((X.shape[0], 1))
+            X = sp.hstack([X, sp.csr_matrix(ones)], format="csr") if sp.issparse(X) else np.hstack([X, ones])
+        return X
+
+    @abstractmethod
+    def prepare(self, inputs: Any) -> Any:
+        """Validate raw inputs (feature count) and add the intercept column if configured.
+
+        Raises
+        ------
+        ValueError
+            If the number of features differs from ``n_features``.
+        """
+
+    @abstractmethod
+    def inputs_from_log(self, log: Any) -> Any:
+        """Prepared inputs of a :class:`~poem.data.LoggedBandit`."""
+
+    @staticmethod
+    def n_rows(inputs: Any) -> int:
+        """Number of rows of prepared inputs."""
+        return int(inputs.shape[0])
+
+    @staticmethod
+    def subset(inputs: Any, rows: np.ndarray) -> Any:
+        """Rows of prepared inputs (minibatches)."""
+        return inputs[rows]
+
+    # -- math ------------------------------------------------------------------------------------
+    @abstractmethod
+    def log_prob_and_vjp(
+        self, coef: np.ndarray, inputs: Any, actions: np.ndarray
+    ) -> tuple[np.ndarray, Callable[[np.ndarray], np.ndarray]]:
+        """Training log-probabilities (α = 1, ε = 0) and their vector–Jacobian product.
+
+        Returns
+        -------
+        log_prob : ndarray of shape (n_samples,)
+            log π_w(yᵢ|xᵢ).
+        vjp : callable
+            ``vjp(v)`` returns Σᵢ vᵢ ∇_w log π_w(yᵢ|xᵢ), an array of shape ``coef_shape``.
+        """
+
+    @abstractmethod
+    def action_probability(
+        self, coef: np.ndarray, inputs: Any, actions: np.ndarray, temperature: float = 1.0,
+        exploration_floor: float = 0.0,
+    ) -> np.ndarray:
+        """π(yᵢ|xᵢ) of the given actions under the served distribution, shape (n_samples,)."""
+
+    @abstractmethod
+    def predict_proba(
+        self, coef: np.ndarray, inputs: Any, temperature: float = 1.0, exploration_floor: float = 0.0
+    ) -> np.ndarray:
+        """Served distribution (discrete: (n, K); multilabel: marginals (n, q); candidates: flat)."""
+
+    @abstractmethod
+    def sample(
+        self, coef: np.ndarray, inputs: Any, rng: np.random.Generator, temperature: float = 1.0,
+        exploration_floor: float = 0.0,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Draw yᵢ ~ π(·|xᵢ); return the actions and their probabilities under the served distribution."""
+
+    @abstractmethod
+    def predict(self, coef: np.ndarray, inputs: Any) -> np.ndarray:
+        """MAP actions argmax_y π_w(y|x) (independent of temperature and floor)."""
