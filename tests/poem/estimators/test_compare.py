@@ -1,0 +1,252 @@
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from poem.estimators import PolicyComparison, compare_policies, ips, snips
+
+LOSSES = np.array([0.0, 1.0, 0.5, 0.25, 1.0])  # tiny_log
+WEIGHTS = np.array([0.5, 2.0, 2.0, 2.0, 0.5])  # hand-chosen target
+T_95_4 = 2.1318467863266495
+
+
+def test_paired_ips_difference_by_hand(tiny_log):
+    result = compare_policies(tiny_log.losses, WEIGHTS, np.ones(5), min_ess=1)
+    # dᵢ = δᵢ(rᵢ − 1) = [0, 1, 0.5, 0.25, −0.5]: mean 0.25, Σ(d − d̄)² = 1.25
+    # → se = √(1.25/4/5) = 0.25
+    assert result.difference.estimator == "ips_difference"
+    assert result.difference.value == pytest.approx(0.25)
+    assert result.difference.std_error == pytest.approx(0.25)
+    assert result.upper_bound == pytest.approx(0.25 + T_95_4 * 0.25)
+    assert result.challenger == ips(tiny_log.losses, WEIGHTS)
+    assert result.champion.value == pytest.approx(0.55)
+    assert result.difference.effective_sample_size == pytest.approx(3.92)  # the smaller ESS
+    assert not result.promote and result.decision == "rejected"
+    assert result.reasons == (
+        "failed: improvement: the one-sided 95% upper confidence bound of "
+        "R(challenger) - R(champion) (ips, t interval) is 0.783, not below -min_improvement = 0",
+        "passed: effective sample size: the challenger's is 3.9 of 5 rows, at least min_ess = 1",
+    )
+
+
+def test_paired_snips_and_clipped_differences_by_hand():
+    result = compare_policies(LOSSES, WEIGHTS, np.ones(5), estimator="snips", min_ess=1)
+    assert result.difference.value == pytest.approx(4 / 7 - 0.55)
+    assert result.difference.value == pytest.approx(snips(LOSSES, WEIGHTS).value - LOSSES.mean())
+    e = WEIGHTS * (LOSSES - 4 / 7) / 1.4 - (LOSSES - 0.55)  # paired delta-method terms
+    assert result.difference.std_error == pytest.approx(np.std(e, ddof=1) / np.sqrt(5))
+    clipped = compare_policies(
+        LOSSES, WEIGHTS, np.ones(5), estimator="clipped_ips", clip=1.5, min_ess=1
+    )
+    d = LOSSES * (np.minimum(1.5, WEIGHTS) - 1.0)
+    assert clipped.difference.value == pytest.approx(d.mean())
+    assert clipped.difference.std_error == pytest.approx(np.std(d, ddof=1) / np.sqrt(5))
+    assert clipped.difference.clipped_fraction == pytest.approx(0.6)
+
+
+@pytest.mark.parametrize("interval", ["t", "normal", "bootstrap"])
+@pytest.mark.parametrize(
+    ("estimator", "clip"), [("ips", None), ("snips", None), ("clipped_ips", 1.5)]
+)
+def test_a_a_never_promotes(rng, estimator, clip, interval):
+    losses, weights = rng.random(50), rng.exponential(size=50)
+    result = compare_policies(
+        losses, weights, weights, estimator=estimator, clip=clip, interval=interval, min_ess=0
+    )
+    assert not result.promote
+    assert result.difference.value == 0.0 and result.upper_bound == 0.0
+    assert result.reasons[0].startswith("failed: improvement")
+
+
+@settings(max_examples=50)
+@given(
+    st.integers(2, 30).flatmap(
+        lambda n: st.tuples(
+            arrays(np.float64, n, elements=st.floats(-3.0, 3.0)),
+            arrays(np.float64, n, elements=st.floats(0.01, 50.0)),
+        )
+    ),
+    st.sampled_from(["ips", "snips"]),
+)
+def test_a_a_never_promotes_property(data, estimator):
+    losses, weights = data
+    assert not compare_policies(losses, weights, weights, estimator=estimator, min_ess=0).promote
+
+
+def _one_log(simulation, target, seed):
+    actions, losses, propensities = simulation.draw(1, seed=seed)
+    return losses[0], simulation.weights(target, actions[0], propensities[0])
+
+
+@pytest.mark.parametrize(
+    ("estimator", "clip"), [("ips", None), ("snips", None), ("clipped_ips", 20.0)]
+)
+def test_clearly_better_challenger_promotes_unless_ess_or_margin_blocks(
+    simulation, estimator, clip
+):
+    challenger = simulation.softmax_policy(5.0)  # true risk 0.22 vs the logger's 0.51
+    losses, weights = _one_log(simulation, challenger, seed=5)
+    kwargs = {"estimator": estimator, "clip": clip}
+    result = compare_policies(losses, weights, np.ones(simulation.n), min_ess=50, **kwargs)
+    ess = result.challenger.effective_sample_size
+    assert 50 < ess < 150
+    assert result.promote and result.decision == "promoted"
+    assert result.upper_bound < 0 and result.difference.upper < 0
+    assert result.reasons[0].startswith("passed: improvement")
+    assert " below -min_improvement = 0" in result.reasons[0]
+    assert result.reasons[1] == (
+        f"passed: effective sample size: the challenger's is {ess:,.1f} of 200 rows, "
+        "at least min_ess = 50"
+    )
+
+    blocked = compare_policies(losses, weights, np.ones(simulation.n), min_ess=150, **kwargs)
+    assert not blocked.promote and blocked.upper_bound == result.upper_bound
+    assert blocked.reasons[0] == result.reasons[0]
+    assert blocked.reasons[1] == (
+        f"failed: effective sample size: the challenger's is {ess:,.1f} of 200 rows, "
+        "below min_ess = 150"
+    )
+
+    margin = compare_policies(
+        losses, weights, np.ones(simulation.n), min_ess=50, min_improvement=0.5, **kwargs
+    )
+    assert not margin.promote
+    assert margin.reasons[0].startswith("failed: improvement")
+    assert margin.reasons[0].endswith("not below -min_improvement = -0.5")
+
+
+def test_false_promotion_rate_is_at_most_alpha(simulation):
+    r_good, r_bad = simulation.softmax_policy(2.0), simulation.softmax_policy(-3.0)
+    risk_logger, risk_good, risk_bad = (
+        simulation.risk(p) for p in (simulation.logging_probs, r_good, r_bad)
+    )
+    mix = (risk_bad - risk_logger) / (risk_bad - risk_good)
+    equal = mix * r_good + (1 - mix) * r_bad  # same true risk as the champion (the logger)
+    assert simulation.risk(equal) == pytest.approx(risk_logger)
+    actions, losses, propensities = simulation.draw(200, seed=7)
+    ones = np.ones(simulation.n)
+    for target, max_rate in ((equal, 0.1), (r_bad, 0.0)):  # α = 0.05, 200 repeats: MC sd ≈ 0.015
+        weights = simulation.weights(target, actions, propensities)
+        rate = np.mean(
+            [compare_policies(losses[r], weights[r], ones, min_ess=0).promote for r in range(200)]
+        )
+        assert rate <= max_rate
+
+
+def test_report_and_dict(tiny_log):
+    result = compare_policies(tiny_log.losses, WEIGHTS, np.ones(5), min_ess=1, min_improvement=0.01)
+    d = json.loads(json.dumps(result.to_dict()))
+    assert d["decision"] == "rejected" and d["promote"] is False
+    assert d["upper_bound"] == pytest.approx(result.upper_bound)
+    assert d["challenger"]["value"] == pytest.approx(0.8) and d["champion"][
+        "value"
+    ] == pytest.approx(0.55)
+    assert d["difference"]["estimator"] == "ips_difference"
+    assert (
+        d["reasons"] == list(result.reasons)
+        and d["min_improvement"] == 0.01
+        and d["min_ess"] == 1.0
+    )
+    md = result.to_markdown()
+    assert md.startswith("## Counterfactual A/B gate: rejected\n")
+    assert "| challenger | ips | 0.8 | [" in md and "| champion | ips | 0.55 | [" in md
+    assert "| difference (challenger − champion) | ips_difference | 0.25 |" in md
+    assert "**0.783** (promotion needs < -0.01)" in md
+    assert "**Decision: rejected**" in md
+    for reason in result.reasons:
+        assert f"- {reason}\n" in md
+    assert isinstance(result, PolicyComparison)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exception", "message"),
+    [
+        ({"losses": LOSSES[:4]}, ValueError, r"losses has 4 rows but challenger_weights has 5"),
+        (
+            {"champion_weights": np.ones(4)},
+            ValueError,
+            r"champion_weights has 4 rows but challenger_weights has 5",
+        ),
+        (
+            {"challenger_weights": [1.0, np.nan, 1.0, 1.0, 1.0]},
+            ValueError,
+            r"challenger_weights: 1 of 5 values are not finite \(NaN or inf\); "
+            r"first positions: \[1\]",
+        ),
+        (
+            {"champion_weights": [1.0, 1.0, -1.0, 1.0, 1.0]},
+            ValueError,
+            r"champion_weights: 1 of 5 values are negative",
+        ),
+        (
+            {"losses": [0.0, np.inf, 0.0, 0.0, 0.0]},
+            ValueError,
+            r"losses: 1 of 5 values are not finite",
+        ),
+        ({"confidence_level": 1.0}, ValueError, r"confidence_level must be in \(0, 1\), got 1.0"),
+        (
+            {"min_improvement": -0.1},
+            ValueError,
+            r"min_improvement must be finite and >= 0, got -0.1",
+        ),
+        (
+            {"min_improvement": np.nan},
+            ValueError,
+            r"min_improvement must be finite and >= 0, got nan",
+        ),
+        ({"min_ess": -1}, ValueError, r"min_ess must be finite and >= 0, got -1"),
+        ({"min_ess": "100"}, TypeError, r"min_ess must be a real number, got str"),
+        (
+            {"estimator": "snip"},
+            ValueError,
+            r"estimator must be one of \['ips', 'clipped_ips', 'snips'\], got 'snip'",
+        ),
+        ({"estimator": "dr"}, ValueError, r"estimator must be one of .*, got 'dr'"),
+        (
+            {"interval": "bootstrapped"},
+            ValueError,
+            r"interval must be one of .*, got 'bootstrapped'",
+        ),
+        (
+            {"estimator": "clipped_ips"},
+            ValueError,
+            r"clip is required when estimator='clipped_ips'",
+        ),
+        ({"clip": 5.0}, ValueError, r"clip is only used by estimator='clipped_ips', got clip=5.0"),
+        ({"estimator": "clipped_ips", "clip": -2.0}, ValueError, r"clip must be > 0, got -2.0"),
+    ],
+    ids=[
+        "losses-length",
+        "champion-length",
+        "challenger-nan",
+        "champion-negative",
+        "losses-inf",
+        "level",
+        "min-improvement-negative",
+        "min-improvement-nan",
+        "min-ess-negative",
+        "min-ess-string",
+        "estimator-prefix",
+        "estimator-unknown",
+        "interval-unknown",
+        "clip-missing",
+        "clip-unused",
+        "clip-negative",
+    ],
+)
+def test_bad_arguments(kwargs, exception, message):
+    arguments = {
+        "losses": LOSSES,
+        "challenger_weights": WEIGHTS,
+        "champion_weights": np.ones(5),
+    } | kwargs
+    with pytest.raises(exception, match=message):
+        compare_policies(
+            arguments.pop("losses"),
+            arguments.pop("challenger_weights"),
+            arguments.pop("champion_weights"),
+            **arguments,
+        )
