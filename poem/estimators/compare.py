@@ -244,7 +244,10 @@ def compare_policies(
         max(challenger.clipped_fraction, champion.clipped_fraction), interval,
     )
 
-    improves = bool(ucb < -epsilon)
+    # A challenger equal to the champion up to floating-point rounding gives a difference of
+    # ~1e-17 with a standard error of ~0; without a noise floor its "bound" would be below 0.
+    noise = 1e3 * np.finfo(np.float64).eps * float(np.mean(np.abs(d) * (np.abs(wc) + np.abs(wh))))
+    improves = bool(ucb < -max(epsilon, noise))
     enough = bool(challenger.effective_sample_size >= n_min)
     reasons = (
         f"{'passed' if improves else 'failed'}: improvement: the one-sided {100 * level:g}% upper "

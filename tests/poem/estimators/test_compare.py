@@ -250,3 +250,15 @@ def test_bad_arguments(kwargs, exception, message):
             arguments.pop("champion_weights"),
             **arguments,
         )
+
+
+def test_challenger_equal_to_champion_up_to_rounding_is_not_promoted():
+    # Found on OBD: a challenger that stayed uniform has weights 1 ± 1e-16; the paired
+    # difference is ~1e-17 with standard error ~0, which must not count as an improvement.
+    rng = np.random.default_rng(3)
+    losses = -(rng.random(5000) < 0.01).astype(float)
+    champion = np.ones(5000)
+    challenger = np.where(losses < 0, 1 + 2 * np.finfo(float).eps, 1.0)  # rounding, all one way
+    result = compare_policies(losses, challenger, champion, min_improvement=0.0, min_ess=10)
+    assert not result.promote
+    assert "failed: improvement" in result.reasons[0]

@@ -1,0 +1,96 @@
+"""Candidate vectors ψ_{i,c} of the Open Bandit Dataset (mapping in :mod:`poem.io.obd`).
+
+Re-exported by :mod:`poem.io.obd`; kept apart because building the sparse blocks, in particular
+the row-wise Kronecker product user one-hot ⊗ item features, is its own piece of work.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from poem.data import CandidateSets
+
+if TYPE_CHECKING:
+    from poem.io.obd import OBDTable
+
+__all__ = ["N_POSITIONS", "obd_candidate_sets"]
+
+N_POSITIONS = 3
+
+
+def obd_candidate_sets(
+    table: OBDTable, rows: Any = None, *, interactions: bool = True
+) -> tuple[CandidateSets, tuple[str, ...]]:
+    """Candidate vectors ψ_{i,c} of every row (the K items at the row's position).
+
+    Parameters
+    ----------
+    table : OBDTable
+        Decoded folder.
+    rows : array-like of int or None, default=None
+        Rows to build (all when None).
+    interactions : bool, default=True
+        Include the user one-hot ⊗ item-feature block (block 4 of the module docstring).
+
+    Returns
+    -------
+    candidates : CandidateSets
+        K candidates per row, candidate c = item c, sparse CSR features.
+    feature_names : tuple of str
+        Name of every feature column.
+    """
+    rows = np.arange(table.n_rows) if rows is None else np.asarray(rows, dtype=np.int64)
+    n, K = rows.size, table.n_items
+    item_of = np.tile(np.arange(K), n)  # candidate c of row i is item c
+    row_of = np.repeat(rows, K)
+    total = n * K
+    eye = sp.identity(K, format="csr")
+    blocks = [eye[item_of]]  # 1. item one-hot
+    pos_item = (table.positions[row_of] - 1) * K + item_of
+    blocks.append(
+        sp.csr_matrix(
+            (np.ones(total), (np.arange(total), pos_item)), shape=(total, N_POSITIONS * K)
+        )
+    )
+    item_csr = sp.csr_matrix(table.item_features)
+    blocks.append(item_csr[item_of])  # 3. item features
+    names = [f"item={c}" for c in range(K)]
+    names += [f"position={k}&item={c}" for k in range(1, N_POSITIONS + 1) for c in range(K)]
+    names += list(table.item_feature_names)
+    if interactions:
+        blocks.append(_user_item_block(table.user_features[rows], item_csr, K))
+        names += [f"{u}&{f}" for u in table.user_feature_names for f in table.item_feature_names]
+    blocks.append(sp.csr_matrix(table.affinity[rows].reshape(-1, 1)))  # 5. affinity of candidate c
+    names.append("user-item_affinity")
+    features = sp.hstack(blocks, format="csr")
+    return CandidateSets(features, np.arange(n + 1, dtype=np.int64) * K), tuple(names)
+
+
+def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Concatenation of arange(s, s + l) for every (s, l)."""
+    ends = np.cumsum(lengths)
+    return np.repeat(starts - (ends - lengths), lengths) + np.arange(ends[-1] if ends.size else 0)
+
+
+def _user_item_block(users: sp.csr_matrix, items: sp.csr_matrix, K: int) -> sp.csr_matrix:
+    """Row-wise Kronecker product: row (i, c) = users[i] ⊗ items[c], for all c of every row i."""
+    n, d_u = users.shape
+    d_i = items.shape[1]
+    u_nnz = np.diff(users.indptr)
+    i_nnz = np.diff(items.indptr)
+    item_of = np.tile(np.arange(K), n)
+    # level 1: (candidate (i, c), user entry s), ordered by candidate then s
+    u_len = np.repeat(u_nnz, K)
+    s = _ranges(np.repeat(users.indptr[:-1], K), u_len)
+    c1 = np.repeat(item_of, u_len)
+    # level 2: expand every (candidate, s) by the item entries t of item c
+    t_len = i_nnz[c1]
+    t = _ranges(items.indptr[:-1][c1], t_len)
+    s2 = np.repeat(s, t_len)
+    indices = users.indices[s2].astype(np.int64) * d_i + items.indices[t]
+    data = users.data[s2] * items.data[t]
+    indptr = np.concatenate([[0], np.cumsum(u_len * i_nnz[item_of])])
+    return sp.csr_matrix((data, indices, indptr), shape=(n * K, d_u * d_i))
