@@ -1,0 +1,116 @@
+"""``poem-pipeline check LOGS``: validate a log (GX suite, quarantine, propensity checks, plots).
+
+Prints a readable table; with ``--out`` writes ``check_report.json``, ``quarantine.parquet``,
+Data Docs HTML and PNG plots. Exit code 0 when the log is usable (warnings allowed), 1 on a
+hard failure. All work is done by :func:`data_checks.check.check_logs`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register the ``check`` subcommand and its arguments."""
+    parser = subparsers.add_parser(
+        "check",
+        help="validate logged bandit feedback: schema, ranges, quarantine, propensity "
+        "sanity checks",
+        description="Run the Great Expectations suite of the log's family, quarantine rows "
+        "failing row-level "
+        "checks, run the propensity sanity checks and draw diagnostic plots. Exit code 0 = usable "
+        "(warnings allowed), 1 = hard failure.",
+    )
+    parser.add_argument("logs", type=Path, help="Parquet file, date-partitioned folder or CSV file")
+    parser.add_argument(
+        "--family",
+        choices=("discrete", "multilabel", "candidates"),
+        default=None,
+        help="expected family (required for logs without poem metadata)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="folder for check_report.json, quarantine.parquet, data_docs/ and plots/",
+    )
+    parser.add_argument(
+        "--loss-bounds",
+        type=float,
+        nargs=2,
+        metavar=("MIN", "MAX"),
+        default=None,
+        help="declared loss bounds, for logs without metadata",
+    )
+    parser.add_argument(
+        "--reward-bounds",
+        type=float,
+        nargs=2,
+        metavar=("MIN", "MAX"),
+        default=None,
+        help="declared reward bounds, for logs with a reward column (converted to loss = -reward)",
+    )
+    parser.add_argument(
+        "--n-actions",
+        type=int,
+        default=None,
+        help="number of actions K (discrete), for logs without metadata",
+    )
+    parser.add_argument(
+        "--window",
+        nargs=2,
+        metavar=("START", "END"),
+        default=None,
+        help="accepted timestamp window (ISO 8601), e.g. 2026-01-01 2026-02-01",
+    )
+    parser.add_argument(
+        "--min-propensity",
+        type=float,
+        default=0.0,
+        help="propensities must be strictly greater than this (default: 0)",
+    )
+    parser.add_argument(
+        "--max-quarantine-fraction",
+        type=float,
+        default=0.05,
+        help="fail when more than this fraction of rows is quarantined (default: 0.05)",
+    )
+    parser.add_argument(
+        "--target-policy",
+        type=Path,
+        default=None,
+        help="policy artifact folder (poem.io.artifact) for the ESS check and weight plot",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the JSON report instead of the table"
+    )
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check the log, print the result; returns 0 (usable) or 1 (hard failure)."""
+    import json
+
+    from data_checks.check import check_logs
+
+    target = None
+    if args.target_policy is not None:
+        from poem.io.artifact import load_policy
+
+        target = load_policy(args.target_policy)
+    outcome = check_logs(
+        args.logs,
+        family=args.family,
+        out_dir=args.out,
+        window=args.window,
+        min_propensity=args.min_propensity,
+        max_quarantine_fraction=args.max_quarantine_fraction,
+        target_policy=target,
+        loss_bounds=args.loss_bounds,
+        reward_bounds=args.reward_bounds,
+        n_actions=args.n_actions,
+    )
+    print(json.dumps(outcome.to_dict(), indent=2, default=str) if args.json else outcome.to_text())
+    return outcome.exit_code

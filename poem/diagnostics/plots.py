@@ -1,0 +1,126 @@
+"""Diagnostic plots of a log, saved as PNG (matplotlib, Agg backend; no display needed).
+
+* :func:`plot_propensity_histogram` — propensities on a log-scaled axis;
+* :func:`plot_weight_distribution` — importance weights of a target (or the uniform
+  reference) policy, log-scaled, with the clip M marked;
+* :func:`plot_action_counts` — how often each action (label, candidate position) was logged;
+* :func:`save_diagnostic_plots` — all three into a folder (later MLflow artifacts).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from poem.data import LoggedBandit
+from poem.diagnostics.propensity import reference_probabilities, suggested_clip
+from poem.estimators.weights import importance_weights
+
+__all__ = [
+    "plot_action_counts",
+    "plot_propensity_histogram",
+    "plot_weight_distribution",
+    "save_diagnostic_plots",
+]
+
+
+def _figure() -> tuple[Any, Any]:
+    from matplotlib.figure import Figure  # no pyplot: savefig renders with the Agg canvas
+
+    fig = Figure(figsize=(6.4, 4.0))
+    fig.subplots_adjust(left=0.12, right=0.97, top=0.91, bottom=0.13)
+    return fig, fig.add_subplot()
+
+
+def _log_bins(values: np.ndarray, n_bins: int = 50) -> np.ndarray:
+    positive = values[values > 0]
+    lo = positive.min() if positive.size else 1e-3
+    hi = max(values.max(), lo * 1.0001)
+    return np.logspace(np.log10(lo), np.log10(hi) + 1e-9, n_bins + 1)
+
+
+def plot_propensity_histogram(propensities: Any, path: str | Path) -> Path:
+    """Histogram of the propensities pᵢ on a log-scaled x axis; returns the PNG path."""
+    p = np.asarray(propensities, dtype=np.float64)
+    fig, ax = _figure()
+    ax.hist(p, bins=_log_bins(p), color="tab:blue")
+    ax.set_xscale("log")
+    ax.set_xlabel("propensity p = π₀(y|x)")
+    ax.set_ylabel("rows")
+    ax.set_title(f"Propensities ({p.size:,} rows; min {p.min():.3g}, median {np.median(p):.3g})")
+    fig.savefig(path, dpi=100)
+    return Path(path)
+
+
+def plot_weight_distribution(
+    weights: Any, path: str | Path, *, clip: float | None = None, label: str = "target policy"
+) -> Path:
+    """Histogram of importance weights rᵢ (log-scaled), with the clip M as a vertical line."""
+    w = np.asarray(weights, dtype=np.float64)
+    fig, ax = _figure()
+    ax.hist(w[w > 0], bins=_log_bins(w), color="tab:orange")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    if clip is not None:
+        ax.axvline(clip, color="black", linestyle="--", label=f"clip M = {clip:.3g}")
+        ax.legend()
+    ax.set_xlabel(f"importance weight r = π(y|x)/p ({label})")
+    ax.set_ylabel("rows")
+    ax.set_title(
+        f"Importance weights: mean {w.mean():.3g}, max {w.max():.3g}, {np.mean(w == 0):.1%} zero"
+    )
+    fig.savefig(path, dpi=100)
+    return Path(path)
+
+
+def plot_action_counts(log: LoggedBandit, path: str | Path) -> Path:
+    """Draw a bar chart of logged counts per action, label or candidate position.
+
+    Discrete: rows per action; multilabel: rows with each label on; candidates: rows per
+    position of the logged candidate in its list.
+    """
+    fig, ax = _figure()
+    if log.family == "discrete":
+        counts, xlabel = np.bincount(log.actions, minlength=int(log.n_actions)), "action"
+    elif log.family == "multilabel":
+        counts, xlabel = log.actions.sum(axis=0), "label (rows with the label on)"
+    else:
+        counts, xlabel = np.bincount(log.actions), "position of the logged candidate"
+    ax.bar(np.arange(counts.size), counts, color="tab:green")
+    never = int(np.sum(counts == 0))
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("rows")
+    ax.set_title(f"Logged counts ({never} of {counts.size} never logged)")
+    fig.savefig(path, dpi=100)
+    return Path(path)
+
+
+def save_diagnostic_plots(
+    log: LoggedBandit, out_dir: str | Path, *, target_policy: Any = None
+) -> dict[str, Path]:
+    """Write ``propensity_histogram.png``, ``weight_distribution.png`` and ``action_counts.png``.
+
+    The weights are those of ``target_policy`` when given, else of the uniform reference
+    policy; the clip line is the suggested M = p₉₀/p₁₀.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if target_policy is not None:
+        probs, label = target_policy.log_action_probability_on(log), "target policy"
+    else:
+        probs, label = reference_probabilities(log), "uniform reference policy"
+    weights = importance_weights(probs, log.propensities)
+    return {
+        "propensity_histogram": plot_propensity_histogram(
+            log.propensities, out / "propensity_histogram.png"
+        ),
+        "weight_distribution": plot_weight_distribution(
+            weights,
+            out / "weight_distribution.png",
+            clip=suggested_clip(log.propensities),
+            label=label,
+        ),
+        "action_counts": plot_action_counts(log, out / "action_counts.png"),
+    }

@@ -1,0 +1,454 @@
+"""The canonical log table: :class:`LogMetadata`, :func:`log_to_frame`, :func:`frame_to_log`.
+
+One row per logged decision (DESIGN §3); the column conventions are documented in the
+README section "Log format" and summarised here:
+
+===========================  ==========================================================
+column                       content
+===========================  ==========================================================
+``event_id``                 unique decision id (string or int64)
+``timestamp``                decision time, ``timestamp[ns]`` (UTC, naive)
+``x_0`` … ``x_{d-1}``        dense context features (float64); or, for sparse contexts,
+                             ``x_indices`` (list<int32>) and ``x_values`` (list<float64>)
+``action``                   discrete: action id 0..K−1; candidates: index into the row's set
+``y_0`` … ``y_{q-1}``        multilabel: one 0/1 int8 column per label (width constant)
+``loss`` (or ``reward``)     observed loss δ (rewards are converted once: δ = −reward)
+``propensity``               pᵢ = π₀(yᵢ|xᵢ) ∈ (0, 1]
+``logging_model_version``    version of π₀ (string)
+``logging_distribution``     optional, discrete only: list<float64> of length K, π₀(·|xᵢ)
+``n_candidates``             candidates: kᵢ ≥ 1
+``candidate_features``       candidates, dense: list<float64> of kᵢ·d values (row-major)
+``candidate_nnz``,           candidates, sparse: per-candidate non-zero counts (kᵢ) and the
+``candidate_indices``,       concatenated CSR column indices / values of the kᵢ vectors
+``candidate_values``
+===========================  ==========================================================
+
+The Parquet key-value metadata key ``poem`` holds a JSON object (:class:`LogMetadata`):
+family, number of actions, **declared loss (or reward) bounds**, context layout, feature
+names. Files are written and read by :mod:`poem.io.parquet` and :mod:`poem.io.csv`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import scipy.sparse as sp
+
+from poem.data import CandidateSets, LoggedBandit
+from poem.exceptions import InvalidLogError, Violation
+
+__all__ = [
+    "FORMAT_VERSION",
+    "METADATA_KEY",
+    "LogMetadata",
+    "frame_metadata",
+    "frame_to_log",
+    "log_to_frame",
+    "log_to_table",
+]
+
+METADATA_KEY = "poem"
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class LogMetadata:
+    """What a log file declares beyond its columns (stored as JSON under the key ``poem``).
+
+    Parameters
+    ----------
+    family : {"discrete", "multilabel", "candidates"}
+        Policy family of the log.
+    n_actions : int or None
+        Number of actions K (discrete) or labels q (multilabel).
+    loss_bounds : tuple of float or None
+        Declared loss bounds [δ_min, δ_max]; required when the log has a ``loss`` column.
+    reward_bounds : tuple of float or None
+        Declared reward bounds [r_min, r_max] for logs that carry ``reward`` instead.
+    context_format : {"dense", "sparse", "none"}
+        Layout of the contexts.
+    context_columns : tuple of str
+        Dense context columns, in feature order.
+    n_features : int or None
+        Context dimension d (needed for sparse contexts).
+    feature_names : tuple of str or None
+        Names of the context (or candidate) features.
+    candidate_format : {"dense", "sparse"} or None
+        Layout of the candidate vectors (candidates family).
+    candidate_n_features : int or None
+        Candidate vector dimension.
+    logging_model_version : str or None
+        Version of the logging policy.
+    event_ids_generated : bool
+        True when the writer invented positional event ids (read back as ``None``).
+    event_id_dtype : str or None
+        NumPy dtype of the original event ids, restored on read.
+    """
+
+    family: str
+    n_actions: int | None = None
+    loss_bounds: tuple[float, float] | None = None
+    reward_bounds: tuple[float, float] | None = None
+    context_format: str = "dense"
+    context_columns: tuple[str, ...] = ()
+    n_features: int | None = None
+    feature_names: tuple[str, ...] | None = None
+    candidate_format: str | None = None
+    candidate_n_features: int | None = None
+    logging_model_version: str | None = None
+    event_ids_generated: bool = False
+    event_id_dtype: str | None = None
+    format_version: int = FORMAT_VERSION
+
+    def to_json(self) -> str:
+        """JSON text of the metadata."""
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LogMetadata:
+        """Build from a decoded JSON object (unknown keys are ignored)."""
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        for key in ("loss_bounds", "reward_bounds", "context_columns", "feature_names"):
+            if known.get(key) is not None:
+                known[key] = tuple(known[key])
+        return cls(**known)
+
+    @property
+    def label_columns(self) -> tuple[str, ...]:
+        """``y_0..y_{q-1}`` for the multilabel family, else empty."""
+        if self.family != "multilabel" or self.n_actions is None:
+            return ()
+        return tuple(f"y_{j}" for j in range(self.n_actions))
+
+
+def _list_array(offsets: np.ndarray, values: Any) -> pa.ListArray:
+    return pa.ListArray.from_arrays(pa.array(np.asarray(offsets, dtype=np.int32)), pa.array(values))
+
+
+def log_to_table(log: LoggedBandit) -> pa.Table:
+    """Build the canonical Arrow table of a log (its :class:`LogMetadata` under key ``poem``)."""
+    n = log.n_rows
+    cols: dict[str, Any] = {}
+    ids = np.arange(n) if log.event_ids is None else np.asarray(log.event_ids)
+    cols["event_id"] = pa.array(ids.tolist() if ids.dtype.kind == "O" else ids)
+    if log.timestamps is not None:
+        cols["timestamp"] = pa.array(log.timestamps, type=pa.timestamp("ns"))
+    meta = LogMetadata(
+        family=log.family,
+        n_actions=log.n_actions,
+        loss_bounds=log.loss_bounds,
+        context_format="none"
+        if log.contexts is None
+        else ("sparse" if sp.issparse(log.contexts) else "dense"),
+        feature_names=log.feature_names,
+        logging_model_version=log.logging_model_version,
+        event_ids_generated=log.event_ids is None,
+        event_id_dtype=ids.dtype.str,
+    )
+    if meta.context_format == "dense":
+        names = tuple(f"x_{j}" for j in range(log.contexts.shape[1]))
+        cols.update({c: log.contexts[:, j] for j, c in enumerate(names)})
+        meta = replace(meta, context_columns=names, n_features=len(names))
+    elif meta.context_format == "sparse":
+        x = log.contexts
+        cols["x_indices"] = _list_array(x.indptr, x.indices.astype(np.int32))
+        cols["x_values"] = _list_array(x.indptr, x.data)
+        meta = replace(meta, n_features=int(x.shape[1]))
+    if log.family == "multilabel":
+        cols.update(
+            {f"y_{j}": log.actions[:, j].astype(np.int8) for j in range(log.actions.shape[1])}
+        )
+    else:
+        cols["action"] = log.actions.astype(np.int64)
+    cols["loss"] = log.losses
+    cols["propensity"] = log.propensities
+    if log.logging_model_version is not None:
+        cols["logging_model_version"] = pa.repeat(log.logging_model_version, n)
+    if log.logging_distribution is not None:
+        dist = log.logging_distribution
+        cols["logging_distribution"] = _list_array(np.arange(n + 1) * dist.shape[1], dist.ravel())
+    if log.candidates is not None:
+        cand = log.candidates
+        cols["n_candidates"] = cand.sizes.astype(np.int32)
+        f = cand.features
+        if sp.issparse(f):
+            cols["candidate_nnz"] = _list_array(cand.offsets, np.diff(f.indptr).astype(np.int32))
+            cols["candidate_indices"] = _list_array(
+                f.indptr[cand.offsets], f.indices.astype(np.int32)
+            )
+            cols["candidate_values"] = _list_array(f.indptr[cand.offsets], f.data)
+            meta = replace(meta, candidate_format="sparse")
+        else:
+            cols["candidate_features"] = _list_array(cand.offsets * f.shape[1], f.ravel())
+            meta = replace(meta, candidate_format="dense")
+        meta = replace(meta, candidate_n_features=int(f.shape[1]))
+    table = pa.table(cols)
+    return table.replace_schema_metadata({METADATA_KEY: meta.to_json()})
+
+
+def log_to_frame(log: LoggedBandit) -> pd.DataFrame:
+    """Convert a log to its canonical DataFrame (metadata in ``frame.attrs["poem"]``)."""
+    table = log_to_table(log)
+    frame = table.to_pandas(
+        types_mapper=lambda t: pd.ArrowDtype(t) if pa.types.is_list(t) else None
+    )
+    frame.attrs[METADATA_KEY] = json.loads(table.schema.metadata[METADATA_KEY.encode()])
+    return frame
+
+
+def frame_metadata(
+    frame: pd.DataFrame, *, family: str | None = None, **overrides: Any
+) -> LogMetadata:
+    """Return the :class:`LogMetadata` of a frame: ``frame.attrs["poem"]`` plus overrides.
+
+    Without stored metadata, dense context columns default to the ``x_<j>`` columns and the
+    number of labels of a multilabel log to the number of ``y_<j>`` columns.
+    """
+    stored = frame.attrs.get(METADATA_KEY)
+    if stored is not None:
+        meta = LogMetadata.from_dict(stored)
+        if family is not None and family != meta.family:
+            raise ValueError(
+                f"family: the log declares {meta.family!r}, but {family!r} was requested"
+            )
+    else:
+        if family is None:
+            raise ValueError("family must be given for a log without poem metadata")
+        xcols = sorted((c for c in frame.columns if _indexed(c, "x_")), key=lambda c: int(c[2:]))
+        ycols = [c for c in frame.columns if _indexed(c, "y_")]
+        meta = LogMetadata(
+            family=family,
+            context_columns=tuple(xcols),
+            n_features=len(xcols) or None,
+            context_format="dense"
+            if xcols
+            else ("sparse" if "x_indices" in frame.columns else "none"),
+            n_actions=len(ycols) if family == "multilabel" else None,
+        )
+    clean = {k: v for k, v in overrides.items() if v is not None}
+    for key in ("loss_bounds", "reward_bounds", "context_columns"):
+        if key in clean:
+            clean[key] = tuple(clean[key])
+    if "context_columns" in clean:
+        clean.update(context_format="dense", n_features=len(clean["context_columns"]))
+    return replace(meta, **clean)
+
+
+def _indexed(name: Any, prefix: str) -> bool:
+    return isinstance(name, str) and name.startswith(prefix) and name[len(prefix) :].isdigit()
+
+
+def _numeric(
+    frame: pd.DataFrame, column: str, row_ids: np.ndarray, violations: list
+) -> np.ndarray | None:
+    """Return the column as float64 (missing: NaN), or record a violation counting non-numbers."""
+    values = frame[column]
+    if values.dtype.kind in "biuf":
+        return values.to_numpy(dtype=np.float64, na_value=np.nan)
+    coerced = pd.to_numeric(values, errors="coerce")
+    bad = coerced.isna().to_numpy() & values.notna().to_numpy()
+    idx = np.flatnonzero(bad)
+    violations.append(
+        Violation(
+            column,
+            int(bad.sum()) or len(values),
+            len(values),
+            tuple(row_ids[idx[:5]].tolist()),
+            f"are not numbers (dtype {values.dtype})",
+            f"{column} must be a numeric column",
+        )
+    )
+    return None
+
+
+def _lists(frame: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:
+    """Offsets (n+1, starting at 0) and flat values of a list column."""
+    arr = pa.array(frame[column])
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    offsets = np.asarray(arr.offsets)
+    values = np.asarray(arr.flatten())
+    return (offsets - offsets[0]).astype(np.int64), values
+
+
+def frame_to_log(
+    frame: pd.DataFrame, *, family: str | None = None, **overrides: Any
+) -> LoggedBandit:
+    """Build a :class:`LoggedBandit` from a canonical frame (the inverse of :func:`log_to_frame`).
+
+    Parameters
+    ----------
+    frame : DataFrame
+        Canonical columns (module docstring); metadata from ``frame.attrs["poem"]``.
+    family : str or None, default=None
+        Family, required when the frame carries no metadata.
+    **overrides
+        Override or supply :class:`LogMetadata` fields (``loss_bounds``, ``reward_bounds``,
+        ``n_actions``, ``context_columns``, ``logging_model_version``).
+
+    Returns
+    -------
+    LoggedBandit
+
+    Raises
+    ------
+    InvalidLogError
+        Naming each missing or non-numeric column; then every invariant of
+        :func:`poem.data.check_logged_bandit`.
+    """
+    meta = frame_metadata(frame, family=family, **overrides)
+    n = len(frame)
+    required = ["propensity", *(meta.label_columns or ["action"])]
+    required += list(meta.context_columns) + (
+        ["x_indices", "x_values"] if meta.context_format == "sparse" else []
+    )
+    if meta.family == "candidates":
+        required += ["n_candidates"] + (
+            ["candidate_features"]
+            if meta.candidate_format != "sparse"
+            else ["candidate_nnz", "candidate_indices", "candidate_values"]
+        )
+    violations = [
+        Violation(c, 0, n, (), "column is missing") for c in required if c not in frame.columns
+    ]
+    loss_col = (
+        "loss" if "loss" in frame.columns else ("reward" if "reward" in frame.columns else None)
+    )
+    if loss_col is None:
+        violations.append(
+            Violation("loss", 0, n, (), "column is missing (neither loss nor reward given)")
+        )
+    elif loss_col == "reward" and meta.reward_bounds is None:
+        found = (
+            f"the log declares loss bounds {list(meta.loss_bounds)}"
+            if meta.loss_bounds
+            else "no reward bounds are declared"
+        )
+        violations.append(
+            Violation(
+                "loss",
+                0,
+                n,
+                (),
+                f"column is missing; found 'reward' but {found}",
+                "Declare reward_bounds to convert rewards (δ = −reward), or write losses",
+            )
+        )
+    elif loss_col == "loss" and meta.loss_bounds is None:
+        violations.append(
+            Violation(
+                "loss", 0, n, (), "has no declared loss bounds", "Pass loss_bounds=(min, max)"
+            )
+        )
+    if violations:
+        raise InvalidLogError(violations)
+    ids = frame["event_id"].to_numpy() if "event_id" in frame.columns else None
+    row_ids = ids if ids is not None else np.arange(n)
+    numeric = {
+        c: _numeric(frame, c, row_ids, violations)
+        for c in ("propensity", loss_col, *meta.context_columns)
+    }
+    if meta.label_columns:
+        actions = np.column_stack(
+            [_numeric(frame, c, row_ids, violations) for c in meta.label_columns]
+        )
+    else:
+        actions = _numeric(frame, "action", row_ids, violations)
+    if violations:
+        raise InvalidLogError(violations)
+    kwargs: dict[str, Any] = {
+        "family": meta.family,
+        "n_actions": meta.n_actions,
+        "feature_names": meta.feature_names,
+    }
+    kwargs["contexts"] = _contexts(frame, meta, numeric)
+    if meta.family == "candidates":
+        kwargs["candidates"] = _candidates(frame, meta)
+    if "timestamp" in frame.columns:
+        kwargs["timestamps"] = pd.to_datetime(frame["timestamp"]).to_numpy(dtype="datetime64[ns]")
+    if ids is not None and not meta.event_ids_generated:
+        kind = np.dtype(meta.event_id_dtype).kind if meta.event_id_dtype else "O"
+        kwargs["event_ids"] = (
+            np.asarray(ids.tolist(), dtype=str)
+            if kind == "U"
+            else (ids.astype(np.int64) if kind in "iu" and ids.dtype.kind in "iu" else ids)
+        )
+    version = meta.logging_model_version
+    if version is None and "logging_model_version" in frame.columns:
+        versions = sorted(frame["logging_model_version"].dropna().astype(str).unique())
+        version = ";".join(versions) if versions else None
+    kwargs["logging_model_version"] = version
+    if "logging_distribution" in frame.columns:
+        offsets, values = _lists(frame, "logging_distribution")
+        kwargs["logging_distribution"] = (
+            values.reshape(n, -1) if n and values.size % n == 0 else values
+        )
+    if loss_col == "reward":
+        return LoggedBandit.from_rewards(
+            rewards=numeric["reward"],
+            reward_bounds=meta.reward_bounds,
+            actions=actions,
+            propensities=numeric["propensity"],
+            **kwargs,
+        )
+    return LoggedBandit(
+        actions=actions,
+        losses=numeric["loss"],
+        propensities=numeric["propensity"],
+        loss_bounds=meta.loss_bounds,
+        **kwargs,
+    )
+
+
+def _contexts(frame: pd.DataFrame, meta: LogMetadata, numeric: dict) -> Any:
+    if meta.context_format == "dense" and meta.context_columns:
+        return np.column_stack([numeric[c] for c in meta.context_columns])
+    if meta.context_format == "sparse":
+        indptr, indices = _lists(frame, "x_indices")
+        _, data = _lists(frame, "x_values")
+        d = (
+            meta.n_features
+            if meta.n_features is not None
+            else (int(indices.max()) + 1 if indices.size else 0)
+        )
+        return sp.csr_matrix((data.astype(np.float64), indices, indptr), shape=(len(frame), d))
+    return None
+
+
+def _candidates(frame: pd.DataFrame, meta: LogMetadata) -> CandidateSets:
+    sizes = frame["n_candidates"].to_numpy(dtype=np.int64)
+    d = meta.candidate_n_features
+    if meta.candidate_format == "sparse":
+        _, nnz = _lists(frame, "candidate_nnz")
+        _, indices = _lists(frame, "candidate_indices")
+        _, values = _lists(frame, "candidate_values")
+        indptr = np.concatenate([[0], np.cumsum(nnz)])
+        features = sp.csr_matrix((values.astype(np.float64), indices, indptr), shape=(nnz.size, d))
+    else:
+        offsets, values = _lists(frame, "candidate_features")
+        lengths = np.diff(offsets)
+        bad = np.flatnonzero(lengths != sizes * d)
+        if bad.size:
+            ids = (
+                frame["event_id"].to_numpy()
+                if "event_id" in frame.columns
+                else np.arange(len(frame))
+            )
+            raise InvalidLogError(
+                [
+                    Violation(
+                        "candidate_features",
+                        int(bad.size),
+                        len(frame),
+                        tuple(ids[bad[:5]].tolist()),
+                        f"do not hold n_candidates × {d} values",
+                    )
+                ]
+            )
+        features = values.astype(np.float64).reshape(-1, d)
+    return CandidateSets.from_sizes(features, sizes)

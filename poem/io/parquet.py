@@ -1,0 +1,224 @@
+"""Canonical Parquet logs: :func:`write_log`, :func:`read_log`, :func:`read_frame`.
+
+The columns and the ``poem`` key-value metadata (declared loss bounds, family, context
+layout) are defined in :mod:`poem.io.log_format`, which also converts between a
+:class:`~poem.data.LoggedBandit` and its table (:func:`log_to_frame`, :func:`frame_to_log`,
+re-exported here). Partitioned logs are written as ``date=YYYY-MM-DD/part-00000.parquet``
+and read back in (date, file) order, so a log whose timestamps are in date order
+round-trips exactly (an unpartitioned file always does).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from poem.data import LoggedBandit
+from poem.exceptions import InvalidLogError, Violation
+from poem.io.log_format import (
+    METADATA_KEY,
+    LogMetadata,
+    frame_metadata,
+    frame_to_log,
+    log_to_frame,
+    log_to_table,
+)
+
+__all__ = [
+    "METADATA_KEY",
+    "LogMetadata",
+    "frame_metadata",
+    "frame_to_log",
+    "list_log_files",
+    "log_to_frame",
+    "read_frame",
+    "read_log",
+    "write_log",
+]
+
+logger = logging.getLogger(__name__)
+
+_PART = "part-00000.parquet"
+
+
+def write_log(
+    log: LoggedBandit, path: str | Path, *, partition_by_date: bool = True, overwrite: bool = False
+) -> Path:
+    """Write a log as canonical Parquet.
+
+    Parameters
+    ----------
+    log : LoggedBandit
+        The log to write.
+    path : str or Path
+        With ``partition_by_date=True``: a directory that receives
+        ``date=YYYY-MM-DD/part-00000.parquet`` (rows grouped by the date of their timestamp,
+        stable; a log without timestamps gets one ``part-00000.parquet``). Otherwise: the file.
+    partition_by_date : bool, default=True
+        Whether to partition by date.
+    overwrite : bool, default=False
+        Replace an existing file, or every ``*.parquet`` file below an existing directory
+        (otherwise stale partitions of an older log would be read back with the new one).
+
+    Returns
+    -------
+    Path
+        The directory or file written.
+
+    Raises
+    ------
+    FileExistsError
+        When ``path`` already holds a log and ``overwrite`` is False.
+    """
+    path = Path(path)
+    existing = (
+        sorted(path.rglob("*.parquet")) if path.is_dir() else ([path] if path.exists() else [])
+    )
+    if existing and not overwrite:
+        raise FileExistsError(
+            f"{path} already holds a log ({len(existing)} Parquet file(s)); pass overwrite=True"
+        )
+    for old in existing:
+        old.unlink()
+    table = log_to_table(log)
+    if not partition_by_date:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, path)
+        return path
+    path.mkdir(parents=True, exist_ok=True)
+    if log.timestamps is None:
+        pq.write_table(table, path / _PART)
+        return path
+    days = log.timestamps.astype("datetime64[D]")
+    order = np.argsort(days, kind="stable")
+    sorted_days = days[order]
+    starts = np.flatnonzero(np.r_[True, sorted_days[1:] != sorted_days[:-1]])
+    for s, e in zip(starts, np.r_[starts[1:], len(order)], strict=True):
+        folder = path / f"date={sorted_days[s]}"
+        folder.mkdir(exist_ok=True)
+        pq.write_table(table.take(pa.array(order[s:e])), folder / _PART)
+    return path
+
+
+# -- reading ------------------------------------------------------------------------------------
+def list_log_files(path: str | Path) -> list[Path]:
+    """Parquet files of a log: the file itself, or every ``*.parquet`` below a directory, sorted."""
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(path.rglob("*.parquet"), key=lambda p: p.relative_to(path).as_posix())
+        if not files:
+            raise InvalidLogError([Violation(str(path), 0, 0, (), "contains no *.parquet files")])
+        return files
+    if not path.exists():
+        raise FileNotFoundError(f"log {path} does not exist")
+    return [path]
+
+
+def _file_metadata(table: pa.Table) -> dict[str, Any] | None:
+    raw = (table.schema.metadata or {}).get(METADATA_KEY.encode())
+    return None if raw is None else json.loads(raw)
+
+
+def read_frame(path: str | Path) -> pd.DataFrame:
+    """Read a Parquet log (file or partitioned directory) into a DataFrame, without validation.
+
+    List columns become ``pd.ArrowDtype`` columns; the declared :class:`LogMetadata` (as a
+    dict) is in ``frame.attrs["poem"]`` when present.
+
+    Raises
+    ------
+    InvalidLogError
+        Naming every file that cannot be read or whose columns, types or declared metadata
+        differ from the first readable file.
+    """
+    files = list_log_files(path)
+    tables, violations = [], []
+    ref: tuple[pa.Table, Path] | None = None
+    for f in files:
+        try:
+            table = pq.read_table(f)
+        except (pa.ArrowException, OSError) as exc:
+            violations.append(
+                Violation(
+                    str(f),
+                    0,
+                    0,
+                    (),
+                    f"cannot be read as Parquet ({exc})",
+                    "Rewrite or remove the file",
+                )
+            )
+            continue
+        if ref is None:
+            ref = (table, f)
+        elif table.schema.remove_metadata() != ref[0].schema.remove_metadata() or (
+            _file_metadata(table) != _file_metadata(ref[0])
+        ):
+            violations.append(
+                Violation(str(f), 0, table.num_rows, (), _schema_difference(table, ref[0], ref[1]))
+            )
+            continue
+        tables.append(table)
+    if violations:
+        raise InvalidLogError(violations)
+    meta = _file_metadata(tables[0])
+    table = pa.concat_tables([t.replace_schema_metadata(None) for t in tables])
+    frame = table.to_pandas(
+        types_mapper=lambda t: pd.ArrowDtype(t) if pa.types.is_list(t) else None
+    )
+    if meta is not None:
+        frame.attrs[METADATA_KEY] = meta
+    return frame
+
+
+def _schema_difference(table: pa.Table, ref: pa.Table, ref_file: Path) -> str:
+    a, b = table.schema, ref.schema
+    missing = [n for n in b.names if n not in a.names]
+    extra = [n for n in a.names if n not in b.names]
+    typed = [
+        f"{n} is {a.field(n).type} not {b.field(n).type}"
+        for n in a.names
+        if n in b.names and a.field(n).type != b.field(n).type
+    ]
+    parts = (
+        ([f"missing columns {missing}"] if missing else [])
+        + ([f"extra columns {extra}"] if extra else [])
+        + typed
+    )
+    if not parts:
+        parts = [f"declared metadata {_file_metadata(table)} differs"]
+    return f"does not match {ref_file.name} of the same log: " + "; ".join(parts)
+
+
+def read_log(path: str | Path, *, family: str | None = None, **overrides: Any) -> LoggedBandit:
+    """Read a Parquet (file or ``date=`` directory) or CSV log into a :class:`LoggedBandit`.
+
+    Parameters
+    ----------
+    path : str or Path
+        ``*.parquet`` file, partitioned directory, or ``*.csv`` file (see :mod:`poem.io.csv`).
+    family : str or None, default=None
+        Expected family; must match the declared one when both exist.
+    **overrides
+        Passed to :func:`frame_to_log` (``loss_bounds``, ``reward_bounds``, ``n_actions``,
+        ``context_columns``, ``logging_model_version``).
+
+    Returns
+    -------
+    LoggedBandit
+        The validated log.
+    """
+    if Path(path).suffix.lower() == ".csv":
+        from poem.io.csv import read_csv_frame
+
+        frame = read_csv_frame(path, family=family, **overrides)
+    else:
+        frame = read_frame(path)
+    return frame_to_log(frame, family=family, **overrides)
