@@ -27,6 +27,8 @@ from poem.estimators.ips import (
     _mean_statistic,
     _ratio_statistic,
     _snips_value_and_influence,
+    resolve_loss_baseline,
+    shift_estimate,
 )
 from poem.estimators.weights import _check_clip, _check_losses, _check_weights
 
@@ -138,6 +140,7 @@ def compare_policies(
     clip: float | None = None,
     interval: str = "t",
     random_state: Any = 0,
+    loss_baseline: float = 0.0,
 ) -> PolicyComparison:
     r"""Paired off-policy comparison of a challenger with the champion, and the gate's decision.
 
@@ -179,6 +182,12 @@ def compare_policies(
         Interval method.
     random_state : int, RandomState instance or None, default=0
         Seed of the bootstrap (used only when ``interval="bootstrap"``).
+    loss_baseline : float, default=0.0
+        Translation c: every estimate runs on δᵢ − c (c added back to each policy's risk; the
+        difference does not move). The pairs dᵢ = (δᵢ − c)(r^c_i − r^h_i) stay unbiased for
+        R(challenger) − R(champion) for any c because E[r^c_i − r^h_i] = 0; c = δ_max (what
+        :func:`poem.gate.counterfactual_ab_test` passes) makes a challenger that merely avoids
+        the logged actions look worse, not better.
 
     Returns
     -------
@@ -207,15 +216,16 @@ def compare_policies(
         raise ValueError(
             f"champion_weights has {wh.size:,} rows but challenger_weights has {wc.size:,}"
         )
-    d = _check_losses(losses, wc.size, "challenger_weights")
+    c = resolve_loss_baseline(loss_baseline, (0.0, 0.0))
+    d = _check_losses(losses, wc.size, "challenger_weights") - c  # translated losses δᵢ − c
     level = _check_confidence_level(confidence_level)
     epsilon = _check_threshold(min_improvement, "min_improvement")
     n_min = _check_threshold(min_ess, "min_ess")
     _check_option(estimator, "estimator", ESTIMATORS)
     _check_option(interval, "interval", INTERVAL_METHODS)
     kwargs = {"confidence_level": level, "interval": interval, "random_state": random_state}
-    challenger = _dispatch(estimator, d, wc, clip, **kwargs)
-    champion = _dispatch(estimator, d, wh, clip, **kwargs)
+    challenger = shift_estimate(_dispatch(estimator, d, wc, clip, **kwargs), c)
+    champion = shift_estimate(_dispatch(estimator, d, wh, clip, **kwargs), c)
 
     if estimator == "clipped_ips":
         M = _check_clip(clip)

@@ -8,7 +8,7 @@ Risks are in the units of the losses given (lower is better).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -349,6 +349,7 @@ def evaluate_policy(
     confidence_level: float = 0.95,
     interval: str = "t",
     random_state: Any = 0,
+    loss_baseline: str | float = "max",
 ) -> Estimate:
     r"""Estimate a stochastic policy's risk on a log.
 
@@ -374,6 +375,13 @@ def evaluate_policy(
         Interval method.
     random_state : int, RandomState instance or None, default=0
         Seed of the bootstrap (used only when ``interval="bootstrap"``).
+    loss_baseline : "max" or float, default="max"
+        Translation c: the estimator runs on δᵢ − c and c is added back,
+        R̂ = c + (1/n) Σ (δᵢ − c) rᵢ. Unbiased for every c because E[rᵢ] = 1; ``"max"`` uses
+        c = δ_max, so translated losses are ≤ 0 as in the paper's training scale (§4.3,
+        DESIGN §4.1) and a policy that merely avoids the logged actions is scored
+        pessimistically (R̂ → δ_max) instead of optimistically (propensity overfitting,
+        Swaminathan & Joachims 2015b). SNIPS does not depend on c. Pass 0.0 for plain Eq. (1).
 
     Returns
     -------
@@ -391,8 +399,35 @@ def evaluate_policy(
     Swaminathan & Joachims (2015), JMLR 16, arXiv:1502.02362, Eq. (1).
     """
     _check_option(estimator, "estimator", ESTIMATORS)
+    c = resolve_loss_baseline(loss_baseline, log.loss_bounds)
     weights = importance_weights(policy.log_action_probability_on(log), log.propensities)
-    return _dispatch(
-        estimator, log.losses, weights, clip,
+    estimate = _dispatch(
+        estimator, np.asarray(log.losses) - c, weights, clip,
         confidence_level=confidence_level, interval=interval, random_state=random_state,
     )
+    return shift_estimate(estimate, c)
+
+
+def resolve_loss_baseline(loss_baseline: str | float, loss_bounds: tuple[float, float]) -> float:
+    """The translation c for ``loss_baseline`` ("max" → δ_max, or a finite number).
+
+    Raises
+    ------
+    ValueError
+        If ``loss_baseline`` is another string or not finite.
+    """
+    if isinstance(loss_baseline, str):
+        if loss_baseline != "max":
+            raise ValueError(f"loss_baseline must be 'max' or a number, got {loss_baseline!r}")
+        return float(loss_bounds[1])
+    c = float(loss_baseline)
+    if not np.isfinite(c):
+        raise ValueError(f"loss_baseline must be finite, got {loss_baseline!r}")
+    return c
+
+
+def shift_estimate(estimate: Estimate, c: float) -> Estimate:
+    """Add the translation c back to an estimate's value and interval (SE unchanged)."""
+    if c == 0.0:
+        return estimate
+    return replace(estimate, value=estimate.value + c, lower=estimate.lower + c, upper=estimate.upper + c)

@@ -262,3 +262,26 @@ def test_challenger_equal_to_champion_up_to_rounding_is_not_promoted():
     result = compare_policies(losses, challenger, champion, min_improvement=0.0, min_ess=10)
     assert not result.promote
     assert "failed: improvement" in result.reasons[0]
+
+
+def test_loss_baseline_moves_each_risk_but_not_the_difference():
+    rng = np.random.default_rng(5)
+    losses = rng.random(400)
+    wc, wh = rng.exponential(size=400), np.ones(400)
+    plain = compare_policies(losses, wc, wh, min_ess=1)
+    shifted = compare_policies(losses, wc, wh, min_ess=1, loss_baseline=1.0)
+    # unbiased either way, but the translated estimator is a different (control-variate) one
+    assert shifted.challenger.value == pytest.approx(1.0 + np.mean((losses - 1.0) * wc))
+    assert shifted.champion.value == pytest.approx(losses.mean())
+    assert shifted.difference.value == pytest.approx(np.mean((losses - 1.0) * (wc - 1.0)))
+    assert plain.difference.value == pytest.approx(np.mean(losses * (wc - 1.0)))
+
+
+def test_translated_gate_rejects_a_challenger_that_avoids_the_logged_actions():
+    # Positive losses: putting no mass on logged actions makes plain IPS ≈ 0 ("better");
+    # with δ − δ_max the same challenger is estimated at δ_max and is rejected.
+    rng = np.random.default_rng(6)
+    losses = rng.random(2000)
+    avoid = np.full(2000, 1e-3)
+    assert compare_policies(losses, avoid, np.ones(2000), min_ess=1).promote
+    assert not compare_policies(losses, avoid, np.ones(2000), min_ess=1, loss_baseline=1.0).promote

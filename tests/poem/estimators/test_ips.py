@@ -75,14 +75,14 @@ class _LoggingPolicy:
 def test_evaluate_policy_by_hand(tiny_log):
     uniform = StochasticPolicy.uniform(make_family("discrete", 2, 3))
     # π = 1/3 everywhere: r = [2/3, 4/3, 5/3, 2/3, 5/6]; δr = [0, 4/3, 5/6, 1/6, 5/6] → mean 19/30
-    est = evaluate_policy(uniform, tiny_log)
+    est = evaluate_policy(uniform, tiny_log, loss_baseline=0.0)  # plain Eq. (1)
     assert est.value == pytest.approx(19 / 30)
     by_hand = ips(tiny_log.losses, np.array([2, 4, 5, 2, 2.5]) / 3)
     assert (est.std_error, est.upper) == pytest.approx((by_hand.std_error, by_hand.upper))
     assert evaluate_policy(uniform, tiny_log, estimator="snips").value == pytest.approx(
         (19 / 6) / (15.5 / 3)
     )
-    clipped = evaluate_policy(uniform, tiny_log, estimator="clipped_ips", clip=1.0)
+    clipped = evaluate_policy(uniform, tiny_log, estimator="clipped_ips", clip=1.0, loss_baseline=0.0)
     assert clipped.value == pytest.approx((0 + 1 + 0.5 + 0.25 * 2 / 3 + 5 / 6) / 5)
     assert clipped.clipped_fraction == pytest.approx(0.4)
     assert evaluate_policy(_LoggingPolicy(), tiny_log).value == pytest.approx(0.55)
@@ -293,3 +293,21 @@ def test_evaluate_policy_bad_arguments(tiny_log, kwargs, message):
     uniform = StochasticPolicy.uniform(make_family("discrete", 2, 3))
     with pytest.raises(ValueError, match=message):
         evaluate_policy(uniform, tiny_log, **kwargs)
+
+
+def test_evaluate_policy_translates_by_the_loss_maximum(tiny_log):
+    from poem.estimators import evaluate_policy
+    from poem.policies import StochasticPolicy, family_from_log
+
+    family = family_from_log(tiny_log)
+    uniform = StochasticPolicy.uniform(family)
+    r = (1 / 3) / tiny_log.propensities
+    translated = evaluate_policy(uniform, tiny_log)
+    assert translated.value == pytest.approx(1.0 + np.mean((tiny_log.losses - 1.0) * r))
+    plain = evaluate_policy(uniform, tiny_log, loss_baseline=0.0)
+    assert plain.value == pytest.approx(np.mean(tiny_log.losses * r))
+    assert translated.std_error == pytest.approx(plain.std_error * np.std((tiny_log.losses - 1) * r) / np.std(tiny_log.losses * r))
+    snips = [evaluate_policy(uniform, tiny_log, estimator="snips", loss_baseline=c).value for c in ("max", 0.0)]
+    assert snips[0] == pytest.approx(snips[1])
+    with pytest.raises(ValueError, match="loss_baseline must be 'max' or a number, got 'min'"):
+        evaluate_policy(uniform, tiny_log, loss_baseline="min")
