@@ -16,6 +16,13 @@ from collections.abc import Sequence
 # subcommand name -> module under flows.commands (append new commands here)
 COMMANDS: dict[str, str] = {
     "demo": "demo",
+    "make-logs": "make_logs",
+    "check": "check",
+    "retrain": "retrain",
+    "compare": "compare",
+    "rollback": "rollback",
+    "library-demo": "library_demo",
+    "simulate": "simulate",
 }
 
 

@@ -1,0 +1,62 @@
+"""Thin Prefect tasks of the ``retrain`` flow, one module per stage (STYLE §8).
+
+Each task unpacks its config section, calls one ``poem`` / ``data_checks`` function, logs to
+MLflow or emits a Prefect artifact, and returns. Only I/O tasks retry (:data:`IO_RETRIES`),
+and only on transient I/O errors; only the search trials are cached.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+__all__ = ["IO_RETRIES", "PROGRESS", "is_transient_io_error", "stage_done", "task_logger"]
+
+PROGRESS = logging.getLogger("flows.progress")  # one INFO record per finished stage (CLI progress)
+
+
+def task_logger() -> Any:
+    """Return the Prefect run logger, or a plain logger when a task is called via ``.fn()``."""
+    from prefect import get_run_logger
+    from prefect.exceptions import MissingContextError
+
+    try:
+        return get_run_logger()
+    except MissingContextError:
+        return logging.getLogger("flows.tasks")
+
+
+def stage_done(task: Any, task_run: Any, state: Any) -> None:
+    """Prefect ``on_completion`` hook: record that a stage finished (or was cached)."""
+    suffix = " (cached)" if getattr(state, "name", "") == "Cached" else ""
+    PROGRESS.info("%s%s", task.name, suffix)
+
+
+_PERMANENT_MLFLOW_ERRORS = {
+    "RESOURCE_DOES_NOT_EXIST",
+    "RESOURCE_ALREADY_EXISTS",
+    "INVALID_PARAMETER_VALUE",
+    "BAD_REQUEST",
+}
+
+
+def is_transient_io_error(task: Any, task_run: Any, state: Any) -> bool:
+    """Retry OS and MLflow store errors, never data or logic errors (``retry_condition_fn``)."""
+    from mlflow.exceptions import MlflowException
+
+    exc = getattr(state, "data", None)
+    if isinstance(
+        exc, FileNotFoundError | IsADirectoryError | NotADirectoryError | PermissionError
+    ):
+        return False
+    if isinstance(exc, MlflowException):
+        return exc.error_code not in _PERMANENT_MLFLOW_ERRORS
+    return isinstance(exc, OSError)
+
+
+IO_RETRIES: dict[str, Any] = {
+    "on_completion": [stage_done],
+    "retries": 3,
+    "retry_delay_seconds": [5, 30, 120],
+    "retry_condition_fn": is_transient_io_error,
+}

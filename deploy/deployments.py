@@ -1,0 +1,235 @@
+"""Scheduled retraining: a Prefect deployment of ``retrain`` over the newest log partitions.
+
+The decision log (:mod:`poem.io.decisions`) appends ``date=YYYY-MM-DD/`` partitions. The flow
+:func:`scheduled_retrain` picks the newest ``newest`` complete partitions (today's, still being
+written, is skipped unless ``include_today``), skips the run when exactly these files were
+already trained on (a registered version carries the same ``data_fingerprint`` tag), and
+otherwise runs the ``retrain`` flow on them as a subflow; the gate decides as always.
+
+Run it as a long-lived deployment with a cron schedule (``flow.serve``; ECOSYSTEM §2)::
+
+    source .ci/env.sh
+    prefect server start --host 127.0.0.1 --port 4200 &        # ready after ~6 s; UI on :4200
+    export PREFECT_API_URL=http://127.0.0.1:4200/api
+    python -m deploy.deployments --config mlflow.yml --logs decisions --cron "0 2 * * *" --newest 1
+
+and trigger a run by hand (from another shell with the same ``PREFECT_API_URL``)::
+
+    prefect deployment run 'scheduled-retrain/nightly-retrain'
+    prefect deployment run 'scheduled-retrain/nightly-retrain' --param newest=3
+
+Stop the serve process with Ctrl-C (one SIGTERM suffices); stop the server by its PID.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import os
+import re
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger
+
+__all__ = ["DEPLOYMENT_NAME", "newest_partitions", "scheduled_retrain", "serve", "stage_partitions"]
+
+DEPLOYMENT_NAME = "nightly-retrain"
+_PARTITION = re.compile(r"^date=(\d{4}-\d{2}-\d{2})$")
+
+
+def newest_partitions(
+    root: str | Path, newest: int = 1, *, today: _dt.date | None = None, include_today: bool = False
+) -> list[Path]:
+    """Return the ``newest`` latest ``date=YYYY-MM-DD`` folders (with Parquet files) under ``root``.
+
+    Parameters
+    ----------
+    root : str or Path
+        Partitioned log folder.
+    newest : int, default=1
+        How many partitions to return (fewer when fewer exist).
+    today : datetime.date or None
+        Current UTC date (default: the clock).
+    include_today : bool, default=False
+        Whether today's (and later) partitions, still being appended, may be used.
+
+    Returns
+    -------
+    list of Path
+        Oldest first.
+
+    Raises
+    ------
+    ValueError
+        If ``newest`` < 1.
+    """
+    if newest < 1:
+        raise ValueError(f"newest must be >= 1, got {newest}")
+    today = today or _dt.datetime.now(_dt.UTC).date()
+    found = []
+    for child in Path(root).iterdir() if Path(root).is_dir() else ():
+        match = _PARTITION.match(child.name)
+        if not (match and child.is_dir() and any(child.glob("*.parquet"))):
+            continue
+        day = _dt.date.fromisoformat(match.group(1))
+        if include_today or day < today:
+            found.append((day, child))
+    return [path for _, path in sorted(found)[-newest:]]
+
+
+def stage_partitions(partitions: list[Path], target: Path) -> Path:
+    """Return the folder to pass as ``--logs``: the partition, or hard links of several."""
+    if len(partitions) == 1:
+        return partitions[0]
+    for part in partitions:
+        (target / part.name).mkdir(parents=True, exist_ok=True)
+        for file in sorted(part.glob("*.parquet")):
+            dest = target / part.name / file.name
+            try:
+                os.link(file, dest)
+            except OSError:  # another file system
+                shutil.copy2(file, dest)
+    return target
+
+
+def _already_trained(config_path: str | Path, fingerprint: str) -> str | None:
+    """Version of the registered model trained on exactly these files, if any."""
+    from mlflow.exceptions import MlflowException
+
+    from flows.config import load_config
+    from flows.tracking import client_for
+
+    tracking = load_config(config_path).tracking
+    try:
+        versions = client_for(tracking).search_model_versions(f"name='{tracking.registered_model}'")
+    except MlflowException:
+        return None
+    for mv in versions:
+        if mv.tags.get("data_fingerprint") == fingerprint:
+            return str(mv.version)
+    return None
+
+
+@flow(name="scheduled-retrain", validate_parameters=False)
+def scheduled_retrain(
+    config_path: str = "mlflow.yml",
+    logs: str | None = None,
+    newest: int = 1,
+    include_today: bool = False,
+    force: bool = False,
+) -> dict[str, Any]:
+    """Retrain on the newest log partitions (the body of the scheduled deployment).
+
+    Parameters
+    ----------
+    config_path : str, default="mlflow.yml"
+        Pipeline config.
+    logs : str or None
+        Partitioned log folder (default: ``data.path`` of the config).
+    newest : int, default=1
+        Number of newest partitions to train on.
+    include_today : bool, default=False
+        Use today's partition too (normally still receiving decisions).
+    force : bool, default=False
+        Retrain even if these exact files were trained on before.
+
+    Returns
+    -------
+    dict
+        ``status`` (``"retrained"``, ``"skipped"``), the partitions, and for a retrain the
+        decision and versions.
+    """
+    from flows.config import load_config
+    from flows.retrain import retrain
+    from flows.tracking import data_fingerprint
+
+    logger = get_run_logger()
+    root = Path(logs or load_config(config_path).data.path)
+    partitions = newest_partitions(root, newest, include_today=include_today)
+    names = [p.name for p in partitions]
+    if not partitions:
+        logger.warning("no complete date= partitions under %s; nothing to retrain", root)
+        return {
+            "status": "skipped",
+            "reason": f"no complete partitions under {root}",
+            "partitions": [],
+        }
+    with tempfile.TemporaryDirectory(prefix="poem-staged-") as tmp:
+        staged = stage_partitions(partitions, Path(tmp))
+        fingerprint = data_fingerprint(staged)
+        done = None if force else _already_trained(config_path, fingerprint)
+        if done is not None:
+            logger.info("partitions %s were already trained on (version %s); skipping", names, done)
+            return {
+                "status": "skipped",
+                "reason": f"already trained as version {done}",
+                "partitions": names,
+            }
+        logger.info("retraining on %s", names)
+        result = retrain(config_path, logs=staged)
+    return {
+        "status": "retrained",
+        "partitions": names,
+        "decision": result.decision,
+        "challenger_version": result.challenger_version,
+        "champion_version": result.champion_version,
+        "reasons": list(result.reasons),
+    }
+
+
+def serve(
+    config_path: str, logs: str | None, cron: str, newest: int = 1, name: str = DEPLOYMENT_NAME
+) -> None:
+    """Register the deployment with its cron schedule; run it until interrupted (``flow.serve``)."""
+    scheduled_retrain.serve(
+        name=name,
+        cron=cron,
+        parameters={
+            "config_path": str(Path(config_path).resolve()),
+            "logs": None if logs is None else str(Path(logs).resolve()),
+            "newest": newest,
+        },
+        description="Retrain the POEM policy on the newest decision-log partitions; "
+        "the gate decides promotion.",
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m deploy.deployments``: serve the scheduled retraining deployment."""
+    parser = argparse.ArgumentParser(
+        prog="python -m deploy.deployments",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--config", default="mlflow.yml", help="pipeline config (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--logs", default=None, help="partitioned decision log (default: data.path of the config)"
+    )
+    parser.add_argument(
+        "--cron", default="0 2 * * *", help="cron schedule, UTC (default: %(default)r, nightly)"
+    )
+    parser.add_argument(
+        "--newest", type=int, default=1, help="newest partitions per run (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--name", default=DEPLOYMENT_NAME, help="deployment name (default: %(default)s)"
+    )
+    args = parser.parse_args(argv)
+    if not os.environ.get("PREFECT_API_URL"):
+        print(
+            "warning: PREFECT_API_URL is not set; a temporary server lives only as long as "
+            "this process",
+            file=sys.stderr,
+        )
+    serve(args.config, args.logs, args.cron, args.newest, args.name)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

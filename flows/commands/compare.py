@@ -1,0 +1,103 @@
+"""``poem-pipeline compare``: a table of the last runs' key metrics and gate decisions (MLflow).
+
+Exit codes: 0 (also when there are no runs yet), 2 for an invalid config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from flows.config import ConfigError, load_config
+
+_COLUMNS = (
+    ("started (UTC)", "start_time"),
+    ("run", "run_id"),
+    ("status", "status"),
+    ("rows", "n_rows"),
+    ("trials", "n_trials"),
+    ("val IPS", "validation_ips_risk"),
+    ("chal IPS", "challenger_ips_risk"),
+    ("champ IPS", "champion_ips_risk"),
+    ("diff UCB", "difference_ips_risk_ucb"),
+    ("ESS", "challenger_effective_sample_size"),
+    ("version", "version"),
+    ("decision", "decision"),
+)
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``compare`` and its arguments."""
+    parser = subparsers.add_parser(
+        "compare",
+        help="table of the last runs' key metrics and gate decisions",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=Path("mlflow.yml"),
+        help="pipeline config file naming the tracking store (default: %(default)s)",
+    )
+    parser.add_argument(
+        "-n", "--last", type=int, default=10, help="number of runs to show (default: %(default)s)"
+    )
+    parser.set_defaults(func=run)
+
+
+def _cell(key: str, value: object) -> str:
+    if value is None or value == "":
+        return "-"
+    if key == "start_time":
+        return datetime.fromtimestamp(int(value) / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+    if key == "run_id":
+        return str(value)[:8]
+    if isinstance(value, float):
+        return (
+            f"{value:,.0f}"
+            if key in ("n_rows", "challenger_effective_sample_size")
+            else f"{value:.4f}"
+        )
+    return str(value)
+
+
+def format_table(rows: list[dict]) -> str:
+    """Fixed-width text table of :func:`flows.tracking.recent_runs` rows."""
+    cells = [[title for title, _ in _COLUMNS]] + [
+        [_cell(k, r.get(k)) for _, k in _COLUMNS] for r in rows
+    ]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(_COLUMNS))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of ``poem-pipeline compare``."""
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    from flows.registry import alias_version
+    from flows.tracking import client_for, recent_runs
+
+    client = client_for(cfg.tracking)
+    rows = recent_runs(client, cfg.tracking, args.last)
+    if not rows:
+        print(f"no runs yet in experiment {cfg.tracking.experiment!r} of {cfg.tracking.uri}")
+        return 0
+    print(format_table(rows))
+    aliases = {
+        a: alias_version(client, cfg.tracking, a)
+        for a in (
+            cfg.tracking.champion_alias,
+            cfg.tracking.previous_champion_alias,
+            cfg.tracking.challenger_alias,
+        )
+    }
+    print("aliases: " + ", ".join(f"{a}={v or '-'}" for a, v in aliases.items()))
+    return 0

@@ -1,0 +1,72 @@
+"""``poem-pipeline retrain``: run the ``retrain`` flow once.
+
+Exit codes: 0 when the flow completes (decision ``promoted`` or ``rejected``), 1 when the logs
+fail their checks or the run fails, 2 for an invalid config. The last line printed is
+``decision=<promoted|rejected> champion=<version>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from flows.config import ConfigError, load_config
+
+EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``retrain`` and its arguments."""
+    parser = subparsers.add_parser(
+        "retrain",
+        help="validate logs, learn a policy, gate it against the champion, register and promote",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=Path("mlflow.yml"),
+        help="pipeline config file (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--logs",
+        type=Path,
+        default=None,
+        help="log file or date-partitioned folder; overrides data.path of the config",
+    )
+    parser.set_defaults(func=run)
+
+
+def run_retrain(config: Path, logs: Path | None) -> int:
+    """Load the config, run the flow, print the outcome; return the exit code."""
+    try:
+        load_config(config)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    from flows.retrain import retrain
+    from poem.exceptions import InvalidLogError
+
+    try:
+        result = retrain(config, logs)
+    except InvalidLogError as exc:
+        print(
+            f"error: the logs failed their checks; nothing was trained or registered:\n{exc}",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    except Exception as exc:  # noqa: BLE001 - the CLI reports any failure as an exit code
+        print(f"error: retrain failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    for reason in result.reasons:
+        print(f"  {reason}")
+    print(f"challenger version {result.challenger_version}; MLflow run {result.mlflow_run_id}")
+    print(result.summary_line())
+    return EXIT_OK
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of ``poem-pipeline retrain``."""
+    return run_retrain(args.config, args.logs)

@@ -1,0 +1,163 @@
+"""``poem-pipeline simulate``: the closed loop — deploy, collect, retrain, iterate.
+
+Round 0 registers the logging policy h₀ as ``champion``; each round serves the champion through
+the serving pyfunc (in process), logs decisions with their propensities and the feedback of a
+supervised → bandit environment (digits, or Yeast from ``--data-dir``) as a new date partition,
+runs ``retrain`` on it, and the gate decides. Prints, per round, the true expected loss of the
+served policy, of the challenger and of the champion afterwards, the gate decision and its
+interval. Everything is written under ``--output`` (its own MLflow store and registry, the logs,
+``closed_loop.json`` and ``closed_loop.md``). The work is done by :mod:`deploy.closed_loop`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import yaml
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``simulate`` and its arguments."""
+    parser = subparsers.add_parser(
+        "simulate",
+        help="closed-loop simulation: serve the champion, log, retrain, gate, repeat",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=Path("mlflow.yml"),
+        help="pipeline config whose training, search, checks and gate settings are used "
+        "(default: %(default)s); its tracking store is NOT touched",
+    )
+    parser.add_argument(
+        "--dataset",
+        choices=("digits", "yeast"),
+        default="digits",
+        help="supervised data set of the environment (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="shared data folder holding yeast/ (required for --dataset yeast)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="retraining rounds after round 0 (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--n-replays",
+        type=int,
+        default=1,
+        help="passes over the training contexts per round (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--fraction",
+        type=float,
+        default=0.05,
+        help="fraction of training labels h0 is fitted on (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of h0's subsample and the served draws"
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=Path("simulate-output"),
+        help="folder for the simulation's MLflow store, registry, logs and report "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--overwrite", action="store_true", help="delete an earlier simulation in --output first"
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override a value of the simulation's config (YAML value; repeatable), "
+        "e.g. --set search.scoring=snips --set gate.min_ess=10",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the loop, print each round as it finishes; returns 0, or 2 for invalid arguments."""
+    if args.dataset == "yeast" and args.data_dir is None:
+        print(
+            "error: --dataset yeast needs --data-dir (the folder holding yeast/)", file=sys.stderr
+        )
+        return 2
+    if args.rounds < 1 or args.n_replays < 1:
+        print("error: --rounds and --n-replays must be >= 1", file=sys.stderr)
+        return 2
+    overrides: dict[str, dict] = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        section, dot, name = key.partition(".")
+        if not (sep and dot and section and name):
+            print(f"error: --set expects SECTION.KEY=VALUE, got {item!r}", file=sys.stderr)
+            return 2
+        overrides.setdefault(section, {})[name] = yaml.safe_load(value)
+    out = args.output
+    if out.exists() and any(out.iterdir()):
+        if not args.overwrite:
+            print(
+                f"error: {out} is not empty; pass --overwrite or choose another --output",
+                file=sys.stderr,
+            )
+            return 2
+        if not (out / "simulate.yml").is_file():
+            print(
+                f"error: {out} is not a simulation folder (no simulate.yml); not deleting it",
+                file=sys.stderr,
+            )
+            return 2
+        shutil.rmtree(out)
+    from deploy.closed_loop import run_closed_loop
+
+    def show(r) -> None:  # noqa: ANN001 - a RoundReport
+        interval = (
+            ""
+            if r.difference is None
+            else (f" Δ̂={r.difference:+.4f} [{r.difference_lower:+.4f}, {r.difference_upper:+.4f}]")
+        )
+        challenger = (
+            ""
+            if r.challenger_version is None
+            else (f" challenger v{r.challenger_version}={r.challenger_true_loss:.4f}")
+        )
+        print(
+            f"round {r.round}: served v{r.served_version} true loss "
+            f"{r.served_true_loss:.4f};{challenger} "
+            f"{r.decision}{interval}; champion v{r.champion_version} ({r.champion_true_loss:.4f}) "
+            f"[{r.seconds:.1f} s]",
+            flush=True,
+        )
+
+    result = run_closed_loop(
+        args.config,
+        out,
+        dataset=args.dataset,
+        data_dir=args.data_dir,
+        rounds=args.rounds,
+        n_replays=args.n_replays,
+        fraction=args.fraction,
+        seed=args.seed,
+        config_overrides=overrides,
+        progress=show,
+    )
+    markdown = result.to_markdown()
+    (out / "closed_loop.md").write_text(markdown + "\n")
+    (out / "closed_loop.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+    print()
+    print(markdown)
+    return 0

@@ -1,0 +1,179 @@
+"""The ``retrain`` flow (DESIGN §2).
+
+load → validate → propensity checks → split → search → train → gate → register → promote.
+
+The flow only orchestrates: it loads ``mlflow.yml`` once, hands each task its config section,
+and records everything under one parent MLflow run (nested runs for the trials). Bad logs
+raise :class:`poem.InvalidLogError` before any training, after the check report has been
+logged; no model version is created. A rejected challenger is a normal outcome: it is
+registered (tagged ``gate_decision=rejected``) and ``champion`` does not move. Promotion is
+the last step, so a failure anywhere before it leaves production untouched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from prefect import flow
+from prefect.futures import wait
+from prefect.runtime import flow_run
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from flows.config import load_config
+from flows.registry import version_tags
+from flows.tasks.gate import gate_candidate, gate_metrics, load_champion, report_gate
+from flows.tasks.load import build_log, fingerprint_logs, load_logs
+from flows.tasks.propensity import diagnose_propensities
+from flows.tasks.register import promote_policy, register_policy
+from flows.tasks.search import record_search, search_trial, select_best
+from flows.tasks.split import split_logs
+from flows.tasks.track import finish_tracking, start_tracking
+from flows.tasks.train import train_policy
+from flows.tasks.validate import enforce_checks, quarantine_rows, record_check_report, validate_logs
+from poem.learners.search import expand_grid
+
+__all__ = ["RetrainResult", "retrain"]
+
+
+@dataclass(frozen=True)
+class RetrainResult:
+    """Outcome of one ``retrain`` run.
+
+    Attributes
+    ----------
+    decision : {"promoted", "rejected"}
+        The gate's decision.
+    challenger_version : str
+        Registered version of the newly trained policy.
+    champion_version : str or None
+        The champion after the run (None: still the logging policy).
+    previous_champion_version : str or None
+        The champion the gate compared against (None: the logging policy).
+    reasons : tuple of str
+        The gate's reasons.
+    metrics : dict
+        Gate metrics (``challenger_ips_risk``, ``difference_ips_risk_ucb``, ...).
+    best_params : dict
+        Selected hyperparameters.
+    mlflow_run_id, experiment_id, flow_run_id, data_fingerprint : str
+        Where to find the run, and what data it used.
+    n_rows : int
+        Rows of the validated log.
+    """
+
+    decision: str
+    challenger_version: str
+    champion_version: str | None
+    previous_champion_version: str | None
+    reasons: tuple[str, ...]
+    metrics: dict[str, float] = field(default_factory=dict)
+    best_params: dict[str, Any] = field(default_factory=dict)
+    mlflow_run_id: str = ""
+    experiment_id: str = ""
+    flow_run_id: str = ""
+    data_fingerprint: str = ""
+    n_rows: int = 0
+
+    def summary_line(self) -> str:
+        """``decision=<promoted|rejected> champion=<version>`` (the CLI's last line)."""
+        return f"decision={self.decision} champion={self.champion_version or 'logging-policy'}"
+
+
+def _search(parts: Any, cfg: Any, data_key: str) -> list[Any]:
+    """Submit every grid point, at most ``search.max_workers`` at a time."""
+    trial = search_trial.with_options(
+        cache_expiration=timedelta(hours=cfg.search.cache_expiration_hours)
+    )
+    grid, trials = expand_grid(cfg.search.grid), []
+    for start in range(0, len(grid), cfg.search.max_workers):
+        futures = [
+            trial.submit(
+                parts.train,
+                parts.validation,
+                cfg.training.learner,
+                dict(cfg.training.params),
+                params,
+                cfg.search.confidence_level,
+                data_key,
+            )
+            for params in grid[start : start + cfg.search.max_workers]
+        ]
+        wait(futures)
+        trials += [f.result() for f in futures]
+    return trials
+
+
+@flow(name="retrain", task_runner=ThreadPoolTaskRunner(max_workers=8), validate_parameters=False)
+def retrain(config_path: str | Path, logs: str | Path | None = None) -> RetrainResult:
+    """Validate new logs, learn a policy, gate it against the champion, register and promote.
+
+    Parameters
+    ----------
+    config_path : str or Path
+        ``mlflow.yml``.
+    logs : str or Path or None, default=None
+        Log file or folder overriding ``data.path``.
+
+    Returns
+    -------
+    RetrainResult
+        Decision, versions and metrics.
+
+    Raises
+    ------
+    poem.InvalidLogError
+        When the logs fail the data or propensity checks (nothing is trained or registered).
+    flows.config.ConfigError
+        When ``mlflow.yml`` is invalid.
+    """
+    cfg = load_config(config_path)
+    if logs is not None:
+        cfg = cfg.with_data_path(logs)
+    flow_run_id = str(flow_run.get_id() or "local")
+    fingerprint = fingerprint_logs(cfg.data)
+    run = start_tracking(cfg, fingerprint, flow_run_id)
+    try:
+        frame = load_logs(cfg.data)
+        report = validate_logs(frame, cfg.data, cfg.checks)
+        record_check_report(report, run)  # logged before enforcing: a failed run keeps its report
+        enforce_checks(report, cfg.checks)
+        log = build_log(quarantine_rows(frame, report, run), cfg.data)
+        propensity = diagnose_propensities(log, cfg.checks, run)
+        parts = split_logs(log, cfg.data.split, run)
+        # trial cache key: same files, same reading/check settings => same train/validation logs
+        data_key = f"{fingerprint}:{cfg.data.model_dump_json()}:{cfg.checks.model_dump_json()}"
+        trials = _search(parts, cfg, data_key)
+        best = select_best(trials, cfg.search)
+        record_search(trials, best, run)
+        policy = train_policy(parts, cfg.training, trials[best].params, run)
+        champion_version, champion = load_champion(cfg.tracking)
+        blocking = [c.name for c in propensity.warnings] if cfg.checks.block_on_warnings else []
+        comparison = gate_candidate(policy, champion, parts.test, cfg.gate, blocking)
+        report_gate(comparison, champion_version, run)
+        tags = version_tags(
+            comparison, data_fingerprint=fingerprint, flow_run_id=flow_run_id, n_rows=log.n_rows
+        )
+        version = register_policy(policy, run, tags)
+        if comparison.promote:
+            promote_policy(version, run)  # the last step: champion moves only here
+    except BaseException:
+        finish_tracking(run, "FAILED")
+        raise
+    finish_tracking(run, "FINISHED")
+    return RetrainResult(
+        decision=comparison.decision,
+        challenger_version=version,
+        champion_version=version if comparison.promote else champion_version,
+        previous_champion_version=champion_version,
+        reasons=tuple(comparison.reasons),
+        metrics=gate_metrics(comparison),
+        best_params=dict(trials[best].params),
+        mlflow_run_id=run.run_id,
+        experiment_id=run.experiment_id,
+        flow_run_id=flow_run_id,
+        data_fingerprint=fingerprint,
+        n_rows=log.n_rows,
+    )

@@ -1,0 +1,87 @@
+"""The counterfactual A/B gate on the test split (DESIGN §5) and its report."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from prefect import task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+
+from flows.config import GateConfig, TrackingConfig
+from flows.registry import alias_version, load_version_policy
+from flows.tasks import IO_RETRIES, stage_done
+from flows.tracking import TrackedRun, client_for, log_artifact, log_json, log_metrics, log_text
+from poem.diagnostics.gate_plot import plot_gate
+from poem.gate import counterfactual_ab_test
+
+
+@task(name="load-champion", cache_policy=NO_CACHE, **IO_RETRIES)
+def load_champion(tracking: TrackingConfig) -> tuple[str | None, Any]:
+    """Load the ``champion`` version and its policy, or ``(None, None)`` (the logging policy)."""
+    client = client_for(tracking)
+    version = alias_version(client, tracking, tracking.champion_alias)
+    return version, None if version is None else load_version_policy(client, tracking, version)
+
+
+@task(name="gate-candidate", cache_policy=NO_CACHE, on_completion=[stage_done])
+def gate_candidate(
+    challenger: Any, champion: Any, test_log: Any, gate: GateConfig, failed_checks: list[str]
+) -> Any:
+    """Compare challenger and champion on the test log (``poem.gate.counterfactual_ab_test``)."""
+    return counterfactual_ab_test(
+        challenger,
+        champion,
+        test_log,
+        estimator=gate.estimator,
+        clip=gate.clip,
+        confidence_level=gate.confidence_level,
+        min_improvement=gate.min_improvement,
+        min_ess=gate.min_ess,
+        interval=gate.interval,
+        failed_checks=failed_checks,
+    )
+
+
+def gate_metrics(comparison: Any) -> dict[str, float]:
+    """Name a comparison's metrics per STYLE §3 (``challenger_ips_risk``, ...)."""
+    out: dict[str, float] = {"gate_promoted": float(comparison.promote)}
+    for role in ("challenger", "champion", "difference"):
+        est = getattr(comparison, role)
+        name = f"{role}_{est.estimator.removesuffix('_difference')}_risk"
+        out |= {
+            name: est.value,
+            f"{name}_lower": est.lower,
+            f"{name}_upper": est.upper,
+            f"{role}_effective_sample_size": est.effective_sample_size,
+        }
+    out[f"difference_{comparison.difference.estimator.removesuffix('_difference')}_risk_ucb"] = (
+        comparison.upper_bound
+    )
+    return out
+
+
+@task(name="report-gate", cache_policy=NO_CACHE, **IO_RETRIES)
+def report_gate(comparison: Any, champion_version: str | None, run: TrackedRun) -> None:
+    """Log the gate report (markdown, JSON, interval plot, metrics) and ``gate-decision``."""
+    client = run.client()
+    markdown = (
+        comparison.to_markdown() + f"\nChampion: {champion_version or 'the logging policy'}.\n"
+    )
+    log_text(client, run.run_id, markdown, "gate/report.md")
+    log_json(
+        client,
+        run.run_id,
+        {**comparison.to_dict(), "champion_version": champion_version},
+        "gate/report.json",
+    )
+    log_metrics(client, run.run_id, gate_metrics(comparison))
+    with tempfile.TemporaryDirectory(prefix="poem-gate-") as tmp:
+        log_artifact(
+            client, run.run_id, plot_gate(comparison, Path(tmp) / "gate_intervals.png"), "gate"
+        )
+    create_markdown_artifact(
+        key="gate-decision", markdown=markdown, description=comparison.decision
+    )

@@ -1,0 +1,77 @@
+"""Hyperparameter search on the validation split: one cached task per trial, then the record.
+
+Trials run concurrently on the flow's ``ThreadPoolTaskRunner``. Only :func:`search_trial`
+is cached (STYLE §8): its key is the data fingerprint, the split settings, the learner and
+the trial's params plus the task source — never the logs themselves.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from prefect import task
+from prefect.artifacts import create_table_artifact
+from prefect.cache_policies import INPUTS, NO_CACHE, TASK_SOURCE
+
+from flows.config import SearchConfig
+from flows.learners import build_learner
+from flows.tasks import IO_RETRIES, stage_done
+from flows.tracking import TrackedRun, create_nested_run, log_artifact, log_json, log_metrics
+from poem.diagnostics.search_plot import plot_search
+from poem.learners.search import Trial, run_trial, select_trial
+
+TRIAL_CACHE = (INPUTS - "train_log" - "validation_log") + TASK_SOURCE
+
+
+@task(
+    name="search-trial", cache_policy=TRIAL_CACHE, persist_result=True, on_completion=[stage_done]
+)
+def search_trial(
+    train_log: Any,
+    validation_log: Any,
+    learner: str,
+    fixed_params: dict,
+    params: dict,
+    confidence_level: float,
+    data_key: str,
+) -> Trial:
+    """Fit one configuration on train, score it on validation (``run_trial``)."""
+    estimator = build_learner(learner, fixed_params)
+    return run_trial(
+        estimator, params, train_log, validation_log, confidence_level=confidence_level
+    )
+
+
+@task(name="select-trial", cache_policy=NO_CACHE, on_completion=[stage_done])
+def select_best(trials: list[Trial], search: SearchConfig) -> int:
+    """Return the index of the best trial (:func:`poem.learners.search.select_trial`)."""
+    return select_trial(trials, scoring=search.scoring)
+
+
+@task(name="record-search", cache_policy=NO_CACHE, **IO_RETRIES)
+def record_search(trials: list[Trial], best: int, run: TrackedRun) -> list[dict]:
+    """Log one nested MLflow run per trial, the search table and the IPS-vs-λ plot."""
+    client, rows = run.client(), []
+    for i, trial in enumerate(trials):
+        create_nested_run(
+            client, run.experiment_id, run.run_id, f"trial-{i:03d}", trial.params, trial.to_dict()
+        )
+        rows.append({"trial": i, "selected": i == best, **trial.params, **trial.to_dict()})
+    log_json(client, run.run_id, rows, "search/results.json")
+    log_metrics(
+        client, run.run_id, {f"validation_{k}": v for k, v in trials[best].to_dict().items()}
+    )
+    with tempfile.TemporaryDirectory(prefix="poem-search-") as tmp:
+        plot = plot_search(
+            rows,
+            Path(tmp) / "validation_ips_vs_variance_penalty.png",
+            x="resolved_variance_penalty",
+            group="resolved_clip",
+        )
+        log_artifact(client, run.run_id, plot, "search")
+    create_table_artifact(
+        key="search-results", table=rows, description="validation scores per trial"
+    )
+    return rows

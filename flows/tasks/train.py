@@ -1,0 +1,34 @@
+"""Refit the selected configuration and return the learned stochastic policy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from flows.config import TrainingConfig
+from flows.learners import build_learner
+from flows.tasks import stage_done, task_logger
+from flows.tracking import TrackedRun, log_metrics, log_params
+from poem.splits import LogSplit
+
+_FITTED = ("objective_", "n_iter_", "converged_", "clip_", "variance_penalty_", "clipped_fraction_")
+
+
+@task(name="train-policy", cache_policy=NO_CACHE, on_completion=[stage_done])
+def train_policy(parts: LogSplit, training: TrainingConfig, params: dict, run: TrackedRun) -> Any:
+    """Fit the learner with ``params`` on ``training.refit_on``; log the fitted diagnostics."""
+    estimator = build_learner(training.learner, training.params, params).fit(
+        parts.refit_log(training.refit_on)
+    )
+    fitted = {
+        f"train_{name.rstrip('_')}": getattr(estimator, name)
+        for name in _FITTED
+        if hasattr(estimator, name)
+    }
+    client = run.client()
+    log_params(client, run.run_id, {"selected": params})
+    log_metrics(client, run.run_id, fitted)
+    task_logger().info("trained %s with %s: %s", training.learner, params, fitted)
+    return estimator.policy_

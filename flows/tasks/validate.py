@@ -1,0 +1,107 @@
+"""Validate the log table with the Great Expectations suite of its family (``data_checks``)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from prefect import task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+
+from flows.config import ChecksConfig, DataConfig
+from flows.tasks import IO_RETRIES, stage_done, task_logger
+from flows.tracking import TrackedRun, log_artifact, log_json, log_metrics, log_text
+from poem.io.parquet import frame_metadata
+
+
+@task(name="validate-logs", cache_policy=NO_CACHE, on_completion=[stage_done])
+def validate_logs(frame: Any, data: DataConfig, checks: ChecksConfig) -> Any:
+    """Run the family's GX suite (thresholds from ``checks``) and return its ``DataCheckReport``.
+
+    The Data Docs site is written to a temporary folder (``report.docs_path``) that
+    :func:`record_check_report` uploads and removes.
+    """
+    from data_checks.runner import validate_frame
+    from data_checks.suites import build_log_suite, default_parameters
+
+    meta = frame_metadata(frame, family=data.family, **data.overrides())
+    suite = build_log_suite(
+        meta.family,
+        n_labels=meta.n_actions if meta.family == "multilabel" else None,
+        has_timestamp="timestamp" in frame.columns,
+    )
+    params = default_parameters(
+        meta, window=data.window(), min_propensity=checks.min_propensity, min_rows=checks.min_rows
+    )
+    return validate_frame(
+        frame,
+        suite,
+        params,
+        docs_dir=tempfile.mkdtemp(prefix="poem-docs-"),
+        source=data.path,
+        max_quarantine_fraction=checks.max_quarantine_fraction,
+    )
+
+
+@task(name="record-check-report", cache_policy=NO_CACHE, **IO_RETRIES)
+def record_check_report(report: Any, run: TrackedRun) -> None:
+    """Log the report (JSON, markdown, Data Docs, counts) to MLflow and to Prefect."""
+    client = run.client()
+    if report.docs_path:
+        log_artifact(client, run.run_id, Path(report.docs_path).parent, "checks/data_docs")
+        shutil.rmtree(Path(report.docs_path).parent, ignore_errors=True)
+    log_json(client, run.run_id, report.to_dict(), "checks/data_check_report.json")
+    log_text(client, run.run_id, report.to_markdown(), "checks/data_check_report.md")
+    log_metrics(
+        client,
+        run.run_id,
+        {
+            "n_rows": report.n_rows,
+            "n_quarantined": report.n_quarantined,
+            "n_failed_expectations": len(report.failures),
+        },
+    )
+    create_markdown_artifact(key="data-check-report", markdown=report.to_markdown())
+    task_logger().info("data checks: %d rows, %d failures", report.n_rows, len(report.failures))
+
+
+@task(name="enforce-checks", cache_policy=NO_CACHE, on_completion=[stage_done])
+def enforce_checks(report: Any, checks: ChecksConfig) -> Any:
+    """Raise :class:`poem.InvalidLogError` on hard failures (on any failure without quarantine).
+
+    On a hard failure every failed expectation is listed, so the error names each column.
+    """
+    from data_checks.report import raise_for_failures
+
+    return raise_for_failures(report, quarantine=checks.quarantine and report.passed)
+
+
+@task(name="quarantine-rows", cache_policy=NO_CACHE, on_completion=[stage_done])
+def quarantine_rows(frame: Any, report: Any, run: TrackedRun) -> Any:
+    """Split off rows that failed row-level expectations into ``checks/quarantine.parquet``.
+
+    Kept + quarantined rows reconcile to the input (``data_checks.quarantine.split_quarantine``).
+    """
+    from data_checks.quarantine import split_quarantine, write_quarantine
+
+    kept, quarantined = split_quarantine(frame, report)
+    if len(quarantined):
+        client = run.client()
+        with tempfile.TemporaryDirectory(prefix="poem-quarantine-") as tmp:
+            log_artifact(
+                client,
+                run.run_id,
+                write_quarantine(quarantined, f"{tmp}/quarantine.parquet"),
+                "checks",
+            )
+        log_json(client, run.run_id, report.quarantined_by_reason, "checks/quarantine_reasons.json")
+        task_logger().warning(
+            "quarantined %d of %d rows: %s",
+            len(quarantined),
+            len(frame),
+            report.quarantined_by_reason,
+        )
+    return kept

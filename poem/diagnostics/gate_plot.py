@@ -1,0 +1,66 @@
+"""Plot of the gate's intervals: both risks and their paired difference (DESIGN §5)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from matplotlib.figure import Figure
+
+__all__ = ["plot_gate"]
+
+
+def plot_gate(comparison: Any, path: str | Path) -> Path:
+    """Save a PNG of the champion and challenger risk intervals and of their difference.
+
+    Parameters
+    ----------
+    comparison : PolicyComparison
+        Output of :func:`poem.estimators.compare.compare_policies`.
+    path : str or Path
+        Target PNG file.
+
+    Returns
+    -------
+    Path
+        The written file.
+    """
+    path = Path(path)
+    fig = Figure(figsize=(9, 3.2))
+    ax_risk, ax_diff = fig.subplots(1, 2)
+    rows = [("champion", comparison.champion), ("challenger", comparison.challenger)]
+    for y, (name, est) in enumerate(rows):
+        ax_risk.errorbar(
+            est.value,
+            y,
+            xerr=[[est.value - est.lower], [est.upper - est.value]],
+            fmt="o",
+            capsize=4,
+            color="C0" if name == "champion" else "C1",
+        )
+    ax_risk.set_yticks(range(len(rows)), [name for name, _ in rows])
+    ax_risk.set_xlabel(
+        f"{comparison.challenger.estimator} risk ({comparison.challenger.confidence_level:.0%} CI)"
+    )
+    ax_risk.set_ylim(-0.6, len(rows) - 0.4)
+    diff = comparison.difference
+    ax_diff.errorbar(
+        diff.value,
+        0,
+        xerr=[[diff.value - diff.lower], [diff.upper - diff.value]],
+        fmt="o",
+        capsize=4,
+        color="C2",
+        label="difference (two-sided CI)",
+    )
+    ax_diff.axvline(comparison.upper_bound, color="C3", ls="--", label="one-sided upper bound")
+    ax_diff.axvline(0.0, color="k", lw=0.8)
+    ax_diff.set_yticks([])
+    ax_diff.set_xlabel("risk(challenger) − risk(champion)")
+    ax_diff.legend(loc="upper right", fontsize=7)
+    decision = "promote" if comparison.promote else "reject"
+    fig.suptitle(f"counterfactual A/B gate: {decision}")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    return path

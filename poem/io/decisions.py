@@ -1,0 +1,337 @@
+"""Decision log: served decisions joined with their later feedback, appended as canonical Parquet.
+
+The serving model (``deploy/pyfunc.py``) returns one decision per request row: ``event_id``,
+``action``, ``propensity`` (the served probability of that action), ``model_version`` and
+``timestamp``. The application keeps the request it sent, later observes a loss for each
+event, and hands both to :class:`DecisionLog`, which joins them on ``event_id`` and appends the
+completed rows to a date-partitioned log in the canonical format of :mod:`poem.io.parquet`
+(``date=YYYY-MM-DD/part-<time>-<id>.parquet``), ready for ``check`` and ``retrain``.
+
+Missing-feedback rule (explicit; nothing is dropped silently)
+------------------------------------------------------------
+A decision whose feedback has not arrived ``feedback_timeout`` after the decision time is
+closed at the next :meth:`DecisionLog.flush` with the loss ``missing_feedback_loss``
+(default: the **upper loss bound**, the pessimistic choice: a policy is never credited for
+silence). Pass ``missing_feedback_loss=None`` to exclude such decisions instead — they are
+still counted. Every flush returns a :class:`FlushReport` with the counts: written rows, rows
+with observed feedback, rows closed with the default loss, rows excluded, decisions still
+pending, feedback that arrived after its decision was closed (ignored) and feedback for unknown
+event ids (ignored). Feedback for the same event twice keeps the first value (counted).
+
+Pending decisions live in memory; a process that stops loses them (flush with ``force=True``
+before stopping closes every pending decision under the rule above).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from poem.data import CandidateSets, LoggedBandit
+from poem.io.parquet import METADATA_KEY, log_to_frame
+
+__all__ = ["DecisionLog", "FlushReport"]
+
+logger = logging.getLogger(__name__)
+
+_DECISION_COLUMNS = ("event_id", "action", "propensity", "model_version", "timestamp")
+
+
+@dataclass(frozen=True)
+class FlushReport:
+    """Counts of one :meth:`DecisionLog.flush` (and the files it wrote)."""
+
+    n_written: int
+    n_with_feedback: int
+    n_default_loss: int
+    n_excluded: int
+    n_pending: int
+    n_late_feedback: int
+    n_unknown_feedback: int
+    n_duplicate_feedback: int
+    files: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict (for JSON, MLflow, Prefect artifacts)."""
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+
+
+def _utc_naive(values: Any) -> np.ndarray:
+    ts = pd.to_datetime(pd.Series(values), utc=True)
+    return ts.dt.tz_localize(None).to_numpy(dtype="datetime64[ns]")
+
+
+@dataclass
+class DecisionLog:
+    """Join served decisions with feedback and append them as canonical date-partitioned Parquet.
+
+    Parameters
+    ----------
+    path : str or Path
+        Log directory (receives ``date=YYYY-MM-DD/`` partitions).
+    family : {"discrete", "multilabel", "candidates"}
+        Action structure of the served policy.
+    feature_names : sequence of str
+        Request feature columns, in the policy's order.
+    loss_bounds : tuple of float
+        Declared loss bounds [δ_min, δ_max] of the feedback.
+    n_actions : int or None
+        Number of actions K (discrete) or labels q (multilabel); required for those families
+        so every file declares the same width.
+    feedback_timeout : datetime.timedelta, default=1 hour
+        How long after a decision its feedback may arrive.
+    missing_feedback_loss : float or None, default=None
+        Loss recorded for decisions whose feedback timed out; None here means "use the upper
+        loss bound". Set ``exclude_missing=True`` to drop (and count) them instead.
+    exclude_missing : bool, default=False
+        Exclude timed-out decisions from the log instead of imputing a loss.
+    """
+
+    path: str | Path
+    family: str
+    feature_names: tuple[str, ...]
+    loss_bounds: tuple[float, float]
+    n_actions: int | None = None
+    feedback_timeout: _dt.timedelta = _dt.timedelta(hours=1)
+    missing_feedback_loss: float | None = None
+    exclude_missing: bool = False
+    _pending: list[pd.DataFrame] = field(default_factory=list, init=False, repr=False)
+    _feedback: dict[str, float] = field(default_factory=dict, init=False, repr=False)
+    _closed: set[str] = field(default_factory=set, init=False, repr=False)
+    _counts: dict[str, int] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.path = Path(self.path)
+        self.feature_names = tuple(str(f) for f in self.feature_names)
+        lo, hi = (float(b) for b in self.loss_bounds)
+        if not lo < hi:
+            raise ValueError(f"loss_bounds must satisfy min < max, got {self.loss_bounds!r}")
+        self.loss_bounds = (lo, hi)
+        if self.family in ("discrete", "multilabel") and self.n_actions is None:
+            raise ValueError(f"n_actions is required for the {self.family} family")
+        default = hi if self.missing_feedback_loss is None else float(self.missing_feedback_loss)
+        if not lo <= default <= hi:
+            raise ValueError(
+                f"missing_feedback_loss {default} is outside the loss bounds {self.loss_bounds}"
+            )
+        self.missing_feedback_loss = default
+        self._reset_counts()
+
+    def _reset_counts(self) -> None:
+        self._counts = {"late": 0, "unknown": 0, "duplicate": 0}
+
+    # -- input ------------------------------------------------------------------------------------
+    def add_decisions(
+        self, requests: pd.DataFrame, decisions: pd.DataFrame, *, timestamps: Any = None
+    ) -> int:
+        """Remember served decisions until their feedback arrives.
+
+        Parameters
+        ----------
+        requests : DataFrame
+            The request sent to the model: feature columns (and ``event_id``, one row per
+            candidate, for candidate sets), in the order sent.
+        decisions : DataFrame
+            The model's response (``event_id, action, propensity, model_version, timestamp``).
+        timestamps : array-like or None
+            Override of the decision times (simulations); default the served ``timestamp``.
+
+        Returns
+        -------
+        int
+            Number of decisions added.
+
+        Raises
+        ------
+        ValueError
+            If columns are missing or requests and decisions do not line up.
+        """
+        missing = [c for c in _DECISION_COLUMNS if c not in decisions.columns]
+        missing += [c for c in self.feature_names if c not in requests.columns]
+        if missing:
+            raise ValueError(f"decision log: missing columns {missing}")
+        frame = decisions.loc[:, list(_DECISION_COLUMNS)].reset_index(drop=True).copy()
+        frame["event_id"] = frame["event_id"].astype(str)
+        X = requests[list(self.feature_names)].to_numpy(dtype=np.float64)
+        if self.family == "candidates":
+            ids = requests["event_id"].astype(str).to_numpy()
+            codes, uniques = pd.factorize(ids, sort=False)
+            if list(uniques) != frame["event_id"].tolist():
+                raise ValueError(
+                    "decision log: candidate requests and decisions list different event ids"
+                )
+            sizes = np.bincount(codes, minlength=len(uniques))
+            bounds = np.concatenate([[0], np.cumsum(sizes)])
+            frame["candidates"] = [X[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        else:
+            if X.shape[0] != len(frame):
+                raise ValueError(
+                    f"decision log: {X.shape[0]} request rows but {len(frame)} decisions"
+                )
+            frame["context"] = list(X)
+        frame["timestamp"] = _utc_naive(frame["timestamp"] if timestamps is None else timestamps)
+        dup = frame["event_id"].duplicated() | frame["event_id"].isin(self._closed)
+        for f in self._pending:
+            dup |= frame["event_id"].isin(f["event_id"])
+        if dup.any():
+            raise ValueError(
+                f"decision log: {int(dup.sum())} event id(s) already recorded, e.g. "
+                f"{frame.loc[dup, 'event_id'].head(5).tolist()}"
+            )
+        self._pending.append(frame)
+        return len(frame)
+
+    def add_feedback(self, event_ids: Any, losses: Any) -> int:
+        """Record observed losses for earlier decisions; returns how many were accepted.
+
+        Feedback for an event already closed (late), unknown, or seen before (duplicate) is
+        ignored and counted in the next :class:`FlushReport`.
+
+        Raises
+        ------
+        ValueError
+            If a loss is not finite or outside ``loss_bounds``.
+        """
+        ids = np.asarray(event_ids).astype(str).reshape(-1)
+        values = np.asarray(losses, dtype=np.float64).reshape(-1)
+        if ids.size != values.size:
+            raise ValueError(f"add_feedback: {ids.size} event ids but {values.size} losses")
+        lo, hi = self.loss_bounds
+        bad = ~np.isfinite(values) | (values < lo) | (values > hi)
+        if bad.any():
+            raise ValueError(
+                f"add_feedback: {int(bad.sum())} loss(es) are not finite or outside the bounds "
+                f"[{lo}, {hi}], e.g. event ids {ids[bad][:5].tolist()}"
+            )
+        pending = set()
+        for f in self._pending:
+            pending.update(f["event_id"].tolist())
+        accepted = 0
+        for event_id, loss in zip(ids.tolist(), values.tolist(), strict=True):
+            if event_id in self._closed:
+                self._counts["late"] += 1
+            elif event_id not in pending:
+                self._counts["unknown"] += 1
+            elif event_id in self._feedback:
+                self._counts["duplicate"] += 1
+            else:
+                self._feedback[event_id] = float(loss)
+                accepted += 1
+        return accepted
+
+    # -- output -----------------------------------------------------------------------------------
+    def flush(self, now: Any = None, *, force: bool = False) -> FlushReport:
+        """Write every decision that has feedback or whose feedback timed out.
+
+        Parameters
+        ----------
+        now : datetime-like or None
+            Current time (UTC); default the wall clock. Decisions older than
+            ``now - feedback_timeout`` without feedback are closed by the missing-feedback rule.
+        force : bool, default=False
+            Close every pending decision (shutdown, end of a simulation round).
+
+        Returns
+        -------
+        FlushReport
+        """
+        now64 = _utc_naive([pd.Timestamp.now(tz="UTC") if now is None else now])[0]
+        frame = pd.concat(self._pending, ignore_index=True) if self._pending else None
+        counts = dict(self._counts)
+        self._reset_counts()
+        if frame is None or frame.empty:
+            return FlushReport(
+                0, 0, 0, 0, 0, counts["late"], counts["unknown"], counts["duplicate"]
+            )
+        has_feedback = frame["event_id"].isin(self._feedback).to_numpy()
+        cutoff = now64 - np.timedelta64(self.feedback_timeout)
+        timed_out = ~has_feedback & (force | (frame["timestamp"].to_numpy() <= cutoff))
+        done = has_feedback | timed_out
+        closing = frame[done]
+        frame_keep = frame[~done].reset_index(drop=True)
+        self._pending = [frame_keep] if len(frame_keep) else []
+        losses = np.array(closing["event_id"].map(self._feedback), dtype=np.float64)
+        imputed = timed_out[done]
+        losses[imputed] = self.missing_feedback_loss
+        keep = ~imputed if self.exclude_missing else np.ones(len(closing), dtype=bool)
+        for event_id in closing["event_id"]:
+            self._closed.add(event_id)
+            self._feedback.pop(event_id, None)
+        files = (
+            self._write(closing[keep].reset_index(drop=True), losses[keep]) if keep.any() else ()
+        )
+        report = FlushReport(
+            n_written=int(keep.sum()),
+            n_with_feedback=int((~imputed).sum()),
+            n_default_loss=0 if self.exclude_missing else int(imputed.sum()),
+            n_excluded=int(imputed.sum()) if self.exclude_missing else 0,
+            n_pending=len(frame_keep),
+            n_late_feedback=counts["late"],
+            n_unknown_feedback=counts["unknown"],
+            n_duplicate_feedback=counts["duplicate"],
+            files=tuple(files),
+        )
+        if report.n_default_loss or report.n_excluded:
+            logger.warning(
+                "decision log: %d decision(s) got no feedback within %s; %s",
+                int(imputed.sum()),
+                self.feedback_timeout,
+                "excluded"
+                if self.exclude_missing
+                else f"recorded with loss {self.missing_feedback_loss:g}",
+            )
+        return report
+
+    def _log(self, rows: pd.DataFrame, losses: np.ndarray) -> LoggedBandit:
+        actions = rows["action"].tolist()
+        kwargs: dict[str, Any] = {}
+        if self.family == "candidates":
+            blocks = rows["candidates"].tolist()
+            kwargs["candidates"] = CandidateSets.from_sizes(
+                np.vstack(blocks), [b.shape[0] for b in blocks]
+            )
+            contexts = None
+        else:
+            contexts = np.vstack(rows["context"].tolist())
+        return LoggedBandit(
+            contexts=contexts,
+            actions=np.asarray(actions, dtype=np.int64),
+            losses=losses,
+            propensities=rows["propensity"].to_numpy(dtype=np.float64),
+            loss_bounds=self.loss_bounds,
+            family=self.family,
+            n_actions=self.n_actions,
+            timestamps=rows["timestamp"].to_numpy(dtype="datetime64[ns]"),
+            event_ids=np.asarray(rows["event_id"].tolist(), dtype=object),
+            feature_names=self.feature_names,
+            **kwargs,
+        )
+
+    def _write(self, rows: pd.DataFrame, losses: np.ndarray) -> list[str]:
+        """Validate as a :class:`LoggedBandit`, then append one file per decision date."""
+        frame = log_to_frame(self._log(rows, losses))
+        meta = frame.attrs[METADATA_KEY]
+        frame["logging_model_version"] = rows["model_version"].astype(str).to_numpy()
+        days = frame["timestamp"].to_numpy(dtype="datetime64[D]")
+        stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S%f")
+        written = []
+        for day in np.unique(days):
+            part = frame[days == day].reset_index(drop=True)
+            table = pa.Table.from_pandas(part, preserve_index=False)
+            table = table.replace_schema_metadata({METADATA_KEY: json.dumps(meta, sort_keys=True)})
+            folder = self.path / f"date={day}"
+            folder.mkdir(parents=True, exist_ok=True)
+            target = folder / f"part-{stamp}-{uuid.uuid4().hex[:8]}.parquet"
+            pq.write_table(table, target)
+            written.append(str(target))
+        return written

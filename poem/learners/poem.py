@@ -1,0 +1,433 @@
+"""The POEM estimator: counterfactual risk minimization of a softmax policy (paper §5, STYLE §5).
+
+POEM learns w by minimising the CRM objective of :mod:`poem.learners.objective`,
+
+.. math::
+
+    \\hat w = \\arg\\min_w \\; \\hat R^M(w) + \\lambda \\sqrt{\\hat V(u_w)/n}
+    + \\mu \\lVert w \\rVert^2,
+
+on scaled losses δ' ∈ [−1, 0], with either minibatch AdaGrad on the variance majorizer
+(POEM(S), Alg. 1) or L-BFGS-B on the exact objective (POEM(B)). λ = 0 gives IPS(S)/IPS(B).
+"""
+
+from __future__ import annotations
+
+import warnings
+from numbers import Integral, Real
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import check_random_state, check_scalar
+from sklearn.utils.validation import check_is_fitted
+
+from poem.data import LoggedBandit, check_logged_bandit
+from poem.learners._adagrad import SolverResult, adagrad
+from poem.learners._lbfgs import lbfgs
+from poem.policies._base import check_serving_params
+from poem.policies.stochastic import StochasticPolicy, family_from_log
+
+__all__ = ["POEM", "calibrated_variance_penalty", "resolve_clip"]
+
+POLICIES = ("discrete", "multilabel", "candidates")
+SOLVERS = ("adagrad", "lbfgs")
+CLIP_RULES = ("p90/p10", "max/min")
+
+
+def resolve_clip(clip: Any, propensities: np.ndarray) -> float:
+    """Resolve the clip M from a number or a calibration rule (paper §6, DESIGN §4.5).
+
+    .. math:: M = p_{(90)} / p_{(10)} \\quad\\text{or}\\quad M = \\max_i p_i / \\min_i p_i
+
+    where p₍ₖ₎ is the k-th percentile of the training propensities pᵢ.
+
+    Parameters
+    ----------
+    clip : {"p90/p10", "max/min"}, float or None
+        Rule, fixed M > 0, or None for no clipping (M = ∞).
+    propensities : ndarray of shape (n_samples,)
+        Training propensities pᵢ.
+
+    Returns
+    -------
+    float
+        The clip M (``inf`` when not clipping).
+
+    Raises
+    ------
+    ValueError
+        For an unknown rule or a non-positive M.
+    TypeError
+        For a clip that is neither a string, a number nor None.
+    """
+    if clip is None:
+        return float("inf")
+    if isinstance(clip, str):
+        if clip == "p90/p10":
+            return float(np.percentile(propensities, 90) / np.percentile(propensities, 10))
+        if clip == "max/min":
+            return float(np.max(propensities) / np.min(propensities))
+        raise ValueError(
+            f"clip must be one of {list(CLIP_RULES)}, a number > 0 or None, got {clip!r}"
+        )
+    if isinstance(clip, bool) or not isinstance(clip, Real):
+        raise TypeError(f"clip must be a str, a real number or None, got {type(clip).__name__}")
+    if not clip > 0:  # also rejects NaN
+        raise ValueError(f"clip must be > 0, got {clip!r}")
+    return float(clip)
+
+
+def calibrated_variance_penalty(scaled_losses: np.ndarray) -> float:
+    """λ* at which the logging policy's CRM objective is zero (paper §4.4, DESIGN §4.5).
+
+    .. math:: \\lambda^* = -\\hat R(\\pi_0) \\big/ \\sqrt{\\hat V(\\delta')/n}
+
+    where R̂(π₀) = mean(δ') is the logger's IPS risk on scaled losses (all weights 1),
+    V̂(δ') their sample variance and n the number of rows.
+
+    Parameters
+    ----------
+    scaled_losses : ndarray of shape (n_samples,)
+        Scaled losses δ'ᵢ ∈ [−1, 0].
+
+    Returns
+    -------
+    float
+        λ* ≥ 0 (0 when the losses are constant).
+    """
+    d = np.asarray(scaled_losses, dtype=np.float64)
+    var = float(np.var(d, ddof=1)) if d.size > 1 else 0.0
+    if var <= 0:
+        return 0.0
+    return float(-np.mean(d) / np.sqrt(var / d.size))
+
+
+class POEM(BaseEstimator):
+    """Policy Optimizer for Exponential Models (Swaminathan & Joachims 2015).
+
+    .. math::
+
+        \\hat w = \\arg\\min_w \\frac{1}{n}\\sum_i u_i
+        + \\lambda \\sqrt{\\hat V(u)/n} + \\mu \\lVert w \\rVert^2, \\quad
+        u_i = \\delta'_i \\min(M, \\pi_w(y_i|x_i)/p_i)
+
+    where δ'ᵢ are scaled losses, pᵢ propensities, M the clip, λ the variance penalty and μ
+    the L2 penalty (Eq. 10/12). Optimisation starts at w = 0 (the uniform policy).
+
+    Parameters
+    ----------
+    policy : {"discrete", "multilabel", "candidates"}, default="discrete"
+        Policy family; must equal the log's family.
+    solver : {"adagrad", "lbfgs"}, default="adagrad"
+        Minibatch AdaGrad with iterated variance majorization (POEM(S), Alg. 1) or L-BFGS-B
+        on the exact objective (POEM(B)).
+    clip : {"p90/p10", "max/min"}, float or None, default="p90/p10"
+        Clip M: ratio of the 90th to 10th percentile (or max to min) of the training
+        propensities, a fixed M > 0, or None for no clipping, i.e. M.
+    variance_penalty : float or "calibrated", default=1.0
+        λ ≥ 0, or ``"calibrated"`` for λ = variance_scale · λ* (DESIGN §4.5), i.e. λ.
+    variance_scale : float, default=1.0
+        Multiplier c of λ* when ``variance_penalty="calibrated"``, i.e. c.
+    l2_penalty : float, default=0.0
+        L2 penalty μ ≥ 0, i.e. μ.
+    max_iter : int, default=200
+        Maximum epochs (adagrad) or iterations (lbfgs).
+    tol : float, default=1e-6
+        Convergence tolerance on the gradient norm and the relative objective change.
+    learning_rate : float, default=1.0
+        AdaGrad step size η (adagrad only), i.e. η.
+    batch_size : int, default=100
+        Minibatch size b (adagrad only), i.e. b.
+    fit_intercept : bool, default=True
+        Append a constant feature to every context.
+    temperature : float, default=1.0
+        Serving temperature α of ``policy_`` (training uses α = 1), i.e. α.
+    exploration_floor : float, default=0.0
+        Serving exploration floor ε of ``policy_``, i.e. ε.
+    random_state : int, RandomState or None, default=None
+        Seed of the minibatch shuffles.
+    majorize_every : int or None, default=None
+        Re-majorize every this many minibatches in addition to every epoch (adagrad only).
+    progressive : bool, default=False
+        Majorize and stop on each epoch's progressive statistics instead of a full-batch pass
+        (adagrad only; about half the cost per epoch, see ``poem.learners._adagrad.adagrad``).
+    chunk_size : int or None, default=None
+        Rows per chunk for full-batch statistics (bounded memory for large n; same result).
+
+    Attributes
+    ----------
+    coef_ : ndarray of shape ``family_.coef_shape``
+        Learned parameters w.
+    policy_ : StochasticPolicy
+        The learned policy with the serving temperature and floor.
+    family_ : PolicyFamily
+        Action structure of the training log.
+    n_features_in_ : int
+        Number of raw features.
+    n_iter_ : int
+        Epochs or iterations run.
+    objective_ : float
+        Training objective J(w) (scaled-loss units).
+    converged_ : bool
+        Whether the solver met its tolerance.
+    clip_ : float
+        Resolved clip M (``inf`` for none).
+    variance_penalty_ : float
+        Resolved λ.
+    clipped_fraction_ : float
+        Fraction of training rows whose weight reached M at the solution.
+
+    References
+    ----------
+    Swaminathan, A. & Joachims, T. (2015). Batch learning from logged bandit feedback through
+    counterfactual risk minimization. JMLR 16, arXiv:1502.02362, §4–§6, Alg. 1.
+    """
+
+    def __init__(
+        self,
+        *,
+        policy="discrete",
+        solver="adagrad",
+        clip="p90/p10",
+        variance_penalty=1.0,
+        variance_scale=1.0,
+        l2_penalty=0.0,
+        max_iter=200,
+        tol=1e-6,
+        learning_rate=1.0,
+        batch_size=100,
+        fit_intercept=True,
+        temperature=1.0,
+        exploration_floor=0.0,
+        random_state=None,
+        majorize_every=None,
+        progressive=False,
+        chunk_size=None,
+    ):
+        self.policy = policy
+        self.solver = solver
+        self.clip = clip
+        self.variance_penalty = variance_penalty
+        self.variance_scale = variance_scale
+        self.l2_penalty = l2_penalty
+        self.max_iter = max_iter
+        self.tol = tol
+        self.learning_rate = learning_rate
+        self.batch_size = batch_size
+        self.fit_intercept = fit_intercept
+        self.temperature = temperature
+        self.exploration_floor = exploration_floor
+        self.random_state = random_state
+        self.majorize_every = majorize_every
+        self.progressive = progressive
+        self.chunk_size = chunk_size
+
+    # -- validation ------------------------------------------------------------------------------
+    def _validate_params(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"policy must be one of {list(POLICIES)}, got {self.policy!r}")
+        if self.solver not in SOLVERS:
+            raise ValueError(f"solver must be one of {list(SOLVERS)}, got {self.solver!r}")
+        if isinstance(self.clip, str) and self.clip not in CLIP_RULES:
+            raise ValueError(
+                f"clip must be one of {list(CLIP_RULES)}, a number > 0 or None, got {self.clip!r}"
+            )
+        if self.clip is not None and not isinstance(self.clip, str):
+            resolve_clip(self.clip, np.ones(1))
+        if isinstance(self.variance_penalty, str):
+            if self.variance_penalty != "calibrated":
+                raise ValueError(
+                    "variance_penalty must be a number >= 0 or 'calibrated', "
+                    f"got {self.variance_penalty!r}"
+                )
+        else:
+            check_scalar(self.variance_penalty, "variance_penalty", Real, min_val=0.0)
+        check_scalar(self.variance_scale, "variance_scale", Real, min_val=0.0)
+        check_scalar(self.l2_penalty, "l2_penalty", Real, min_val=0.0)
+        check_scalar(self.max_iter, "max_iter", Integral, min_val=1)
+        check_scalar(self.tol, "tol", Real, min_val=0.0)
+        check_scalar(
+            self.learning_rate, "learning_rate", Real, min_val=0.0, include_boundaries="neither"
+        )
+        check_scalar(self.batch_size, "batch_size", Integral, min_val=1)
+        check_scalar(
+            self.temperature, "temperature", Real, min_val=0.0, include_boundaries="neither"
+        )
+        check_scalar(self.exploration_floor, "exploration_floor", Real, min_val=0.0)
+        if self.majorize_every is not None:
+            check_scalar(self.majorize_every, "majorize_every", Integral, min_val=1)
+        if self.chunk_size is not None:
+            check_scalar(self.chunk_size, "chunk_size", Integral, min_val=1)
+        for name in ("fit_intercept", "progressive"):
+            if not isinstance(getattr(self, name), bool | np.bool_):
+                raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
+
+    # -- fitting ---------------------------------------------------------------------------------
+    def fit(self, log, actions=None, *, propensities=None, losses=None, loss_bounds=(0.0, 1.0)):
+        """Learn w from a logged bandit (or, for the discrete family, plain arrays).
+
+        Parameters
+        ----------
+        log : LoggedBandit or array-like of shape (n_samples, n_features)
+            The training log, or the contexts xᵢ when the plain-array form is used.
+        actions : array-like of shape (n_samples,) or None, default=None
+            Logged actions yᵢ (plain-array form only).
+        propensities : array-like of shape (n_samples,) or None, default=None
+            Logging propensities pᵢ (plain-array form only).
+        losses : array-like of shape (n_samples,) or None, default=None
+            Losses δᵢ (plain-array form only).
+        loss_bounds : tuple of float, default=(0.0, 1.0)
+            Loss bounds [δ_min, δ_max] (plain-array form only).
+
+        Returns
+        -------
+        self : POEM
+            The fitted estimator.
+
+        Raises
+        ------
+        InvalidLogError
+            When the log has fewer than 2 rows or 2 distinct actions, or breaks an invariant.
+        ValueError
+            For invalid hyperparameters or a log whose family differs from ``policy``.
+        """
+        self._validate_params()
+        if not isinstance(log, LoggedBandit):
+            if self.policy != "discrete":
+                raise ValueError(
+                    "the plain-array form fit(X, actions, ...) needs policy='discrete'"
+                )
+            log = LoggedBandit(log, actions, losses, propensities, loss_bounds=loss_bounds)
+        check_logged_bandit(log, min_rows=2, min_distinct_actions=2)
+        if log.family != self.policy:
+            raise ValueError(
+                f"policy={self.policy!r} but the log's family is {log.family!r}; "
+                f"set policy={log.family!r}"
+            )
+        family = family_from_log(log, fit_intercept=bool(self.fit_intercept))
+        check_serving_params(self.temperature, self.exploration_floor, family.max_exploration_floor)
+        inputs = family.inputs_from_log(log)
+        scaled = log.scaled_losses()
+        clip = resolve_clip(self.clip, log.propensities)
+        if self.variance_penalty == "calibrated":
+            lam = float(self.variance_scale) * calibrated_variance_penalty(scaled)
+        else:
+            lam = float(self.variance_penalty)
+        common = dict(
+            clip=clip,
+            variance_penalty=lam,
+            l2_penalty=float(self.l2_penalty),
+            max_iter=int(self.max_iter),
+            tol=float(self.tol),
+            chunk_size=self.chunk_size,
+        )
+        actions_arr = np.asarray(log.actions)
+        if self.solver == "adagrad":
+            seed = check_random_state(self.random_state).randint(2**31 - 1)
+            result: SolverResult = adagrad(
+                family,
+                inputs,
+                actions_arr,
+                scaled,
+                log.propensities,
+                learning_rate=float(self.learning_rate),
+                batch_size=int(self.batch_size),
+                majorize_every=self.majorize_every,
+                progressive=bool(self.progressive),
+                random_state=np.random.default_rng(seed),
+                **common,
+            )
+        else:
+            result = lbfgs(family, inputs, actions_arr, scaled, log.propensities, **common)
+        if not result.converged:
+            remedy = (
+                "increase max_iter, raise tol or lower learning_rate"
+                if self.solver == "adagrad"
+                else "increase max_iter, raise tol or add l2_penalty"
+            )
+            warnings.warn(
+                f"POEM(solver={self.solver!r}) did not converge in {result.n_iter} "
+                f"{'epochs' if self.solver == 'adagrad' else 'iterations'} (gradient norm "
+                f"{result.gradient_norm:.3g}, tol={self.tol:g}); {remedy}.",
+                ConvergenceWarning,
+                stacklevel=2,
+            )
+        self.family_ = family
+        self.coef_ = result.coef
+        self.n_features_in_ = int(log.n_features)
+        self.n_iter_ = int(result.n_iter)
+        self.objective_ = float(result.objective)
+        self.converged_ = bool(result.converged)
+        self.clip_ = clip
+        self.variance_penalty_ = lam
+        self.clipped_fraction_ = result.n_clipped / log.n_rows
+        self.policy_ = StochasticPolicy(
+            family,
+            result.coef,
+            temperature=float(self.temperature),
+            exploration_floor=float(self.exploration_floor),
+            metadata={
+                "learner": "POEM",
+                "solver": self.solver,
+                "clip": clip if np.isfinite(clip) else None,
+                "variance_penalty": lam,
+                "l2_penalty": float(self.l2_penalty),
+                "feature_names": log.feature_names,
+            },
+        )
+        return self
+
+    # -- prediction ------------------------------------------------------------------------------
+    def predict_proba(self, X):
+        """Return the served distribution π(·|x) (discrete rows sum to 1; multilabel: marginals).
+
+        Parameters
+        ----------
+        X : array-like or sparse matrix of shape (n_samples, n_features), or CandidateSets
+            Contexts xᵢ (candidate vectors for the candidate-set family).
+
+        Returns
+        -------
+        ndarray
+            The family's ``predict_proba`` under temperature α and floor ε.
+        """
+        check_is_fitted(self)
+        return self.policy_.predict_proba(X)
+
+    def predict(self, X):
+        """MAP actions argmax_y π_w(y|x) (paper Eq. 11).
+
+        Parameters
+        ----------
+        X : array-like or sparse matrix of shape (n_samples, n_features), or CandidateSets
+            Contexts xᵢ.
+
+        Returns
+        -------
+        ndarray
+            MAP actions.
+        """
+        check_is_fitted(self)
+        return self.policy_.predict(X)
+
+    def sample(self, X, random_state=None):
+        """Draw yᵢ ~ π(·|xᵢ) and return them with their served probabilities.
+
+        Parameters
+        ----------
+        X : array-like or sparse matrix of shape (n_samples, n_features), or CandidateSets
+            Contexts xᵢ.
+        random_state : int, RandomState, Generator or None, default=None
+            Seed of the draw.
+
+        Returns
+        -------
+        actions : ndarray
+            Sampled actions yᵢ.
+        probabilities : ndarray of shape (n_samples,)
+            π(yᵢ|xᵢ), the next log's propensities.
+        """
+        check_is_fitted(self)
+        return self.policy_.sample(X, random_state)

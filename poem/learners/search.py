@@ -1,0 +1,346 @@
+"""Counterfactual hyperparameter search: fit on a training log, score on a validation log (§6).
+
+Every configuration is fitted with ``clone(estimator).set_params(**params)`` and scored by the
+unbiased IPS estimate (Eq. 1) of the fitted stochastic policy on the held-out validation log,
+
+.. math:: \\hat R(\\pi_w) = \\frac{1}{n_v} \\sum_{i=1}^{n_v} \\delta_i \\frac{\\pi_w(y_i|x_i)}{p_i},
+
+in original loss units, using the same estimator functions as the gate
+(:func:`poem.estimators.ips.evaluate_policy`). SNIPS breaks ties.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sklearn.base import clone
+from sklearn.exceptions import ConvergenceWarning
+
+from poem.data import LoggedBandit
+from poem.estimators.ips import Estimate, evaluate_policy
+
+__all__ = [
+    "SearchResult",
+    "Trial",
+    "expand_grid",
+    "run_trial",
+    "search_hyperparameters",
+    "select_trial",
+]
+
+SCORINGS = ("ips", "snips")
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One fitted configuration and its validation scores.
+
+    Attributes
+    ----------
+    params : dict
+        The hyperparameters set on the clone.
+    ips : Estimate
+        IPS estimate of the fitted policy's risk on the validation log.
+    snips : Estimate
+        SNIPS estimate on the validation log.
+    effective_sample_size : float
+        ESS (Σrᵢ)²/Σrᵢ² of the validation weights.
+    clipped_fraction : float
+        Fraction of training rows whose weight reached the clip M at the solution.
+    objective : float
+        Training objective J(w) (scaled-loss units).
+    n_iter : int
+        Solver epochs or iterations.
+    converged : bool
+        Whether the solver met its tolerance.
+    seconds : float
+        Wall-clock seconds of ``fit``.
+    resolved : dict
+        Resolved ``clip_`` and ``variance_penalty_``.
+    estimator : object or None
+        The fitted estimator when ``run_trial(..., keep_estimator=True)``; not part of
+        :meth:`to_dict`.
+    """
+
+    params: dict
+    ips: Estimate
+    snips: Estimate
+    effective_sample_size: float
+    clipped_fraction: float
+    objective: float
+    n_iter: int
+    converged: bool
+    seconds: float
+    resolved: dict = field(default_factory=dict)
+    estimator: Any = field(default=None, repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, float]:
+        """Flat metric dictionary (the keys the flows log to MLflow)."""
+        return {
+            "ips_risk": self.ips.value,
+            "ips_risk_lower": self.ips.lower,
+            "ips_risk_upper": self.ips.upper,
+            "ips_std_error": self.ips.std_error,
+            "snips_risk": self.snips.value,
+            "snips_risk_lower": self.snips.lower,
+            "snips_risk_upper": self.snips.upper,
+            "effective_sample_size": float(self.effective_sample_size),
+            "clipped_fraction": float(self.clipped_fraction),
+            "objective": float(self.objective),
+            "n_iter": float(self.n_iter),
+            "converged": float(self.converged),
+            "fit_seconds": float(self.seconds),
+            **{f"resolved_{k}": float(v) for k, v in self.resolved.items()},
+        }
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """All trials of a grid search and the selected one.
+
+    Attributes
+    ----------
+    trials : tuple of Trial
+        Every configuration, in grid order.
+    best_index : int
+        Index of the selected trial.
+    best_params : dict
+        Its hyperparameters.
+    """
+
+    trials: tuple[Trial, ...]
+    best_index: int
+    best_params: dict
+
+    @property
+    def best_trial(self) -> Trial:
+        """The selected trial."""
+        return self.trials[self.best_index]
+
+
+def run_trial(
+    estimator: Any,
+    params: Mapping[str, Any],
+    train_log: LoggedBandit,
+    validation_log: LoggedBandit,
+    *,
+    confidence_level: float = 0.95,
+    keep_estimator: bool = False,
+) -> Trial:
+    """Fit ``clone(estimator).set_params(**params)`` on the training log and score it.
+
+    .. math:: \\hat R_{IPS} = \\frac{1}{n_v}\\sum_i \\delta_i r_i, \\quad
+              \\hat R_{SNIPS} = \\frac{\\sum_i \\delta_i r_i}{\\sum_i r_i}
+
+    where rᵢ = π_w(yᵢ|xᵢ)/pᵢ on the validation log of n_v rows (paper Eq. 1).
+
+    Parameters
+    ----------
+    estimator : POEM
+        Template estimator (not modified).
+    params : dict
+        Hyperparameters for this trial.
+    train_log : LoggedBandit
+        Log the policy is fitted on.
+    validation_log : LoggedBandit
+        Held-out log it is scored on.
+    confidence_level : float, default=0.95
+        Level of the reported intervals.
+    keep_estimator : bool, default=False
+        Keep the fitted estimator in ``Trial.estimator``.
+
+    Returns
+    -------
+    Trial
+        Scores, diagnostics and fit time. Non-convergence is recorded in ``converged``
+        (the ConvergenceWarning is not re-emitted per trial); a SNIPS estimate that is undefined
+        because every validation weight is 0 is recorded as NaN.
+    """
+    model = clone(estimator).set_params(**dict(params))
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model.fit(train_log)
+    seconds = time.perf_counter() - start
+    ips_est = evaluate_policy(
+        model.policy_, validation_log, estimator="ips", confidence_level=confidence_level
+    )
+    try:
+        snips_est = evaluate_policy(
+            model.policy_, validation_log, estimator="snips", confidence_level=confidence_level
+        )
+    except ValueError:  # every weight is 0: SNIPS is undefined, recorded as NaN (ranks last)
+        nan = float("nan")
+        snips_est = Estimate(
+            "snips", nan, nan, nan, nan, ips_est.n, confidence_level, 0.0, 0.0, ips_est.method
+        )
+    return Trial(
+        params=dict(params),
+        ips=ips_est,
+        snips=snips_est,
+        effective_sample_size=float(ips_est.effective_sample_size),
+        clipped_fraction=float(model.clipped_fraction_),
+        objective=float(model.objective_),
+        n_iter=int(model.n_iter_),
+        converged=bool(model.converged_),
+        seconds=seconds,
+        resolved={"clip": model.clip_, "variance_penalty": model.variance_penalty_},
+        estimator=model if keep_estimator else None,
+    )
+
+
+def _key(value: float) -> float:
+    return value if math.isfinite(value) else math.inf
+
+
+def select_trial(
+    trials: Sequence[Trial], scoring: str = "ips", *, min_effective_sample_size: float = 0.0
+) -> int:
+    """Index of the trial with the lowest estimated risk; the other estimator breaks ties.
+
+    Trials whose validation ESS is below ``min_effective_sample_size`` (estimates resting on a
+    handful of rows, DESIGN §4.6) rank after every trial that reaches it.
+
+    Parameters
+    ----------
+    trials : sequence of Trial
+        Scored trials.
+    scoring : {"ips", "snips"}, default="ips"
+        Primary criterion (IPS is unbiased, paper §6); non-finite scores rank last.
+    min_effective_sample_size : float, default=0.0
+        ESS guard (0 disables it).
+
+    Returns
+    -------
+    int
+        Position of the selected trial (the first one among exact ties).
+
+    Raises
+    ------
+    ValueError
+        For an unknown scoring or an empty sequence.
+    """
+    if scoring not in SCORINGS:
+        raise ValueError(f"scoring must be one of {list(SCORINGS)}, got {scoring!r}")
+    if len(trials) == 0:
+        raise ValueError("select_trial needs at least one trial, got 0")
+    other = "snips" if scoring == "ips" else "ips"
+    keys = [
+        (
+            bool(t.effective_sample_size < min_effective_sample_size),
+            _key(getattr(t, scoring).value),
+            _key(getattr(t, other).value),
+            i,
+        )
+        for i, t in enumerate(trials)
+    ]
+    return min(keys)[-1]
+
+
+def expand_grid(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
+    """Cartesian product of a parameter grid, in key order then value order.
+
+    Parameters
+    ----------
+    grid : dict of str to list
+        Candidate values per hyperparameter.
+
+    Returns
+    -------
+    list of dict
+        One dict per configuration (a single empty dict for an empty grid).
+
+    Raises
+    ------
+    TypeError
+        When a value is a string or not a sequence.
+    ValueError
+        When a parameter has no candidate values.
+    """
+    for name, values in grid.items():
+        if isinstance(values, str | bytes) or not isinstance(values, Sequence):
+            raise TypeError(f"grid[{name!r}] must be a list of values, got {type(values).__name__}")
+        if len(values) == 0:
+            raise ValueError(f"grid[{name!r}] has 0 values; give at least one")
+    names = list(grid)
+    return [
+        dict(zip(names, combo, strict=True))
+        for combo in itertools.product(*(grid[k] for k in names))
+    ]
+
+
+def search_hyperparameters(
+    estimator: Any,
+    train_log: LoggedBandit,
+    validation_log: LoggedBandit,
+    grid: Mapping[str, Sequence[Any]],
+    scoring: str = "ips",
+    *,
+    confidence_level: float = 0.95,
+    min_effective_sample_size: float = 0.0,
+    keep_estimators: bool = False,
+) -> SearchResult:
+    """Fit every configuration of ``grid`` and select by validation risk (paper §6).
+
+    .. math:: \\hat\\theta = \\arg\\min_{\\theta \\in \\Theta} \\hat R_{IPS}(\\pi_{w(\\theta)})
+
+    where Θ is the grid and w(θ) the parameters fitted with hyperparameters θ.
+
+    Parameters
+    ----------
+    estimator : POEM
+        Template estimator.
+    train_log : LoggedBandit
+        Training log.
+    validation_log : LoggedBandit
+        Validation log.
+    grid : dict of str to list
+        Candidate values per hyperparameter.
+    scoring : {"ips", "snips"}, default="ips"
+        Selection criterion.
+    confidence_level : float, default=0.95
+        Level of the reported intervals.
+    min_effective_sample_size : float, default=0.0
+        ESS guard of :func:`select_trial`.
+    keep_estimators : bool, default=False
+        Keep every fitted estimator in its trial.
+
+    Returns
+    -------
+    SearchResult
+        Every trial, the selected index and its parameters.
+
+    Raises
+    ------
+    ValueError
+        For an unknown scoring or hyperparameter name.
+    """
+    if scoring not in SCORINGS:
+        raise ValueError(f"scoring must be one of {list(SCORINGS)}, got {scoring!r}")
+    configs = expand_grid(grid)
+    valid = estimator.get_params()
+    for name in configs[0]:
+        if name not in valid:
+            raise ValueError(
+                f"grid has unknown hyperparameter {name!r} for {type(estimator).__name__}; "
+                f"valid: {sorted(valid)}"
+            )
+    trials = tuple(
+        run_trial(
+            estimator,
+            p,
+            train_log,
+            validation_log,
+            confidence_level=confidence_level,
+            keep_estimator=keep_estimators,
+        )
+        for p in configs
+    )
+    best = select_trial(trials, scoring, min_effective_sample_size=min_effective_sample_size)
+    return SearchResult(trials, best, dict(trials[best].params))

@@ -1,0 +1,170 @@
+"""Train / validation / test splits of a logged-bandit log (DESIGN §2, "split").
+
+When the log carries timestamps the split is by time: the oldest rows train, the next
+validate and the newest test, so that the gate estimates how a policy trained on the past
+does on the future. Without timestamps the split is a seeded random permutation. The test
+split is used only by the gate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from sklearn.utils import check_random_state
+
+from poem.data import LoggedBandit
+
+__all__ = ["LogSplit", "split_log"]
+
+
+@dataclass(frozen=True, eq=False)
+class LogSplit:
+    """The three disjoint parts of a log and how they were made.
+
+    Attributes
+    ----------
+    train, validation, test : LoggedBandit
+        The parts.
+    method : {"time", "random"}
+        How rows were assigned.
+    train_rows, validation_rows, test_rows : ndarray of int
+        Row positions of each part in the source log.
+    source : LoggedBandit
+        The log that was split.
+    """
+
+    train: LoggedBandit
+    validation: LoggedBandit
+    test: LoggedBandit
+    method: str
+    train_rows: np.ndarray
+    validation_rows: np.ndarray
+    test_rows: np.ndarray
+    source: LoggedBandit
+
+    def refit_log(self, refit_on: str = "train") -> LoggedBandit:
+        """Return the log the selected configuration is refitted on.
+
+        Parameters
+        ----------
+        refit_on : {"train", "train+validation"}, default="train"
+            Which parts to use.
+
+        Returns
+        -------
+        LoggedBandit
+            ``train``, or train and validation rows in source order.
+
+        Raises
+        ------
+        ValueError
+            For any other value of ``refit_on``.
+        """
+        if refit_on == "train":
+            return self.train
+        if refit_on == "train+validation":
+            return self.source.take(
+                np.sort(np.concatenate([self.train_rows, self.validation_rows]))
+            )
+        raise ValueError(f"refit_on must be 'train' or 'train+validation', got {refit_on!r}")
+
+    def summary(self) -> dict[str, Any]:
+        """Row counts, method and time boundaries (JSON-serialisable, for tracking)."""
+        out: dict[str, Any] = {
+            "split_method": self.method,
+            "n_train": int(self.train_rows.size),
+            "n_validation": int(self.validation_rows.size),
+            "n_test": int(self.test_rows.size),
+        }
+        if self.method == "time":
+            ts = self.source.timestamps
+            for name, rows in (
+                ("train", self.train_rows),
+                ("validation", self.validation_rows),
+                ("test", self.test_rows),
+            ):
+                out[f"{name}_start"] = str(ts[rows].min())
+                out[f"{name}_end"] = str(ts[rows].max())
+        return out
+
+
+def split_log(
+    log: LoggedBandit,
+    *,
+    validation_fraction: float = 0.25,
+    test_fraction: float = 0.25,
+    by_time: bool = True,
+    random_state: Any = None,
+) -> LogSplit:
+    """Split a log into train, validation and test parts.
+
+    With timestamps and ``by_time``, rows are ordered by time (ties keep log order) and cut
+    at the fractions: the newest ``test_fraction`` of rows form the test part and the
+    ``validation_fraction`` before them the validation part. Otherwise a seeded random
+    permutation is cut the same way.
+
+    Parameters
+    ----------
+    log : LoggedBandit
+        The log.
+    validation_fraction : float, default=0.25
+        Fraction of rows for validation (hyperparameter selection).
+    test_fraction : float, default=0.25
+        Fraction of rows for the test part (the gate).
+    by_time : bool, default=True
+        Split by time when the log has timestamps.
+    random_state : int, RandomState instance or None, default=None
+        Seed of the random split.
+
+    Returns
+    -------
+    LogSplit
+        The parts, each with at least one row.
+
+    Raises
+    ------
+    ValueError
+        If the fractions are outside (0, 1), sum to 1 or more, or leave a part empty.
+    """
+    for name, frac in (
+        ("validation_fraction", validation_fraction),
+        ("test_fraction", test_fraction),
+    ):
+        if not 0 < frac < 1:
+            raise ValueError(f"{name} must be in (0, 1), got {frac!r}")
+    if validation_fraction + test_fraction >= 1:
+        raise ValueError(
+            "validation_fraction + test_fraction must be < 1, "
+            f"got {validation_fraction + test_fraction:g}"
+        )
+    n = log.n_rows
+    n_test = int(round(test_fraction * n))
+    n_val = int(round(validation_fraction * n))
+    n_train = n - n_test - n_val
+    if min(n_train, n_val, n_test) < 1:
+        raise ValueError(
+            f"cannot split {n} rows into train/validation/test with fractions "
+            f"{1 - validation_fraction - test_fraction:g}/{validation_fraction:g}/"
+            f"{test_fraction:g}: a part is empty"
+        )
+    if by_time and log.timestamps is not None:
+        order = np.argsort(log.timestamps, kind="stable")
+        method = "time"
+    else:
+        order = check_random_state(random_state).permutation(n)
+        method = "random"
+    train_rows = np.sort(order[:n_train])
+    val_rows = np.sort(order[n_train : n_train + n_val])
+    test_rows = np.sort(order[n_train + n_val :])
+    return LogSplit(
+        log.take(train_rows),
+        log.take(val_rows),
+        log.take(test_rows),
+        method,
+        train_rows,
+        val_rows,
+        test_rows,
+        log,
+    )

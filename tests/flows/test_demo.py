@@ -1,0 +1,66 @@
+"""``poem-pipeline demo``: simulated days, two retrain calls, what it prints (flow faked)."""
+
+from __future__ import annotations
+
+import pytest
+
+import flows.commands.demo as demo
+import flows.retrain
+from flows.cli import main
+from flows.retrain import RetrainResult
+from poem.io.parquet import read_log
+
+
+def test_demo_runs_retrain_twice_and_prints_where_to_look(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setattr(demo, "_quiet", lambda: None)
+    config = tmp_path / "mlflow.yml"
+    config.write_text(f"tracking:\n  uri: sqlite:///{tmp_path / 'store.db'}\n")
+    calls = []
+
+    def fake_retrain(config_path, logs=None):
+        calls.append(logs)
+        first = len(calls) == 1
+        return RetrainResult(
+            decision="promoted" if first else "rejected",
+            challenger_version=str(len(calls)),
+            champion_version="1",
+            previous_champion_version=None if first else "1",
+            reasons=("passed: x",),
+            metrics={
+                "challenger_ips_risk": 0.2,
+                "champion_ips_risk": 0.4,
+                "difference_ips_risk_ucb": -0.1,
+            },
+        )
+
+    monkeypatch.setattr(flows.retrain, "retrain", fake_retrain)
+    assert (
+        main(["demo", "--config", str(config), "--out", str(tmp_path / "out"), "--replays", "1"])
+        == 0
+    )
+    out = capsys.readouterr().out.splitlines()
+    assert [c.name for c in calls] == ["round-1", "round-2"]
+    day1, day2 = (read_log(c) for c in calls)
+    assert day1.n_rows == day2.n_rows > 1000 and day1.n_actions == 10
+    assert day1.timestamps.max() < day2.timestamps.min()
+    assert any("vs champion (the logging policy)" in line and "promoted" in line for line in out)
+    assert any("vs champion (version 1)" in line and "rejected" in line for line in out)
+    assert f"  mlflow ui --backend-store-uri sqlite:///{tmp_path / 'store.db'}" in out
+    assert out[-1] == "decision=rejected champion=1"
+
+
+def test_demo_reports_a_bad_config(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(demo, "_quiet", lambda: None)
+    (tmp_path / "bad.yml").write_text("tracking:\n  urii: x\n")
+    assert main(["demo", "--config", str(tmp_path / "bad.yml")]) == 2
+    assert "unknown key 'tracking.urii'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["demo", "retrain", "compare", "rollback"])
+def test_every_argument_has_help(command):
+    from flows.cli import build_parser
+
+    sub = build_parser()._subparsers._group_actions[0].choices[command]
+    for action in sub._actions:
+        assert action.help, (command, action.dest)

@@ -1,0 +1,176 @@
+"""End-to-end runs of the ``retrain`` flow: real Prefect (test harness) and real MLflow (sqlite)."""
+
+from __future__ import annotations
+
+import pytest
+from mlflow import MlflowClient
+
+from flows.cli import main
+from flows.retrain import retrain
+from poem.exceptions import InvalidLogError
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
+
+TRIAL_METRICS = {
+    "ips_risk",
+    "ips_risk_lower",
+    "ips_risk_upper",
+    "snips_risk",
+    "snips_risk_lower",
+    "snips_risk_upper",
+    "effective_sample_size",
+    "clipped_fraction",
+    "objective",
+    "n_iter",
+    "fit_seconds",
+}
+MODEL = "poem-policy"
+
+
+def _client(tmp_path) -> MlflowClient:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def _alias(client, alias):
+    try:
+        return str(client.get_model_version_by_alias(MODEL, alias).version)
+    except Exception:  # noqa: BLE001 - absent alias
+        return None
+
+
+def _artifacts(client, run_id, path=""):
+    out = []
+    for item in client.list_artifacts(run_id, path):
+        out += _artifacts(client, run_id, item.path) if item.is_dir else [item.path]
+    return out
+
+
+def test_promote_then_reject_then_compare_and_rollback(tmp_path, logs_dir, write_config, capsys):
+    config = write_config(logs_dir / "good")
+    first = retrain(config)
+    assert first.decision == "promoted"
+    assert (first.challenger_version, first.champion_version, first.previous_champion_version) == (
+        "1",
+        "1",
+        None,
+    )
+    assert first.metrics["difference_ips_risk_ucb"] < 0
+    client = _client(tmp_path)
+    assert _alias(client, "champion") == "1" and _alias(client, "challenger") == "1"
+
+    # nested trial runs, one per grid point, with the documented metric keys
+    exp = client.get_experiment_by_name("test")
+    children = client.search_runs(
+        [exp.experiment_id], f"tags.mlflow.parentRunId = '{first.mlflow_run_id}'"
+    )
+    assert len(children) == 2
+    for child in children:
+        assert TRIAL_METRICS <= set(child.data.metrics), set(child.data.metrics)
+        assert "variance_scale" in child.data.params
+    artifacts = set(_artifacts(client, first.mlflow_run_id))
+    for expected in (
+        "config/resolved.yml",
+        "checks/data_check_report.json",
+        "checks/propensity_report.json",
+        "search/results.json",
+        "gate/report.md",
+        "gate/report.json",
+        "gate/gate_intervals.png",
+    ):
+        assert expected in artifacts
+    assert any(a.startswith("checks/data_docs/") for a in artifacts)
+    assert any(a.startswith("search/") and a.endswith(".png") for a in artifacts)
+
+    from prefect.artifacts import Artifact
+
+    assert "Decision: promoted" in Artifact.get("gate-decision").data
+    for key in ("search-results", "propensity-report", "data-check-report"):
+        assert Artifact.get(key) is not None, key
+
+    # logs whose losses carry no signal: the challenger cannot beat the champion
+    second = retrain(config, logs=logs_dir / "noise")
+    assert second.decision == "rejected"
+    assert (
+        second.challenger_version,
+        second.champion_version,
+        second.previous_champion_version,
+    ) == ("2", "1", "1")
+    assert _alias(client, "champion") == "1" and _alias(client, "challenger") == "2"
+    v2 = client.get_model_version(MODEL, "2")
+    assert v2.tags["gate_decision"] == "rejected"
+    assert v2.tags["data_fingerprint"] == second.data_fingerprint != first.data_fingerprint
+    assert any(r.startswith("failed: improvement") for r in second.reasons)
+
+    capsys.readouterr()
+    assert main(["compare", "--config", str(config)]) == 0
+    table = capsys.readouterr().out
+    assert first.mlflow_run_id[:8] in table and second.mlflow_run_id[:8] in table
+    assert "promoted" in table and "rejected" in table and "champion=1" in table
+
+    assert main(["rollback", "--config", str(config)]) == 1  # version 1 is the first champion
+    from flows.config import load_config
+    from flows.registry import promote
+    from flows.tracking import client_for
+
+    tracking = load_config(config).tracking
+    assert promote(client_for(tracking), tracking, "2") == "1"
+    assert _alias(client, "previous-champion") == "1"
+    assert main(["rollback", "--config", str(config)]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == "champion=1"
+    assert _alias(client, "champion") == "1" and _alias(client, "previous-champion") is None
+    assert client.get_model_version(MODEL, "2").tags["rolled_back_to"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("bad-propensity.parquet", r"propensity: 90 of 900 rows(.|\n)*quarantine"),
+        ("no-propensity.parquet", r"propensity: .*missing|propensity.*not"),
+        ("halved-propensity.parquet", r"uniform"),
+    ],
+)
+def test_bad_logs_fail_before_training(tmp_path, logs_dir, write_config, name, message):
+    config = write_config(logs_dir / name)
+    with pytest.raises(InvalidLogError, match=message):
+        retrain(config)
+    client = _client(tmp_path)
+    (run,) = client.search_runs([client.get_experiment_by_name("test").experiment_id])
+    assert run.info.status == "FAILED"
+    assert "checks/data_check_report.json" in _artifacts(client, run.info.run_id)
+    assert "validation_ips_risk" not in run.data.metrics  # no search, no training
+    assert client.search_model_versions(f"name='{MODEL}'") == []
+
+
+def test_crash_between_register_and_promote_keeps_champion(
+    tmp_path, logs_dir, write_config, monkeypatch
+):
+    import flows.tasks.register as register
+
+    config = write_config(logs_dir / "good")
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("injected crash before promotion")
+
+    monkeypatch.setattr(register, "promote", crash)
+    with pytest.raises(RuntimeError, match="injected crash"):
+        retrain(config)
+    client = _client(tmp_path)
+    assert _alias(client, "champion") is None  # production untouched: still the logging policy
+    assert _alias(client, "challenger") == "1"
+    assert client.get_model_version(MODEL, "1").tags["gate_decision"] == "promoted"
+
+    monkeypatch.undo()
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    rerun = retrain(config)
+    versions = {
+        v.version: (v.aliases, v.run_id) for v in client.search_model_versions(f"name='{MODEL}'")
+    }
+    assert rerun.previous_champion_version is None, (versions, rerun.mlflow_run_id)
+    assert (rerun.decision, rerun.challenger_version, rerun.champion_version) == (
+        "promoted",
+        "2",
+        "2",
+    )
+    assert rerun.previous_champion_version is None
+    assert _alias(client, "champion") == "2" and _alias(client, "challenger") == "2"

@@ -1,0 +1,172 @@
+"""Tasks as plain functions (``.fn()``), against a real MLflow store in ``tmp_path``."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from mlflow.exceptions import MlflowException
+from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST
+
+from flows.config import (
+    ChecksConfig,
+    DataConfig,
+    GateConfig,
+    SearchConfig,
+    SplitConfig,
+    TrackingConfig,
+)
+from flows.registry import alias_version
+from flows.tasks import is_transient_io_error
+from flows.tasks.gate import gate_candidate, gate_metrics, load_champion
+from flows.tasks.load import build_log, fingerprint_logs, load_logs
+from flows.tasks.register import promote_policy, register_policy
+from flows.tasks.search import search_trial, select_best
+from flows.tasks.split import split_logs
+from flows.tasks.validate import enforce_checks, quarantine_rows, record_check_report, validate_logs
+from flows.tracking import TrackedRun, client_for, ensure_experiment, start_run
+from poem.exceptions import InvalidLogError
+
+PARAMS = {"solver": "lbfgs", "variance_penalty": "calibrated", "max_iter": 30, "random_state": 0}
+
+
+@pytest.fixture
+def run(tmp_path) -> TrackedRun:
+    tracking = TrackingConfig(
+        uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+        artifact_location=(tmp_path / "mlartifacts").as_uri(),
+        experiment="unit",
+    )
+    client = client_for(tracking)
+    experiment_id = ensure_experiment(client, tracking)
+    return TrackedRun(tracking, experiment_id, start_run(client, experiment_id, "unit"))
+
+
+@pytest.fixture(scope="module")
+def parts(digits_log):
+    from poem.splits import split_log
+
+    return split_log(digits_log, random_state=0)
+
+
+@pytest.fixture(scope="module")
+def trials(parts):
+    return [
+        search_trial.fn(
+            parts.train, parts.validation, "poem", PARAMS, {"variance_scale": c}, 0.95, "key"
+        )
+        for c in (0.0, 0.1)
+    ]
+
+
+def test_split_task_splits_by_time_and_logs_sizes(digits_log, run):
+    parts = split_logs.fn(digits_log, SplitConfig(validation_fraction=0.2, test_fraction=0.3), run)
+    assert (parts.method, parts.train.n_rows, parts.validation.n_rows, parts.test.n_rows) == (
+        "time",
+        450,
+        180,
+        270,
+    )
+    assert (
+        parts.train.timestamps.max()
+        < parts.validation.timestamps.min()
+        <= parts.test.timestamps.min()
+    )
+    params = run.client().get_run(run.run_id).data.params
+    assert params["split.n_test"] == "270" and params["split.split_method"] == "time"
+
+
+def test_search_trial_and_selection(trials):
+    for trial in trials:
+        metrics = trial.to_dict()
+        assert {"ips_risk", "snips_risk", "effective_sample_size", "fit_seconds"} <= set(metrics)
+        assert 0.0 <= metrics["ips_risk"] <= 5.0
+    best = select_best.fn(trials, SearchConfig(scoring="ips"))
+    assert trials[best].ips.value == min(t.ips.value for t in trials)
+
+
+def test_gate_against_logging_policy_and_blocking_checks(parts, trials):
+    from flows.learners import build_learner
+
+    policy = build_learner("poem", PARAMS, trials[0].params).fit(parts.train).policy_
+    gate = GateConfig(min_ess=10)
+    comparison = gate_candidate.fn(policy, None, parts.test, gate, [])
+    assert comparison.champion.value == pytest.approx(float(np.mean(parts.test.losses)))
+    assert comparison.promote and comparison.decision == "promoted"
+    metrics = gate_metrics(comparison)
+    assert (
+        metrics["gate_promoted"] == 1.0
+        and metrics["difference_ips_risk_ucb"] == comparison.upper_bound
+    )
+    blocked = gate_candidate.fn(policy, None, parts.test, gate, ["uniform_weight_mean"])
+    assert not blocked.promote and "check did not pass: uniform_weight_mean" in blocked.reasons[-1]
+    same = gate_candidate.fn(policy, policy, parts.test, gate, [])
+    assert not same.promote and same.difference.value == 0.0
+
+
+def test_register_promote_load_champion(run, parts, trials):
+    from flows.learners import build_learner
+
+    tracking = run.tracking
+    assert load_champion.fn(tracking) == (None, None)
+    policy = build_learner("poem", PARAMS).fit(parts.train).policy_
+    version = register_policy.fn(
+        policy, run, {"gate_decision": "promoted", "data_fingerprint": "abc"}
+    )
+    assert version == "1" and alias_version(run.client(), tracking, "challenger") == "1"
+    assert alias_version(run.client(), tracking, "champion") is None
+    assert promote_policy.fn(version, run) is None
+    champion_version, champion = load_champion.fn(tracking)
+    assert champion_version == "1"
+    np.testing.assert_array_equal(champion.coef, policy.coef)
+    tags = run.client().get_model_version(tracking.registered_model, "1").tags
+    assert tags["data_fingerprint"] == "abc" and tags["policy_uri"].endswith("/artifacts/policy")
+
+
+def test_load_fingerprint_and_build(logs_dir):
+    data = DataConfig(path=str(logs_dir / "good"))
+    frame = load_logs.fn(data)
+    assert len(frame) == 900
+    assert build_log.fn(frame, data).n_rows == 900
+    assert (
+        fingerprint_logs.fn(data)
+        == fingerprint_logs.fn(data)
+        != fingerprint_logs.fn(DataConfig(path=str(logs_dir / "noise")))
+    )
+    with pytest.raises(FileNotFoundError, match="data.path"):
+        fingerprint_logs.fn(DataConfig(path=str(logs_dir / "absent")))
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_validate_and_quarantine_reconcile(logs_dir, run):
+    data = DataConfig(path=str(logs_dir / "bad-propensity.parquet"))
+    frame = load_logs.fn(data)
+    checks = ChecksConfig(min_rows=10, max_quarantine_fraction=0.2)
+    report = validate_logs.fn(frame, data, checks)
+    record_check_report.fn(report, run)
+    assert enforce_checks.fn(report, checks) is report  # 10% quarantined: within the limit
+    with pytest.raises(InvalidLogError, match=r"propensity: 90 of 900 rows"):
+        enforce_checks.fn(report, ChecksConfig(quarantine=False))
+    kept = quarantine_rows.fn(frame, report, run)
+    assert (len(kept), report.n_quarantined, len(frame)) == (810, 90, 900)
+    artifacts = {a.path for a in run.client().list_artifacts(run.run_id, "checks")}
+    assert {
+        "checks/quarantine.parquet",
+        "checks/data_check_report.json",
+        "checks/data_docs",
+    } <= artifacts
+
+
+@pytest.mark.parametrize(
+    ("exc", "retry"),
+    [
+        (OSError("disk"), True),
+        (MlflowException("db locked"), True),
+        (FileNotFoundError("x"), False),
+        (MlflowException("no", error_code=RESOURCE_DOES_NOT_EXIST), False),
+        (ValueError("bad"), False),
+    ],
+)
+def test_only_transient_io_errors_retry(exc, retry):
+    assert is_transient_io_error(None, None, SimpleNamespace(data=exc)) is retry

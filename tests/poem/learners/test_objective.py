@@ -1,0 +1,174 @@
+"""The CRM objective (Eq. 10/12), its gradient, the majorizer (Prop. 4) and the partition reduce."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.optimize import check_grad
+
+from poem.learners.objective import (
+    crm_objective,
+    crm_objective_from_statistics,
+    crm_statistics,
+    majorized_gradient,
+    majorizer_coefficients,
+)
+from poem.policies import family_from_log
+
+
+def _setup(log, seed=1):
+    family = family_from_log(log, fit_intercept=True)
+    inputs = family.inputs_from_log(log)
+    w = 0.5 * np.random.default_rng(seed).normal(size=family.coef_shape)
+    return family, inputs, w
+
+
+def _weights(family, inputs, log, w):
+    log_p, _ = family.log_prob_and_vjp(w, inputs, np.asarray(log.actions))
+    return np.exp(log_p) / log.propensities
+
+
+def _clip_between(r):
+    """A clip strictly between two middle weights, so about half the rows are clipped."""
+    s = np.sort(r)
+    return 0.5 * (s[len(s) // 2] + s[len(s) // 2 + 1])
+
+
+@pytest.mark.parametrize("clip_mode", ["inactive", "active"])
+def test_gradient_matches_finite_differences(family_log, clip_mode):
+    family, inputs, w = _setup(family_log)
+    r = _weights(family, inputs, family_log, w)
+    clip = np.inf if clip_mode == "inactive" else _clip_between(r)
+    args = (
+        family,
+        inputs,
+        np.asarray(family_log.actions),
+        family_log.scaled_losses(),
+        family_log.propensities,
+    )
+    kw = dict(clip=clip, variance_penalty=0.7, l2_penalty=0.05)
+
+    stats = crm_statistics(w, *args, clip)
+    assert (stats.n_clipped == 0) if clip_mode == "inactive" else (0 < stats.n_clipped < stats.n)
+
+    def f(x):
+        return crm_objective(x.reshape(w.shape), *args, **kw)[0]
+
+    def g(x):
+        return crm_objective(x.reshape(w.shape), *args, **kw)[1].ravel()
+
+    err = check_grad(f, g, w.ravel(), epsilon=1e-7)
+    assert err <= 1e-5 * max(1.0, np.linalg.norm(g(w.ravel())))
+
+
+def test_objective_value_by_hand_on_tiny_log(tiny_log):
+    """At w = 0 every π = 1/3, so u_i = δ'_i · min(M, 1/(3 p_i)) (Eq. 13)."""
+    family = family_from_log(tiny_log, fit_intercept=False)
+    inputs = family.inputs_from_log(tiny_log)
+    w = np.zeros(family.coef_shape)
+    d = tiny_log.losses - 1.0  # bounds [0, 1] -> δ' = δ − 1
+    u = d * np.minimum(1.5, 1.0 / (3.0 * tiny_log.propensities))
+    lam, n = 2.0, 5
+    expected = u.mean() + lam * np.sqrt(u.var(ddof=1) / n)
+    value, _ = crm_objective(
+        w,
+        family,
+        inputs,
+        tiny_log.actions,
+        tiny_log.scaled_losses(),
+        tiny_log.propensities,
+        clip=1.5,
+        variance_penalty=lam,
+    )
+    assert value == pytest.approx(expected, rel=1e-12)
+    # λ = 0 is the clipped IPS risk on scaled losses
+    value0, _ = crm_objective(
+        w,
+        family,
+        inputs,
+        tiny_log.actions,
+        tiny_log.scaled_losses(),
+        tiny_log.propensities,
+        clip=1.5,
+        variance_penalty=0.0,
+    )
+    assert value0 == pytest.approx(u.mean(), rel=1e-12)
+
+
+def test_majorizer_gradient_equals_true_gradient_at_w0(family_log):
+    family, inputs, w0 = _setup(family_log)
+    args = (
+        family,
+        inputs,
+        np.asarray(family_log.actions),
+        family_log.scaled_losses(),
+        family_log.propensities,
+    )
+    clip = _clip_between(_weights(family, inputs, family_log, w0))
+    stats = crm_statistics(w0, *args, clip)
+    _, true_grad = crm_objective_from_statistics(stats, w0, 0.8, 0.1)
+    maj = majorized_gradient(
+        stats,
+        w0,
+        majorizer_coefficients(stats),
+        n_total=stats.n,
+        variance_penalty=0.8,
+        l2_penalty=0.1,
+    )
+    np.testing.assert_allclose(maj, true_grad, rtol=1e-10, atol=1e-12)
+
+
+def test_majorizer_bounds_the_standard_deviation(family_log):
+    """Prop. 4: √V̂(u_w) ≤ A Σu + B Σu² + C for every w, with equality at w₀."""
+    family, inputs, w0 = _setup(family_log)
+    args = (
+        family,
+        inputs,
+        np.asarray(family_log.actions),
+        family_log.scaled_losses(),
+        family_log.propensities,
+    )
+    s0 = crm_statistics(w0, *args, 10.0)
+    A, B, C = majorizer_coefficients(s0)
+    assert A * s0.sum_u + B * s0.sum_u2 + C == pytest.approx(np.sqrt(s0.variance), rel=1e-10)
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        s = crm_statistics(w0 + rng.normal(size=w0.shape), *args, 10.0)
+        assert np.sqrt(s.variance) <= A * s.sum_u + B * s.sum_u2 + C + 1e-12
+
+
+def test_majorizer_is_zero_for_constant_u(tiny_log):
+    family = family_from_log(tiny_log)
+    stats = crm_statistics(
+        np.zeros(family.coef_shape),
+        family,
+        family.inputs_from_log(tiny_log),
+        tiny_log.actions,
+        np.zeros(5),
+        tiny_log.propensities,
+        np.inf,
+    )
+    assert majorizer_coefficients(stats) == (0.0, 0.0, 0.0)
+
+
+def test_partition_reduce_equals_full_batch(family_log):
+    family, inputs, w = _setup(family_log)
+    actions, d, p = (
+        np.asarray(family_log.actions),
+        family_log.scaled_losses(),
+        family_log.propensities,
+    )
+    clip = _clip_between(_weights(family, inputs, family_log, w))
+    full = crm_statistics(w, family, inputs, actions, d, p, clip)
+    parts = [np.arange(0, 7), np.arange(7, 25), np.arange(25, family_log.n_rows)]
+    reduced = sum(
+        crm_statistics(w, family, family.subset(inputs, r), actions[r], d[r], p[r], clip)
+        for r in parts
+    )
+    chunked = crm_statistics(w, family, inputs, actions, d, p, clip, chunk_size=9)
+    v_full, g_full = crm_objective_from_statistics(full, w, 0.5, 0.01)
+    for other in (reduced, chunked):
+        assert other.n == full.n and other.n_clipped == full.n_clipped
+        v, g = crm_objective_from_statistics(other, w, 0.5, 0.01)
+        assert v == pytest.approx(v_full, rel=1e-12)
+        np.testing.assert_allclose(g, g_full, rtol=1e-10, atol=1e-13)

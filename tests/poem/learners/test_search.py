@@ -1,0 +1,147 @@
+"""Counterfactual hyperparameter search: grid expansion, trials scored by IPS, selection."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from poem.estimators.ips import Estimate, evaluate_policy
+from poem.learners import POEM, Trial, expand_grid, run_trial, search_hyperparameters, select_trial
+
+
+def _estimate(name, value):
+    return Estimate(name, value, 0.1, value - 0.2, value + 0.2, 100, 0.95, 50.0, 0.0, "t")
+
+
+def _trial(ips, snips, i=0):
+    return Trial(
+        {"i": i}, _estimate("ips", ips), _estimate("snips", snips), 50.0, 0.0, -0.5, 3, True, 0.01
+    )
+
+
+@pytest.fixture
+def split_logs(synthetic_log):
+    rows = np.random.default_rng(0).permutation(synthetic_log.n_rows)
+    return synthetic_log.take(rows[:1500]), synthetic_log.take(rows[1500:])
+
+
+def test_expand_grid_order_and_errors():
+    grid = {"variance_scale": [0.1, 1.0], "solver": ["adagrad", "lbfgs"], "clip": [None]}
+    configs = expand_grid(grid)
+    assert configs == [
+        {"variance_scale": 0.1, "solver": "adagrad", "clip": None},
+        {"variance_scale": 0.1, "solver": "lbfgs", "clip": None},
+        {"variance_scale": 1.0, "solver": "adagrad", "clip": None},
+        {"variance_scale": 1.0, "solver": "lbfgs", "clip": None},
+    ]
+    assert expand_grid({}) == [{}]
+    with pytest.raises(ValueError, match=r"grid\['clip'\] has 0 values"):
+        expand_grid({"clip": []})
+    with pytest.raises(TypeError, match=r"grid\['solver'\] must be a list of values, got str"):
+        expand_grid({"solver": "lbfgs"})
+
+
+def test_select_trial_lowest_ips_with_snips_tie_break():
+    trials = [_trial(0.5, 0.4, 0), _trial(0.3, 0.5, 1), _trial(0.3, 0.2, 2), _trial(np.nan, 0.0, 3)]
+    assert select_trial(trials) == 2  # tie on IPS, lower SNIPS wins; NaN ranks last
+    assert select_trial(trials, scoring="snips") == 3
+    assert select_trial([_trial(0.3, 0.2), _trial(0.3, 0.2)]) == 0
+    with pytest.raises(ValueError, match=r"scoring must be one of \['ips', 'snips'\], got 'IPS'"):
+        select_trial(trials, scoring="IPS")
+    with pytest.raises(ValueError, match="at least one trial, got 0"):
+        select_trial([])
+
+
+def test_run_trial_scores_the_fitted_policy_on_validation(split_logs):
+    train, valid = split_logs
+    template = POEM(solver="lbfgs", max_iter=30, tol=1e-4, random_state=0)
+    trial = run_trial(
+        template, {"variance_penalty": "calibrated", "variance_scale": 0.1}, train, valid
+    )
+    assert template.get_params()["variance_penalty"] == 1.0  # template untouched
+    refit = POEM(
+        solver="lbfgs",
+        max_iter=30,
+        tol=1e-4,
+        random_state=0,
+        variance_penalty="calibrated",
+        variance_scale=0.1,
+    ).fit(train)
+    expected = evaluate_policy(refit.policy_, valid, estimator="ips")
+    assert trial.ips.value == pytest.approx(expected.value, rel=1e-12)
+    assert trial.snips.value == pytest.approx(
+        evaluate_policy(refit.policy_, valid, estimator="snips").value, rel=1e-12
+    )
+    assert trial.ips.n == valid.n_rows
+    flat = trial.to_dict()
+    for key in (
+        "ips_risk",
+        "ips_risk_lower",
+        "ips_risk_upper",
+        "snips_risk",
+        "effective_sample_size",
+        "clipped_fraction",
+        "objective",
+        "n_iter",
+        "fit_seconds",
+    ):
+        assert np.isfinite(flat[key]), key
+    assert flat["ips_risk_lower"] < flat["ips_risk"] < flat["ips_risk_upper"]
+    assert flat["resolved_variance_penalty"] == pytest.approx(refit.variance_penalty_)
+
+
+def test_search_selects_the_best_validation_risk(split_logs):
+    train, valid = split_logs
+    grid = {"variance_penalty": [0.0, "calibrated"], "solver": ["lbfgs"], "max_iter": [1, 30]}
+    result = search_hyperparameters(POEM(tol=1e-4, random_state=0), train, valid, grid)
+    assert len(result.trials) == 4
+    risks = [t.ips.value for t in result.trials]
+    assert result.best_index == int(np.argmin(risks))
+    assert result.best_params == result.trials[result.best_index].params
+    assert result.best_trial.params["max_iter"] == 30  # one L-BFGS step is far from the optimum
+    with pytest.raises(ValueError, match=r"unknown hyperparameter 'lambda_' for POEM"):
+        search_hyperparameters(POEM(), train, valid, {"lambda_": [1.0]})
+    with pytest.raises(ValueError, match=r"scoring must be one of"):
+        search_hyperparameters(POEM(), train, valid, {"solver": ["lbfgs"]}, scoring="dr")
+
+
+def test_undefined_snips_is_recorded_as_nan(split_logs, monkeypatch):
+    import poem.learners.search as search
+
+    real = search.evaluate_policy
+
+    def no_snips(policy, log, *, estimator="ips", **kw):
+        if estimator == "snips":
+            raise ValueError("weights are all 0")
+        return real(policy, log, estimator=estimator, **kw)
+
+    monkeypatch.setattr(search, "evaluate_policy", no_snips)
+    train, valid = split_logs
+    trial = run_trial(POEM(solver="lbfgs", max_iter=3), {}, train, valid)
+    assert np.isnan(trial.snips.value) and np.isfinite(trial.ips.value)
+    assert select_trial([trial, _trial(trial.ips.value, 0.1)]) == 1  # NaN SNIPS loses the tie
+
+
+def test_ess_guard_ranks_thin_estimates_last():
+    thin = Trial(
+        {"i": 0}, _estimate("ips", 0.1), _estimate("snips", 0.1), 3.0, 0.0, -0.5, 3, True, 0.01
+    )
+    thick = _trial(0.4, 0.4, 1)  # ESS 50
+    assert select_trial([thin, thick]) == 0
+    assert select_trial([thin, thick], min_effective_sample_size=10.0) == 1
+    assert select_trial([thin], min_effective_sample_size=10.0) == 0  # falls back when none passes
+
+
+def test_keep_estimators(split_logs):
+    train, valid = split_logs
+    result = search_hyperparameters(
+        POEM(solver="lbfgs", max_iter=5),
+        train,
+        valid,
+        {"variance_penalty": [0.0, 1.0]},
+        keep_estimators=True,
+    )
+    for trial in result.trials:
+        assert isinstance(trial.estimator, POEM) and trial.estimator.objective_ == trial.objective
+    assert "estimator" not in result.trials[0].to_dict()
+    assert run_trial(POEM(solver="lbfgs", max_iter=5), {}, train, valid).estimator is None

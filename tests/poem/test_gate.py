@@ -1,0 +1,71 @@
+"""The gate on a log (:func:`poem.gate.counterfactual_ab_test`) and its plot."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from poem.diagnostics.gate_plot import plot_gate
+from poem.diagnostics.search_plot import plot_search
+from poem.gate import counterfactual_ab_test
+from poem.policies import StochasticPolicy, family_from_log
+
+
+def _oracle(problem, scale):
+    """Softmax over −E[δ|x,a] fitted by least squares on the contexts (beats the logger)."""
+    log = problem.log
+    X = np.column_stack([log.contexts, np.ones(log.n_rows)])
+    coef = -scale * np.linalg.lstsq(X, problem.expected_loss, rcond=None)[0].T
+    return StochasticPolicy(family_from_log(log, fit_intercept=True), coef)
+
+
+def test_logging_policy_as_champion_has_unit_weights(synthetic_problem):
+    log = synthetic_problem.log
+    challenger = _oracle(synthetic_problem, 8.0)
+    result = counterfactual_ab_test(challenger, None, log, min_ess=10)
+    assert result.champion.value == pytest.approx(log.losses.mean())
+    assert result.champion.effective_sample_size == pytest.approx(log.n_rows)
+    true_chal = np.mean(
+        np.sum(challenger.predict_proba(log.contexts) * synthetic_problem.expected_loss, 1)
+    )
+    assert true_chal < log.losses.mean()
+    assert result.promote and result.upper_bound < 0
+
+
+def test_same_policy_is_never_promoted_and_checks_block(synthetic_problem):
+    log = synthetic_problem.log
+    policy = _oracle(synthetic_problem, 8.0)
+    same = counterfactual_ab_test(policy, policy, log, min_ess=10)
+    assert same.difference.value == 0.0 and not same.promote
+    blocked = counterfactual_ab_test(
+        policy, None, log, min_ess=10, failed_checks=["uniform_weight_mean"]
+    )
+    assert not blocked.promote
+    assert blocked.reasons[-1] == "check did not pass: uniform_weight_mean"
+
+
+def test_worse_challenger_is_rejected(synthetic_problem):
+    worse = _oracle(synthetic_problem, -8.0)  # prefers high-loss actions
+    result = counterfactual_ab_test(worse, None, synthetic_problem.log, min_ess=10)
+    assert not result.promote and result.difference.value > 0
+
+
+def test_plots_are_written(synthetic_problem, tmp_path):
+    result = counterfactual_ab_test(
+        _oracle(synthetic_problem, 8.0), None, synthetic_problem.log, min_ess=10
+    )
+    png = plot_gate(result, tmp_path / "gate.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = [
+        {
+            "variance_penalty": lam,
+            "clip": clip,
+            "ips_risk": 0.3 + lam,
+            "ips_risk_lower": 0.2 + lam,
+            "ips_risk_upper": 0.4 + lam,
+        }
+        for lam in (0.0, 0.1, 1.0)
+        for clip in (10.0, 100.0)
+    ]
+    png = plot_search(rows, tmp_path / "search" / "ips.png")
+    assert png.stat().st_size > 1000
