@@ -1,0 +1,1 @@
+"""Great Expectations suites, validation runner, quarantine and reports for logged bandit data."""

@@ -1,0 +1,1 @@
+"""Serving (MLflow pyfunc), Prefect deployments and the closed loop."""

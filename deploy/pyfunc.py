@@ -258,12 +258,12 @@ class StochasticPolicyModel(mlflow.pyfunc.PythonModel):
     def predict(
         self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None
     ) -> pd.DataFrame:
-        """Sample one decision per request row (or per request id for candidate sets).
+        r"""Sample one decision per request row (or per request id for candidate sets).
 
         The returned propensity is π(yᵢ|xᵢ) of the sampled action under the served
         distribution (family docstrings give the formulas, e.g. discrete
-        :math:`\\pi(y|x) = (1 - K\\varepsilon)\\,\\mathrm{softmax}(w_y \\cdot x / \\alpha)
-        + \\varepsilon`).
+        :math:`\pi(y|x) = (1 - K\varepsilon)\,\mathrm{softmax}(w_y \cdot x / \alpha)
+        + \varepsilon`).
 
         Parameters
         ----------

@@ -1,0 +1,1 @@
+"""Prefect flows and tasks, MLflow tracking and registry, configuration and the CLI."""

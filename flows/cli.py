@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
         "learn with POEM, gate against the champion, register and serve stochastic policies.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, module in COMMANDS.items():
+    for module in COMMANDS.values():
         mod = importlib.import_module(f"flows.commands.{module}")
         mod.add_parser(sub)
     return parser

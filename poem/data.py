@@ -57,7 +57,9 @@ def _as_matrix(x: Any, name: str) -> np.ndarray | sp.csr_matrix:
         raise TypeError(f"{name} must be numeric, got dtype {arr.dtype}")
     arr = np.asarray(arr, dtype=np.float64)
     if arr.ndim != 2:
-        raise ValueError(f"{name} must be 2-dimensional (n_samples, n_features), got shape {arr.shape}")
+        raise ValueError(
+            f"{name} must be 2-dimensional (n_samples, n_features), got shape {arr.shape}"
+        )
     return arr
 
 
@@ -77,7 +79,9 @@ class CandidateSets:
     offsets: np.ndarray
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "features", _readonly(_as_matrix(self.features, "candidate features")))
+        object.__setattr__(
+            self, "features", _readonly(_as_matrix(self.features, "candidate features"))
+        )
         offsets = np.asarray(self.offsets)
         if offsets.ndim != 1 or offsets.size < 1 or offsets.dtype.kind not in "iu":
             raise ValueError("candidate offsets must be a 1-d integer array of length n_rows + 1")
@@ -317,9 +321,9 @@ class LoggedBandit:
 
 
 def scale_losses(losses: Any, loss_bounds: tuple[float, float]) -> np.ndarray:
-    """Map losses to [−1, 0] (paper §4.3, DESIGN §4.1).
+    r"""Map losses to [−1, 0] (paper §4.3, DESIGN §4.1).
 
-    .. math:: \\delta'_i = (\\delta_i - \\delta_{max}) / (\\delta_{max} - \\delta_{min})
+    .. math:: \delta'_i = (\delta_i - \delta_{max}) / (\delta_{max} - \delta_{min})
 
     where δᵢ is the loss and [δ_min, δ_max] the declared loss bounds.
 
@@ -356,7 +360,12 @@ def _nonfinite_rows(x: Any) -> np.ndarray:
     if sp.issparse(x):
         x = sp.csr_matrix(x)
         bad = ~np.isfinite(x.data)
-        return np.bincount(np.repeat(np.arange(x.shape[0]), np.diff(x.indptr))[bad], minlength=x.shape[0]) > 0
+        return (
+            np.bincount(
+                np.repeat(np.arange(x.shape[0]), np.diff(x.indptr))[bad], minlength=x.shape[0]
+            )
+            > 0
+        )
     return ~np.all(np.isfinite(x), axis=1)
 
 
@@ -394,7 +403,15 @@ def check_logged_bandit(
     violations: list[Violation] = []
     if n < max(1, min_rows):
         raise InvalidLogError(
-            [Violation("rows", 0, n, (), f"the log has {n} row(s); at least {max(1, min_rows)} are needed")]
+            [
+                Violation(
+                    "rows",
+                    0,
+                    n,
+                    (),
+                    f"the log has {n} row(s); at least {max(1, min_rows)} are needed",
+                )
+            ]
         )
     lengths = {"losses": n, "propensities": np.asarray(log.propensities).shape[0]}
     actions = np.asarray(log.actions)
@@ -411,19 +428,38 @@ def check_logged_bandit(
         bad = {k: v for k, v in lengths.items() if v != n}
         for col, length in bad.items():
             violations.append(
-                Violation(col, 0, n, (), f"has {length:,} rows but losses has {n:,}", "All columns must have one entry per row")
+                Violation(
+                    col,
+                    0,
+                    n,
+                    (),
+                    f"has {length:,} rows but losses has {n:,}",
+                    "All columns must have one entry per row",
+                )
             )
         raise InvalidLogError(violations)
 
     row_ids = log.event_ids if log.event_ids is not None else np.arange(n)
 
     p = log.propensities
-    v = _row_violation("propensity", ~(np.isfinite(p) & (p > 0) & (p <= 1)), row_ids, "outside (0, 1]", _PROPENSITY_HINT)
+    v = _row_violation(
+        "propensity",
+        ~(np.isfinite(p) & (p > 0) & (p <= 1)),
+        row_ids,
+        "outside (0, 1]",
+        _PROPENSITY_HINT,
+    )
     violations.append(v) if v else None
 
     d = log.losses
     lo, hi = log.loss_bounds
-    v = _row_violation("loss", ~np.isfinite(d), row_ids, "not finite (NaN or inf)", "Losses must be observed numbers")
+    v = _row_violation(
+        "loss",
+        ~np.isfinite(d),
+        row_ids,
+        "not finite (NaN or inf)",
+        "Losses must be observed numbers",
+    )
     violations.append(v) if v else None
     tol = 1e-9 * max(1.0, hi - lo)
     finite = np.isfinite(d)
@@ -437,7 +473,12 @@ def check_logged_bandit(
     violations.append(v) if v else None
 
     if log.contexts is not None:
-        v = _row_violation("contexts", _nonfinite_rows(log.contexts), row_ids, "have non-finite features (NaN or inf)")
+        v = _row_violation(
+            "contexts",
+            _nonfinite_rows(log.contexts),
+            row_ids,
+            "have non-finite features (NaN or inf)",
+        )
         violations.append(v) if v else None
 
     violations.extend(_check_actions(log, actions, row_ids, min_distinct_actions))
@@ -447,7 +488,9 @@ def check_logged_bandit(
         _, first, counts = np.unique(ids, return_index=True, return_counts=True)
         dup_mask = np.ones(n, dtype=bool)
         dup_mask[first] = False
-        v = _row_violation("event_id", dup_mask, row_ids, "repeat an earlier event id", "Event ids must be unique")
+        v = _row_violation(
+            "event_id", dup_mask, row_ids, "repeat an earlier event id", "Event ids must be unique"
+        )
         violations.append(v) if v else None
     if log.timestamps is not None:
         v = _row_violation("timestamp", np.isnat(log.timestamps), row_ids, "missing (NaT)")
@@ -456,52 +499,108 @@ def check_logged_bandit(
         dist = log.logging_distribution
         if log.family != "discrete" or dist.ndim != 2 or dist.shape[1] != log.n_actions:
             violations.append(
-                Violation("logging_distribution", 0, n, (), "must have shape (n_rows, n_actions) and the discrete family")
+                Violation(
+                    "logging_distribution",
+                    0,
+                    n,
+                    (),
+                    "must have shape (n_rows, n_actions) and the discrete family",
+                )
             )
     if violations:
         raise InvalidLogError(violations)
     return log
 
 
-def _check_actions(log: LoggedBandit, actions: np.ndarray, row_ids: np.ndarray, min_distinct: int) -> list[Violation]:
+def _check_actions(
+    log: LoggedBandit, actions: np.ndarray, row_ids: np.ndarray, min_distinct: int
+) -> list[Violation]:
     n = actions.shape[0]
     out: list[Violation] = []
     if actions.dtype.kind not in "iu":
         return [
-            Violation("action", n, n, tuple(row_ids[:_N_EXAMPLES].tolist()), f"are not integers (dtype {actions.dtype})",
-                      "Actions must be integer ids (or 0/1 label vectors for the multilabel family)")
+            Violation(
+                "action",
+                n,
+                n,
+                tuple(row_ids[:_N_EXAMPLES].tolist()),
+                f"are not integers (dtype {actions.dtype})",
+                "Actions must be integer ids (or 0/1 label vectors for the multilabel family)",
+            )
         ]
     if log.family == "discrete":
         if actions.ndim != 1:
-            return [Violation("action", n, n, (), f"must be one integer per row, got shape {actions.shape}")]
+            return [
+                Violation(
+                    "action", n, n, (), f"must be one integer per row, got shape {actions.shape}"
+                )
+            ]
         K = log.n_actions
-        v = _row_violation("action", (actions < 0) | (actions >= K), row_ids, f"outside the action range 0..{K - 1}")
+        v = _row_violation(
+            "action",
+            (actions < 0) | (actions >= K),
+            row_ids,
+            f"outside the action range 0..{K - 1}",
+        )
         out.append(v) if v else None
         n_distinct = np.unique(actions).size
     elif log.family == "multilabel":
         q = log.n_actions
         if actions.ndim != 2 or actions.shape[1] != q:
             width = actions.shape[1] if actions.ndim == 2 else 1
-            return [Violation("action", n, n, (), f"have width {width}, expected {q} labels",
-                              "Every multilabel action must be a 0/1 vector of the same width")]
-        v = _row_violation("action", np.any((actions != 0) & (actions != 1), axis=1), row_ids, "have entries other than 0/1")
+            return [
+                Violation(
+                    "action",
+                    n,
+                    n,
+                    (),
+                    f"have width {width}, expected {q} labels",
+                    "Every multilabel action must be a 0/1 vector of the same width",
+                )
+            ]
+        v = _row_violation(
+            "action",
+            np.any((actions != 0) & (actions != 1), axis=1),
+            row_ids,
+            "have entries other than 0/1",
+        )
         out.append(v) if v else None
         n_distinct = np.unique(actions, axis=0).shape[0]
     else:
         assert log.candidates is not None
         sizes = log.candidates.sizes
-        v = _row_violation("candidates", sizes < 1, row_ids, "have zero candidates", "Every decision needs at least one candidate")
+        v = _row_violation(
+            "candidates",
+            sizes < 1,
+            row_ids,
+            "have zero candidates",
+            "Every decision needs at least one candidate",
+        )
         out.append(v) if v else None
         if actions.ndim != 1:
-            return out + [Violation("action", n, n, (), f"must be one index per row, got shape {actions.shape}")]
-        v = _row_violation("action", (sizes >= 1) & ((actions < 0) | (actions >= sizes)), row_ids,
-                           "index outside the row's candidate set")
+            return out + [
+                Violation(
+                    "action", n, n, (), f"must be one index per row, got shape {actions.shape}"
+                )
+            ]
+        v = _row_violation(
+            "action",
+            (sizes >= 1) & ((actions < 0) | (actions >= sizes)),
+            row_ids,
+            "index outside the row's candidate set",
+        )
         out.append(v) if v else None
         n_distinct = min_distinct  # indexes into different sets are not comparable actions
     if n_distinct < min_distinct:
         out.append(
-            Violation("action", n, n, (), f"has only {n_distinct} distinct value(s); at least {min_distinct} are needed",
-                      "A log that always takes the same action carries no counterfactual information")
+            Violation(
+                "action",
+                n,
+                n,
+                (),
+                f"has only {n_distinct} distinct value(s); at least {min_distinct} are needed",
+                "A log that always takes the same action carries no counterfactual information",
+            )
         )
     return out
 

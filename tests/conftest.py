@@ -21,7 +21,7 @@ def pytest_addoption(parser):
     parser.addoption(
         "--data-dir",
         default=str(REPO_ROOT.parent / "shared" / "data"),
-        help="folder with the shared real data sets (yeast/, tmc2007/, obd/, criteo_testbed_sample/)",
+        help="folder with the shared data sets (yeast/, tmc2007/, obd/, criteo_testbed_sample/)",
     )
 
 
@@ -60,7 +60,9 @@ class SyntheticProblem:
     logging_probs: np.ndarray  # (n, K): π₀(a | x_i)
 
 
-def make_synthetic(n: int = 2000, n_features: int = 5, n_actions: int = 4, seed: int = 0) -> SyntheticProblem:
+def make_synthetic(
+    n: int = 2000, n_features: int = 5, n_actions: int = 4, seed: int = 0
+) -> SyntheticProblem:
     """Contexts ~ N(0, I); E[δ|x,a] = sigmoid(x·θ_a); Bernoulli losses; softmax logger."""
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, n_features))
@@ -73,7 +75,12 @@ def make_synthetic(n: int = 2000, n_features: int = 5, n_actions: int = 4, seed:
     rows = np.arange(n)
     losses = (rng.random(n) < expected[rows, actions]).astype(float)
     log = LoggedBandit(
-        X, actions, losses, P[rows, actions], loss_bounds=(0.0, 1.0), n_actions=n_actions,
+        X,
+        actions,
+        losses,
+        P[rows, actions],
+        loss_bounds=(0.0, 1.0),
+        n_actions=n_actions,
         event_ids=np.array([f"e{i}" for i in rows]),
     )
     return SyntheticProblem(log, expected, P)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 from datetime import UTC, datetime
-from pathlib import Path
 
+from flows.commands import add_config_argument, command_parser
 from flows.config import ConfigError, load_config
 
 _COLUMNS = (
@@ -30,22 +30,17 @@ _COLUMNS = (
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register ``compare`` and its arguments."""
-    parser = subparsers.add_parser(
+    parser = command_parser(
+        subparsers,
         "compare",
         help="table of the last runs' key metrics and gate decisions",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        run=run,
     )
-    parser.add_argument(
-        "--config",
-        type=Path,
-        default=Path("mlflow.yml"),
-        help="pipeline config file naming the tracking store (default: %(default)s)",
-    )
+    add_config_argument(parser, "pipeline config file naming the tracking store")
     parser.add_argument(
         "-n", "--last", type=int, default=10, help="number of runs to show (default: %(default)s)"
     )
-    parser.set_defaults(func=run)
 
 
 def _cell(key: str, value: object) -> str:

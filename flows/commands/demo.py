@@ -22,6 +22,7 @@ import time
 import warnings
 from pathlib import Path
 
+from flows.commands import add_config_argument, command_parser
 from flows.config import ConfigError, load_config
 
 # Quiet, offline defaults for a direct `poem-pipeline demo` (.ci/env.sh sets the same).
@@ -38,18 +39,14 @@ _QUIET_ENV = {
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register ``demo`` and its arguments."""
-    parser = subparsers.add_parser(
+    parser = command_parser(
+        subparsers,
         "demo",
         help="simulate digits logs and run the retrain flow twice (offline, about a minute)",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        run=run,
     )
-    parser.add_argument(
-        "--config",
-        type=Path,
-        default=Path("mlflow.yml"),
-        help="pipeline config; its tracking store receives the runs (default: %(default)s)",
-    )
+    add_config_argument(parser, "pipeline config; its tracking store receives the runs")
     parser.add_argument(
         "--out",
         type=Path,
@@ -65,7 +62,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=2,
         help="passes over the digits training images per simulated day (default: 2)",
     )
-    parser.set_defaults(func=run)
 
 
 def simulate_days(out: Path, seed: int, replays: int) -> list[tuple[Path, int]]:

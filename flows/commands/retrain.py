@@ -11,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from flows.commands import add_config_argument, command_parser
 from flows.config import ConfigError, load_config
 
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
@@ -18,25 +19,20 @@ EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register ``retrain`` and its arguments."""
-    parser = subparsers.add_parser(
+    parser = command_parser(
+        subparsers,
         "retrain",
         help="validate logs, learn a policy, gate it against the champion, register and promote",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        run=run,
     )
-    parser.add_argument(
-        "--config",
-        type=Path,
-        default=Path("mlflow.yml"),
-        help="pipeline config file (default: %(default)s)",
-    )
+    add_config_argument(parser, "pipeline config file")
     parser.add_argument(
         "--logs",
         type=Path,
         default=None,
         help="log file or date-partitioned folder; overrides data.path of the config",
     )
-    parser.set_defaults(func=run)
 
 
 def run_retrain(config: Path, logs: Path | None) -> int:

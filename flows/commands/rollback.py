@@ -7,32 +7,27 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
+from flows.commands import add_config_argument, command_parser
 from flows.config import ConfigError, load_config
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register ``rollback`` and its arguments."""
-    parser = subparsers.add_parser(
+    parser = command_parser(
+        subparsers,
         "rollback",
         help="move the champion alias back to the previous champion",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        run=run,
     )
-    parser.add_argument(
-        "--config",
-        type=Path,
-        default=Path("mlflow.yml"),
-        help="pipeline config file naming the tracking store and model (default: %(default)s)",
-    )
+    add_config_argument(parser, "pipeline config file naming the tracking store and model")
     parser.add_argument(
         "--to",
         dest="to_version",
         default=None,
         help="version to make champion (default: the previous-champion alias)",
     )
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

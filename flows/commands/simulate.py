@@ -19,21 +19,22 @@ from pathlib import Path
 
 import yaml
 
+from flows.commands import add_config_argument, command_parser
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register ``simulate`` and its arguments."""
-    parser = subparsers.add_parser(
+    parser = command_parser(
+        subparsers,
         "simulate",
         help="closed-loop simulation: serve the champion, log, retrain, gate, repeat",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        run=run,
     )
-    parser.add_argument(
-        "--config",
-        type=Path,
-        default=Path("mlflow.yml"),
-        help="pipeline config whose training, search, checks and gate settings are used "
-        "(default: %(default)s); its tracking store is NOT touched",
+    add_config_argument(
+        parser,
+        "pipeline config whose training, search, checks and gate settings are used; "
+        "its tracking store is NOT touched",
     )
     parser.add_argument(
         "--dataset",
@@ -86,7 +87,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="override a value of the simulation's config (YAML value; repeatable), "
         "e.g. --set search.scoring=snips --set gate.min_ess=10",
     )
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,0 +1,1 @@
+"""Propensity sanity checks and diagnostic plots."""

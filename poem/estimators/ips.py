@@ -430,4 +430,6 @@ def shift_estimate(estimate: Estimate, c: float) -> Estimate:
     """Add the translation c back to an estimate's value and interval (SE unchanged)."""
     if c == 0.0:
         return estimate
-    return replace(estimate, value=estimate.value + c, lower=estimate.lower + c, upper=estimate.upper + c)
+    return replace(
+        estimate, value=estimate.value + c, lower=estimate.lower + c, upper=estimate.upper + c
+    )

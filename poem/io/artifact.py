@@ -95,7 +95,9 @@ def read_spec(directory: str | Path) -> dict[str, Any]:
     if not isinstance(spec, dict) or spec.get("format") != _FORMAT:
         raise ArtifactError(f"{spec_path}: not a {_FORMAT} spec")
     if spec.get("format_version") != _VERSION:
-        raise ArtifactError(f"{spec_path}: unsupported format_version {spec.get('format_version')!r}")
+        raise ArtifactError(
+            f"{spec_path}: unsupported format_version {spec.get('format_version')!r}"
+        )
     return spec
 
 
@@ -126,7 +128,8 @@ def load_policy(directory: str | Path) -> StochasticPolicy:
     actual = _sha256(arrays_path)
     if actual != spec["arrays"]["sha256"]:
         raise ArtifactError(
-            f"{arrays_path}: SHA-256 mismatch (spec {spec['arrays']['sha256'][:12]}…, file {actual[:12]}…); "
+            f"{arrays_path}: SHA-256 mismatch "
+            f"(spec {spec['arrays']['sha256'][:12]}…, file {actual[:12]}…); "
             "the artifact was modified after it was saved"
         )
     try:
@@ -134,9 +137,17 @@ def load_policy(directory: str | Path) -> StochasticPolicy:
             coef = np.array(data["coef"])
     except (KeyError, ValueError, OSError) as exc:
         raise ArtifactError(f"{arrays_path}: unreadable policy arrays ({exc})") from exc
-    family = make_family(spec["family"], spec["n_features"], spec["n_actions"], spec["fit_intercept"])
+    family = make_family(
+        spec["family"], spec["n_features"], spec["n_actions"], spec["fit_intercept"]
+    )
     if list(coef.shape) != list(spec["coef_shape"]):
-        raise ArtifactError(f"{arrays_path}: coef shape {coef.shape} differs from spec {spec['coef_shape']}")
+        raise ArtifactError(
+            f"{arrays_path}: coef shape {coef.shape} differs from spec {spec['coef_shape']}"
+        )
     return StochasticPolicy(
-        family, coef, spec["temperature"], spec["exploration_floor"], dict(spec.get("metadata") or {})
+        family,
+        coef,
+        spec["temperature"],
+        spec["exploration_floor"],
+        dict(spec.get("metadata") or {}),
     )

@@ -35,7 +35,8 @@ def check_serving_params(temperature: float, exploration_floor: float, max_floor
         raise ValueError(f"temperature must be > 0, got {temperature!r}")
     if not (np.isfinite(exploration_floor) and 0 <= exploration_floor <= max_floor):
         raise ValueError(
-            f"exploration_floor must be in [0, {max_floor:g}] for this action space, got {exploration_floor!r}"
+            f"exploration_floor must be in [0, {max_floor:g}] for this action space, "
+            f"got {exploration_floor!r}"
         )
 
 
@@ -99,11 +100,16 @@ class PolicyFamily(ABC):
                 raise ValueError(f"X must be 2-dimensional, got shape {X.shape}")
         if X.shape[1] != self.n_features:
             raise ValueError(
-                f"X has {X.shape[1]} features, but the policy was fitted with {self.n_features} features"
+                f"X has {X.shape[1]} features, but the policy was fitted with "
+                f"{self.n_features} features"
             )
         if self.fit_intercept:
             ones = np.ones((X.shape[0], 1))
-            X = sp.hstack([X, sp.csr_matrix(ones)], format="csr") if sp.issparse(X) else np.hstack([X, ones])
+            X = (
+                sp.hstack([X, sp.csr_matrix(ones)], format="csr")
+                if sp.issparse(X)
+                else np.hstack([X, ones])
+            )
         return X
 
     @abstractmethod
@@ -147,23 +153,35 @@ class PolicyFamily(ABC):
 
     @abstractmethod
     def action_probability(
-        self, coef: np.ndarray, inputs: Any, actions: np.ndarray, temperature: float = 1.0,
+        self,
+        coef: np.ndarray,
+        inputs: Any,
+        actions: np.ndarray,
+        temperature: float = 1.0,
         exploration_floor: float = 0.0,
     ) -> np.ndarray:
         """π(yᵢ|xᵢ) of the given actions under the served distribution, shape (n_samples,)."""
 
     @abstractmethod
     def predict_proba(
-        self, coef: np.ndarray, inputs: Any, temperature: float = 1.0, exploration_floor: float = 0.0
+        self,
+        coef: np.ndarray,
+        inputs: Any,
+        temperature: float = 1.0,
+        exploration_floor: float = 0.0,
     ) -> np.ndarray:
-        """Served distribution (discrete: (n, K); multilabel: marginals (n, q); candidates: flat)."""
+        """Served distribution: (n, K) discrete, marginals (n, q) multilabel, flat candidates."""
 
     @abstractmethod
     def sample(
-        self, coef: np.ndarray, inputs: Any, rng: np.random.Generator, temperature: float = 1.0,
+        self,
+        coef: np.ndarray,
+        inputs: Any,
+        rng: np.random.Generator,
+        temperature: float = 1.0,
         exploration_floor: float = 0.0,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Draw yᵢ ~ π(·|xᵢ); return the actions and their probabilities under the served distribution."""
+        """Draw yᵢ ~ π(·|xᵢ); return the actions and their served probabilities."""
 
     @abstractmethod
     def predict(self, coef: np.ndarray, inputs: Any) -> np.ndarray:

@@ -1,6 +1,9 @@
-"""Softmax over each row's own candidate set (paper §7, DESIGN §3, §4.8).
+r"""Softmax over each row's own candidate set (paper §7, DESIGN §3, §4.8).
 
-.. math:: \\pi_w(c|i) = \\exp(w \\cdot \\psi_{i,c} / \\alpha) / \\sum_{c'=1}^{k_i} \\exp(w \\cdot \\psi_{i,c'} / \\alpha)
+.. math::
+
+    \pi_w(c|i) = \exp(w \cdot \psi_{i,c} / \alpha)
+                 / \sum_{c'=1}^{k_i} \exp(w \cdot \psi_{i,c'} / \alpha)
 
 served as (1 − kᵢ ε) π_w + ε, where ψ_{i,c} is the feature vector of candidate c of row i,
 kᵢ the size of row i's candidate set, α the temperature and ε the exploration floor.
@@ -21,7 +24,7 @@ __all__ = ["CandidateFamily", "segment_logsumexp"]
 
 
 def segment_logsumexp(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """log Σ_{c in row i} exp(values_c) for every row of a ragged layout (rows must be non-empty)."""
+    """Compute log Σ_{c in row i} exp(values_c) per row of a ragged layout (rows non-empty)."""
     starts = offsets[:-1]
     sizes = np.diff(offsets)
     m = np.maximum.reduceat(values, starts)
@@ -53,7 +56,9 @@ class CandidateFamily(PolicyFamily):
     def prepare(self, inputs: Any) -> CandidateSets:
         """Check that inputs are candidate sets with the fitted feature count."""
         if not isinstance(inputs, CandidateSets):
-            raise TypeError(f"candidate-set policies take CandidateSets, got {type(inputs).__name__}")
+            raise TypeError(
+                f"candidate-set policies take CandidateSets, got {type(inputs).__name__}"
+            )
         if inputs.n_features != self.n_features:
             raise ValueError(
                 f"candidates have {inputs.n_features} features, but the policy was fitted with "
@@ -77,7 +82,9 @@ class CandidateFamily(PolicyFamily):
         """Candidate sets of the given rows."""
         return inputs.take(rows)
 
-    def _log_proba(self, coef: np.ndarray, inputs: CandidateSets, temperature: float = 1.0) -> np.ndarray:
+    def _log_proba(
+        self, coef: np.ndarray, inputs: CandidateSets, temperature: float = 1.0
+    ) -> np.ndarray:
         s = np.asarray(inputs.features @ coef).reshape(-1) / temperature
         return s - np.repeat(segment_logsumexp(s, inputs.offsets), inputs.sizes)
 
@@ -87,7 +94,7 @@ class CandidateFamily(PolicyFamily):
     def log_prob_and_vjp(
         self, coef: np.ndarray, inputs: Any, actions: np.ndarray
     ) -> tuple[np.ndarray, Callable[[np.ndarray], np.ndarray]]:
-        """log π = s_{i,yᵢ} − logsumexp_c s_{i,c}; ∇ = ψ_{i,yᵢ} − Σ_c π_{ic} ψ_{i,c}."""
+        """Log π = s_{i,yᵢ} − logsumexp_c s_{i,c}; ∇ = ψ_{i,yᵢ} − Σ_c π_{ic} ψ_{i,c}."""
         log_p_all = self._log_proba(coef, inputs)
         idx = self._logged_index(inputs, actions)
 
@@ -98,21 +105,33 @@ class CandidateFamily(PolicyFamily):
 
         return log_p_all[idx], vjp
 
-    def _check_floor(self, inputs: CandidateSets, temperature: float, exploration_floor: float) -> None:
+    def _check_floor(
+        self, inputs: CandidateSets, temperature: float, exploration_floor: float
+    ) -> None:
         check_serving_params(temperature, exploration_floor, 1.0 / float(inputs.sizes.max()))
 
     def predict_proba(
-        self, coef: np.ndarray, inputs: Any, temperature: float = 1.0, exploration_floor: float = 0.0
+        self,
+        coef: np.ndarray,
+        inputs: Any,
+        temperature: float = 1.0,
+        exploration_floor: float = 0.0,
     ) -> np.ndarray:
         """Served probabilities of every stacked candidate, shape (n_candidates_total,)."""
         self._check_floor(inputs, temperature, exploration_floor)
         P = np.exp(self._log_proba(coef, inputs, temperature))
         if exploration_floor:
-            P = (1.0 - np.repeat(inputs.sizes, inputs.sizes) * exploration_floor) * P + exploration_floor
+            P = (
+                1.0 - np.repeat(inputs.sizes, inputs.sizes) * exploration_floor
+            ) * P + exploration_floor
         return P
 
     def action_probability(
-        self, coef: np.ndarray, inputs: Any, actions: np.ndarray, temperature: float = 1.0,
+        self,
+        coef: np.ndarray,
+        inputs: Any,
+        actions: np.ndarray,
+        temperature: float = 1.0,
         exploration_floor: float = 0.0,
     ) -> np.ndarray:
         """Served probability of the given candidate indexes, shape (n_rows,)."""
@@ -120,7 +139,11 @@ class CandidateFamily(PolicyFamily):
         return P[self._logged_index(inputs, actions)]
 
     def sample(
-        self, coef: np.ndarray, inputs: Any, rng: np.random.Generator, temperature: float = 1.0,
+        self,
+        coef: np.ndarray,
+        inputs: Any,
+        rng: np.random.Generator,
+        temperature: float = 1.0,
         exploration_floor: float = 0.0,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Inverse-CDF sampling within each row's set; returns (indexes, served probabilities)."""
@@ -139,4 +162,6 @@ class CandidateFamily(PolicyFamily):
         starts, sizes = inputs.offsets[:-1], inputs.sizes
         m = np.repeat(np.maximum.reduceat(s, starts), sizes)
         local = np.arange(s.size) - np.repeat(starts, sizes)
-        return np.minimum.reduceat(np.where(s >= m, local, np.iinfo(np.int64).max), starts).astype(np.int64)
+        return np.minimum.reduceat(np.where(s >= m, local, np.iinfo(np.int64).max), starts).astype(
+            np.int64
+        )

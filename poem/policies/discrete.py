@@ -1,6 +1,8 @@
-"""Softmax policy over K discrete actions: φ(x, y) = x ⊗ e_y (DESIGN §3).
+r"""Softmax policy over K discrete actions: φ(x, y) = x ⊗ e_y (DESIGN §3).
 
-.. math:: \\pi_w(y|x) = \\exp(w_y \\cdot x / \\alpha) / \\sum_{k=1}^{K} \\exp(w_k \\cdot x / \\alpha)
+.. math::
+
+    \pi_w(y|x) = \exp(w_y \cdot x / \alpha) / \sum_{k=1}^{K} \exp(w_k \cdot x / \alpha)
 
 served as (1 − Kε) π_w + ε, where α is the temperature and ε the exploration floor.
 """
@@ -42,7 +44,7 @@ class DiscreteFamily(PolicyFamily):
     def log_prob_and_vjp(
         self, coef: np.ndarray, inputs: Any, actions: np.ndarray
     ) -> tuple[np.ndarray, Callable[[np.ndarray], np.ndarray]]:
-        """log π_w(yᵢ|xᵢ) = s_{i,yᵢ} − logsumexp_k s_{ik}; ∇ = (e_{yᵢ} − πᵢ) ⊗ xᵢ."""
+        """Log π_w(yᵢ|xᵢ) = s_{i,yᵢ} − logsumexp_k s_{ik}; ∇ = (e_{yᵢ} − πᵢ) ⊗ xᵢ."""
         rows = np.arange(actions.shape[0])
         log_p_all = log_softmax(self._scores(coef, inputs), axis=1)
         log_p = log_p_all[rows, actions]
@@ -55,7 +57,11 @@ class DiscreteFamily(PolicyFamily):
         return log_p, vjp
 
     def predict_proba(
-        self, coef: np.ndarray, inputs: Any, temperature: float = 1.0, exploration_floor: float = 0.0
+        self,
+        coef: np.ndarray,
+        inputs: Any,
+        temperature: float = 1.0,
+        exploration_floor: float = 0.0,
     ) -> np.ndarray:
         """Served distribution, shape (n_samples, K); rows sum to 1."""
         check_serving_params(temperature, exploration_floor, self.max_exploration_floor)
@@ -65,7 +71,11 @@ class DiscreteFamily(PolicyFamily):
         return P
 
     def action_probability(
-        self, coef: np.ndarray, inputs: Any, actions: np.ndarray, temperature: float = 1.0,
+        self,
+        coef: np.ndarray,
+        inputs: Any,
+        actions: np.ndarray,
+        temperature: float = 1.0,
         exploration_floor: float = 0.0,
     ) -> np.ndarray:
         """Served probability of the given actions, shape (n_samples,)."""
@@ -73,7 +83,11 @@ class DiscreteFamily(PolicyFamily):
         return P[np.arange(P.shape[0]), np.asarray(actions, dtype=np.int64)]
 
     def sample(
-        self, coef: np.ndarray, inputs: Any, rng: np.random.Generator, temperature: float = 1.0,
+        self,
+        coef: np.ndarray,
+        inputs: Any,
+        rng: np.random.Generator,
+        temperature: float = 1.0,
         exploration_floor: float = 0.0,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Inverse-CDF sampling per row; returns (actions, their served probabilities)."""

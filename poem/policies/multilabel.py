@@ -1,7 +1,7 @@
-"""Factorized multilabel policy, φ(x, y) = x ⊗ y (paper §5, DESIGN §4.7).
+r"""Factorized multilabel policy, φ(x, y) = x ⊗ y (paper §5, DESIGN §4.7).
 
-.. math:: \\pi_w(y|x) = \\prod_{l=1}^{q} \\sigma_l^{y_l} (1 - \\sigma_l)^{1 - y_l},
-          \\quad \\sigma_l = \\sigma(w_l \\cdot x / \\alpha)
+.. math:: \pi_w(y|x) = \prod_{l=1}^{q} \sigma_l^{y_l} (1 - \sigma_l)^{1 - y_l},
+          \quad \sigma_l = \sigma(w_l \cdot x / \alpha)
 
 where q is the number of labels, α the temperature and σ the logistic function. The log
 partition function factorizes: log Z(x) = Σ_l log(1 + exp(w_l·x)). The exploration floor ε
@@ -50,7 +50,7 @@ class MultilabelFamily(PolicyFamily):
     def log_prob_and_vjp(
         self, coef: np.ndarray, inputs: Any, actions: np.ndarray
     ) -> tuple[np.ndarray, Callable[[np.ndarray], np.ndarray]]:
-        """log π = Σ_l [y_l log σ_l + (1 − y_l) log(1 − σ_l)]; ∇_{w_l} log π = (y_l − σ_l) x (Eq. §4.7)."""
+        """Log π = Σ_l [y_l log σ_l + (1 − y_l) log(1 − σ_l)]; ∇_{w_l} = (y_l − σ_l) x (§4.7)."""
         S = self._scores(coef, inputs)
         Y = np.asarray(actions, dtype=np.float64)
         log_p = np.sum(Y * log_expit(S) + (1.0 - Y) * log_expit(-S), axis=1)
@@ -62,7 +62,11 @@ class MultilabelFamily(PolicyFamily):
         return log_p, vjp
 
     def predict_proba(
-        self, coef: np.ndarray, inputs: Any, temperature: float = 1.0, exploration_floor: float = 0.0
+        self,
+        coef: np.ndarray,
+        inputs: Any,
+        temperature: float = 1.0,
+        exploration_floor: float = 0.0,
     ) -> np.ndarray:
         """Served per-label marginals σ'_l, shape (n_samples, q) (labels are independent)."""
         check_serving_params(temperature, exploration_floor, self.max_exploration_floor)
@@ -72,7 +76,11 @@ class MultilabelFamily(PolicyFamily):
         return sig
 
     def action_probability(
-        self, coef: np.ndarray, inputs: Any, actions: np.ndarray, temperature: float = 1.0,
+        self,
+        coef: np.ndarray,
+        inputs: Any,
+        actions: np.ndarray,
+        temperature: float = 1.0,
         exploration_floor: float = 0.0,
     ) -> np.ndarray:
         """Joint served probability Π_l σ'_l^{y_l}(1 − σ'_l)^{1−y_l}, shape (n_samples,)."""
@@ -85,7 +93,11 @@ class MultilabelFamily(PolicyFamily):
         return np.exp(np.sum(Y * np.log(sig) + (1.0 - Y) * np.log1p(-sig), axis=1))
 
     def sample(
-        self, coef: np.ndarray, inputs: Any, rng: np.random.Generator, temperature: float = 1.0,
+        self,
+        coef: np.ndarray,
+        inputs: Any,
+        rng: np.random.Generator,
+        temperature: float = 1.0,
         exploration_floor: float = 0.0,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Independent Bernoulli draw per label; returns (bit vectors, joint probabilities)."""
@@ -100,9 +112,11 @@ class MultilabelFamily(PolicyFamily):
 
 
 def expected_hamming_loss(marginals: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """Expected Hamming loss of a factorized policy against true labels (DESIGN §4.7).
+    r"""Expected Hamming loss of a factorized policy against true labels (DESIGN §4.7).
 
-    .. math:: E_{y \\sim \\pi}[\\Delta(y^*, y)] = \\sum_l y^*_l (1 - \\sigma_l) + (1 - y^*_l) \\sigma_l
+    .. math::
+
+        E_{y \sim \pi}[\Delta(y^*, y)] = \sum_l y^*_l (1 - \sigma_l) + (1 - y^*_l) \sigma_l
 
     where σ_l is the policy's probability of label l and y* the true label vector.
 

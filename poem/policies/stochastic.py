@@ -26,7 +26,9 @@ _FAMILIES: dict[str, type[PolicyFamily]] = {
 }
 
 
-def make_family(name: str, n_features: int, n_actions: int | None = None, fit_intercept: bool = False) -> PolicyFamily:
+def make_family(
+    name: str, n_features: int, n_actions: int | None = None, fit_intercept: bool = False
+) -> PolicyFamily:
     """Build a policy family by name.
 
     Raises
@@ -84,7 +86,9 @@ class StochasticPolicy:
         """The uniform policy (w = 0)."""
         return cls(family, np.zeros(family.coef_shape), **kwargs)
 
-    def with_serving(self, *, temperature: float | None = None, exploration_floor: float | None = None) -> StochasticPolicy:
+    def with_serving(
+        self, *, temperature: float | None = None, exploration_floor: float | None = None
+    ) -> StochasticPolicy:
         """Copy with other serving knobs."""
         return StochasticPolicy(
             self.family,
@@ -103,16 +107,23 @@ class StochasticPolicy:
 
     def action_probability(self, X: Any, actions: Any) -> np.ndarray:
         """π(yᵢ|xᵢ) of given actions under the served distribution."""
-        return self.family.action_probability(self.coef, self.family.prepare(X), np.asarray(actions), **self._kw())
+        return self.family.action_probability(
+            self.coef, self.family.prepare(X), np.asarray(actions), **self._kw()
+        )
 
     def log_action_probability_on(self, log: Any) -> np.ndarray:
         """π(yᵢ|xᵢ) of a log's actions under the served distribution."""
-        return self.family.action_probability(self.coef, self.family.inputs_from_log(log), log.actions, **self._kw())
+        return self.family.action_probability(
+            self.coef, self.family.inputs_from_log(log), log.actions, **self._kw()
+        )
 
     def sample(self, X: Any, random_state: Any = None) -> tuple[np.ndarray, np.ndarray]:
-        """Draw actions; return them and their served probabilities (the next log's propensities)."""
-        rng = np.random.default_rng(check_random_state(random_state).randint(2**31 - 1)) if not isinstance(
-            random_state, np.random.Generator) else random_state
+        """Draw actions; return them and their served probabilities (next log's propensities)."""
+        rng = (
+            np.random.default_rng(check_random_state(random_state).randint(2**31 - 1))
+            if not isinstance(random_state, np.random.Generator)
+            else random_state
+        )
         return self.family.sample(self.coef, self.family.prepare(X), rng, **self._kw())
 
     def predict(self, X: Any) -> np.ndarray:

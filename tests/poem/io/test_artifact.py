@@ -18,7 +18,10 @@ from poem.policies import StochasticPolicy, make_family
 )
 def test_round_trip_is_exact(tmp_path, rng, family):
     policy = StochasticPolicy(
-        family, rng.normal(size=family.coef_shape), temperature=0.7, exploration_floor=0.01,
+        family,
+        rng.normal(size=family.coef_shape),
+        temperature=0.7,
+        exploration_floor=0.01,
         metadata={"feature_names": ["a", "b", "c"]},
     )
     save_policy(policy, tmp_path)
@@ -44,7 +47,10 @@ def test_tampered_arrays_fail_with_the_file_named(tmp_path, rng):
         (lambda d: (d / "policy.json").unlink(), r"policy\.json: policy spec not found"),
         (lambda d: (d / "policy.npz").unlink(), r"policy\.npz: policy arrays not found"),
         (lambda d: (d / "policy.json").write_text("{"), r"not valid JSON"),
-        (lambda d: (d / "policy.json").write_text(json.dumps({"format": "x"})), r"not a poem-policy spec"),
+        (
+            lambda d: (d / "policy.json").write_text(json.dumps({"format": "x"})),
+            r"not a poem-policy spec",
+        ),
     ],
 )
 def test_broken_artifacts(tmp_path, rng, mutate, message):

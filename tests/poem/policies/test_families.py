@@ -56,7 +56,9 @@ def test_training_log_prob_equals_served_probability_at_defaults(family, rng):
     actions = _actions(family, raw, rng)
     w = rng.normal(size=family.coef_shape)
     log_p, _ = family.log_prob_and_vjp(w, inputs, actions)
-    np.testing.assert_allclose(np.exp(log_p), family.action_probability(w, inputs, actions), rtol=1e-12)
+    np.testing.assert_allclose(
+        np.exp(log_p), family.action_probability(w, inputs, actions), rtol=1e-12
+    )
 
 
 @pytest.mark.parametrize("family", [FAMILIES[0], FAMILIES[2]], ids=lambda f: f.name)
@@ -114,9 +116,13 @@ def test_multilabel_sampling_and_expected_hamming_loss(rng):
 def test_map_predictions(rng):
     d = make_family("discrete", 2, 3)
     w = np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, -1.0]])
-    np.testing.assert_array_equal(d.predict(w, np.array([[2.0, 1.0], [0.0, 3.0], [-2, -2.0]])), [0, 1, 2])
+    np.testing.assert_array_equal(
+        d.predict(w, np.array([[2.0, 1.0], [0.0, 3.0], [-2, -2.0]])), [0, 1, 2]
+    )
     m = make_family("multilabel", 2, 2)
-    np.testing.assert_array_equal(m.predict(np.array([[1.0, 0], [0, -1.0]]), np.array([[1.0, 1.0]])), [[1, 0]])
+    np.testing.assert_array_equal(
+        m.predict(np.array([[1.0, 0], [0, -1.0]]), np.array([[1.0, 1.0]])), [[1, 0]]
+    )
     c = make_family("candidates", 1)
     cs = CandidateSets.from_sizes(np.array([[1.0], [3.0], [2.0], [5.0], [5.0]]), [3, 2])
     np.testing.assert_array_equal(c.predict(np.array([1.0]), cs), [1, 0])
@@ -125,11 +131,26 @@ def test_map_predictions(rng):
 @pytest.mark.parametrize(
     "call, exc, pattern",
     [
-        (lambda p: p.predict_proba(np.zeros((2, 3))), ValueError, r"X has 3 features, but the policy was fitted with 2"),
-        (lambda p: p.predict_proba(sp.csr_matrix(np.zeros((2, 5)))), ValueError, r"X has 5 features"),
-        (lambda p: p.with_serving(temperature=0).predict_proba(np.zeros((1, 2))), ValueError, r"temperature must be > 0"),
-        (lambda p: p.with_serving(exploration_floor=0.5).predict_proba(np.zeros((1, 2))), ValueError,
-         r"exploration_floor must be in \[0, 0.333333\]"),
+        (
+            lambda p: p.predict_proba(np.zeros((2, 3))),
+            ValueError,
+            r"X has 3 features, but the policy was fitted with 2",
+        ),
+        (
+            lambda p: p.predict_proba(sp.csr_matrix(np.zeros((2, 5)))),
+            ValueError,
+            r"X has 5 features",
+        ),
+        (
+            lambda p: p.with_serving(temperature=0).predict_proba(np.zeros((1, 2))),
+            ValueError,
+            r"temperature must be > 0",
+        ),
+        (
+            lambda p: p.with_serving(exploration_floor=0.5).predict_proba(np.zeros((1, 2))),
+            ValueError,
+            r"exploration_floor must be in \[0, 0.333333\]",
+        ),
     ],
 )
 def test_bad_predict_inputs(call, exc, pattern):
@@ -139,7 +160,10 @@ def test_bad_predict_inputs(call, exc, pattern):
 
 
 def test_unknown_family_and_bad_coef():
-    with pytest.raises(ValueError, match=r"policy must be one of \['candidates', 'discrete', 'multilabel'\], got 'disc'"):
+    with pytest.raises(
+        ValueError,
+        match=r"policy must be one of \['candidates', 'discrete', 'multilabel'\], got 'disc'",
+    ):
         make_family("disc", 2, 3)
     with pytest.raises(ValueError, match=r"coef must have shape \(3, 2\)"):
         StochasticPolicy(make_family("discrete", 2, 3), np.zeros((2, 2)))
@@ -150,5 +174,6 @@ def test_sparse_and_dense_inputs_agree(rng):
     X = rng.normal(size=(10, 4)) * (rng.random((10, 4)) < 0.5)
     w = rng.normal(size=family.coef_shape)
     np.testing.assert_allclose(
-        family.predict_proba(w, family.prepare(sp.csr_matrix(X))), family.predict_proba(w, family.prepare(X))
+        family.predict_proba(w, family.prepare(sp.csr_matrix(X))),
+        family.predict_proba(w, family.prepare(X)),
     )
