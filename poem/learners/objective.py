@@ -1,13 +1,13 @@
-"""The CRM objective and its gradient, computed once from sufficient statistics.
+r"""The CRM objective and its gradient, computed once from sufficient statistics.
 
 POEM (Swaminathan & Joachims 2015, JMLR 16, arXiv:1502.02362) minimises, over a softmax
 policy π_w, the clipped IPS risk plus a sample-variance penalty (Eq. 10/12; DESIGN §4.3):
 
 .. math::
 
-    J(w) = \\bar u + \\lambda \\sqrt{\\hat V(u) / n} + \\mu \\lVert w \\rVert^2,
-    \\quad u_i = \\delta'_i \\min(M, \\pi_w(y_i|x_i) / p_i),
-    \\quad \\hat V(u) = \\frac{1}{n-1} \\sum_i (u_i - \\bar u)^2
+    J(w) = \bar u + \lambda \sqrt{\hat V(u) / n} + \mu \lVert w \rVert^2,
+    \quad u_i = \delta'_i \min(M, \pi_w(y_i|x_i) / p_i),
+    \quad \hat V(u) = \frac{1}{n-1} \sum_i (u_i - \bar u)^2
 
 where δ'ᵢ ∈ [−1, 0] are the scaled losses (DESIGN §4.1), pᵢ the propensities, M the clip,
 λ the variance penalty and μ the L2 penalty. J depends on the data only through
@@ -100,12 +100,12 @@ def crm_statistics(
     *,
     chunk_size: int | None = None,
 ) -> CRMStatistics:
-    """Sufficient statistics of the CRM objective at w (paper Eq. 13).
+    r"""Sufficient statistics of the CRM objective at w (paper Eq. 13).
 
     .. math::
 
-        u_i = \\delta'_i \\min(M, r_i), \\quad r_i = \\pi_w(y_i|x_i)/p_i, \\quad
-        \\nabla u_i = u_i \\nabla \\log \\pi_w(y_i|x_i) \\text{ if } r_i < M \\text{ else } 0
+        u_i = \delta'_i \min(M, r_i), \quad r_i = \pi_w(y_i|x_i)/p_i, \quad
+        \nabla u_i = u_i \nabla \log \pi_w(y_i|x_i) \text{ if } r_i < M \text{ else } 0
 
     where rᵢ is the importance weight and M the clip.
 
@@ -140,8 +140,13 @@ def crm_statistics(
             rows = np.arange(start, min(n, start + chunk_size))
             parts.append(
                 crm_statistics(
-                    coef, family, family.subset(inputs, rows), actions[rows], scaled_losses[rows],
-                    propensities[rows], clip,
+                    coef,
+                    family,
+                    family.subset(inputs, rows),
+                    actions[rows],
+                    scaled_losses[rows],
+                    propensities[rows],
+                    clip,
                 )
             )
         return sum(parts[1:], parts[0])
@@ -163,13 +168,14 @@ def crm_statistics(
 def crm_objective_from_statistics(
     stats: CRMStatistics, coef: np.ndarray, variance_penalty: float, l2_penalty: float
 ) -> tuple[float, np.ndarray]:
-    """CRM objective J(w) and its exact gradient from reduced statistics (Eq. 10/12).
+    r"""CRM objective J(w) and its exact gradient from reduced statistics (Eq. 10/12).
 
     .. math::
 
-        \\nabla J = \\frac{1}{n}\\sum_i \\nabla u_i
-        + \\frac{\\lambda}{\\sqrt{n}} \\frac{1}{(n-1)\\sqrt{\\hat V}} \\sum_i (u_i - \\bar u) \\nabla u_i
-        + 2 \\mu w
+        \nabla J = \frac{1}{n}\sum_i \nabla u_i
+        + \frac{\lambda}{\sqrt{n}} \frac{1}{(n-1)\sqrt{\hat V}}
+          \sum_i (u_i - \bar u) \nabla u_i
+        + 2 \mu w
 
     where λ is the variance penalty and μ the L2 penalty (DESIGN §4.3).
 
@@ -234,14 +240,14 @@ def crm_objective(
 
 
 def majorizer_coefficients(stats: CRMStatistics) -> tuple[float, float, float]:
-    """Coefficients of the variance majorizer at w₀ (paper Prop. 4, Alg. 1 procedure ABC).
+    r"""Coefficients of the variance majorizer at w₀ (paper Prop. 4, Alg. 1 procedure ABC).
 
     .. math::
 
-        \\sqrt{\\hat V(u_w)} \\le A \\sum_i u_i + B \\sum_i u_i^2 + C, \\quad
-        A = \\frac{-\\bar u_0}{(n-1)\\sqrt{V_0}}, \\;
-        B = \\frac{1}{2(n-1)\\sqrt{V_0}}, \\;
-        C = \\frac{n \\bar u_0^2}{2(n-1)\\sqrt{V_0}} + \\frac{\\sqrt{V_0}}{2}
+        \sqrt{\hat V(u_w)} \le A \sum_i u_i + B \sum_i u_i^2 + C, \quad
+        A = \frac{-\bar u_0}{(n-1)\sqrt{V_0}}, \;
+        B = \frac{1}{2(n-1)\sqrt{V_0}}, \;
+        C = \frac{n \bar u_0^2}{2(n-1)\sqrt{V_0}} + \frac{\sqrt{V_0}}{2}
 
     where ū₀ and V₀ are the mean and sample variance of u at w₀.
 
@@ -275,12 +281,12 @@ def majorized_gradient(
     variance_penalty: float,
     l2_penalty: float,
 ) -> np.ndarray:
-    """Minibatch gradient of the majorized objective (DESIGN §4.4).
+    r"""Minibatch gradient of the majorized objective (DESIGN §4.4).
 
     .. math::
 
-        g = \\frac{1}{b}\\sum_{i \\in \\text{batch}} \\left[\\nabla u_i + \\lambda \\sqrt{n}
-            (A \\nabla u_i + 2 B u_i \\nabla u_i)\\right] + 2 \\mu w
+        g = \frac{1}{b}\sum_{i \in \text{batch}} \left[\nabla u_i + \lambda \sqrt{n}
+            (A \nabla u_i + 2 B u_i \nabla u_i)\right] + 2 \mu w
 
     where b is the batch size, n the training-set size and A, B from
     :func:`majorizer_coefficients`. With b = n and w = w₀ it equals ∇J(w₀).
