@@ -15,14 +15,15 @@ Usage (from the repo root)::
     python benchmarks/paper_multilabel.py --train a.svm --test b.svm        # any LibSVM pair
     python benchmarks/paper_multilabel.py --train a.arff --test b.arff --n-labels 22
 
-Selection (defaults): the unbiased IPS estimate (Eq. 1) of each fitted policy on the validation
-log, among the trials that pass two guards — the validation effective sample size is at least
-1% of the validation rows (``--min-ess-fraction``, the team's ``min_ess_fraction_fail``), and the
-training objective is J(w) < −10⁻⁶ (J ≥ 0 means the fit is no better than a policy that avoids every
-logged action, u = 0: AdaGrad from w = 0 under a large λ ends there, and raw IPS scores such a
-policy near 0). The guards fall back to all trials when none passes. ``--validation-translation
-max`` scores IPS on losses shifted by −δ_max and back (still unbiased since E[r] = 1). Every
-trial's validation scores, ESS, training objective and test loss are stored, and the
+Selection (defaults): the unbiased IPS estimate of each fitted policy on the validation log as
+:func:`poem.learners.search_hyperparameters` computes it (``evaluate_policy``'s default
+``loss_baseline="max"``: losses translated by −δ_max and shifted back, still unbiased since
+E[r] = 1), among the trials that pass two guards — the validation effective sample size is at
+least 1% of the validation rows (``--min-ess-fraction``, the team's ``min_ess_fraction_fail``),
+and the training objective is J(w) < −10⁻⁶ (J ≥ 0 means the fit is no better than a policy that
+avoids every logged action, u = 0: AdaGrad from w = 0 under a large λ ends there). The guards
+fall back to all trials when none passes. Every trial's validation scores (IPS on raw and on
+translated losses, SNIPS), ESS, training objective and test loss are stored, and the
 selection-rule sensitivity table recomputes the results under the other rules (test losses are
 never used to select).
 """
@@ -34,7 +35,6 @@ import json
 import sys
 import time
 import warnings
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -46,7 +46,6 @@ from threadpoolctl import threadpool_limits
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from poem.data import LoggedBandit  # noqa: E402
 from poem.datasets import SupervisedDataset, load_dataset  # noqa: E402
 from poem.estimators.ips import evaluate_policy  # noqa: E402
 from poem.learners import POEM, search_hyperparameters, select_trial  # noqa: E402
@@ -183,12 +182,6 @@ def parse_args(argv=None):
     p.add_argument("--lbfgs-iter", type=int, default=50, help="max_iter of the L-BFGS solvers")
     p.add_argument("--tol", type=float, default=1e-5, help="solver tolerance")
     p.add_argument(
-        "--validation-translation",
-        choices=["max", "none"],
-        default="none",
-        help="score validation IPS on losses shifted by -delta_max (still unbiased)",
-    )
-    p.add_argument(
         "--scoring",
         choices=["ips", "snips"],
         default="ips",
@@ -230,12 +223,6 @@ def load_pair(train: Path, test: Path, n_labels: int | None) -> SupervisedDatase
     )
 
 
-def translated(log: LoggedBandit) -> LoggedBandit:
-    """The same log with losses δ − δ_max ∈ [δ_min − δ_max, 0] (DESIGN §4.1)."""
-    lo, hi = log.loss_bounds
-    return replace(log, losses=log.losses - hi, loss_bounds=(lo - hi, 0.0))
-
-
 def fit_skyline(ds: SupervisedDataset) -> tuple[list, float]:
     """One default ``LogisticRegression`` per label on the full training set, and its seconds."""
     Y = np.asarray(ds.Y_train)
@@ -264,8 +251,6 @@ def one_run(ds: SupervisedDataset, run: int, args) -> dict:
     perm = np.random.default_rng(seed).permutation(log.n_rows)
     n_val = int(round(args.validation_fraction * log.n_rows))
     train, valid = log.take(perm[n_val:]), log.take(perm[:n_val])
-    shift = valid.loss_bounds[1] if args.validation_translation == "max" else 0.0
-    valid_scored = translated(valid) if shift else valid
     out = {
         "h0": {
             "loss": true_expected_loss(h0, ds.X_test, ds.Y_test),
@@ -298,7 +283,7 @@ def one_run(ds: SupervisedDataset, run: int, args) -> dict:
         result = search_hyperparameters(
             template,
             train,
-            valid_scored,
+            valid,
             grid,
             scoring=args.scoring,
             min_effective_sample_size=min_ess,
@@ -319,7 +304,7 @@ def one_run(ds: SupervisedDataset, run: int, args) -> dict:
             "loss": true_expected_loss(best.policy_, ds.X_test, ds.Y_test),
             "map_loss": map_loss(best.policy_, ds.X_test, ds.Y_test),
             "seconds": float(np.mean([t.seconds for t in result.trials])),
-            "validation_ips": chosen.ips.value + shift,
+            "validation_ips": chosen.ips.value,
             "selected": {
                 k: v for k, v in chosen.params.items() if k in ("variance_scale", "l2_penalty")
             },
@@ -332,10 +317,11 @@ def one_run(ds: SupervisedDataset, run: int, args) -> dict:
                         k: v for k, v in t.params.items() if k in ("variance_scale", "l2_penalty")
                     },
                     "test_loss": true_expected_loss(t.estimator.policy_, ds.X_test, ds.Y_test),
-                    "ips_translated": evaluate_policy(t.estimator.policy_, translated(valid)).value
-                    + valid.loss_bounds[1],
-                    "snips": t.snips.value + shift,
-                    "ips_raw": evaluate_policy(t.estimator.policy_, valid).value,
+                    "ips_translated": evaluate_policy(
+                        t.estimator.policy_, valid, loss_baseline="max"
+                    ).value,
+                    "snips": t.snips.value,
+                    "ips_raw": evaluate_policy(t.estimator.policy_, valid, loss_baseline=0.0).value,
                     "ess": t.effective_sample_size,
                     "seconds": t.seconds,
                     "n_iter": t.n_iter,

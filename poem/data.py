@@ -565,7 +565,7 @@ def _check_actions(
             "have entries other than 0/1",
         )
         out.append(v) if v else None
-        n_distinct = np.unique(actions, axis=0).shape[0]
+        n_distinct = _count_distinct_rows(actions)
     else:
         assert log.candidates is not None
         sizes = log.candidates.sizes
@@ -603,6 +603,16 @@ def _check_actions(
             )
         )
     return out
+
+
+def _count_distinct_rows(bits: np.ndarray) -> int:
+    """Number of distinct 0/1 rows; packs up to 62 bits per row into one integer (fast path)."""
+    q = bits.shape[1]
+    if q <= 62 and bits.size and bits.min() >= 0 and bits.max() <= 1:
+        return int(
+            np.unique(bits.astype(np.int64) @ (np.int64(1) << np.arange(q, dtype=np.int64))).size
+        )
+    return int(np.unique(bits, axis=0).shape[0])
 
 
 def exclude_rows(log: LoggedBandit, mask: Any, reason: str) -> tuple[LoggedBandit, Exclusion]:

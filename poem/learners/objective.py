@@ -155,12 +155,13 @@ def crm_statistics(
     active = r < clip
     u = scaled_losses * np.minimum(clip, r)
     g = np.where(active, u, 0.0)  # ∇uᵢ = uᵢ ∇log π (Eq. 13); 0 when clipped
+    sum_grad_u, sum_u_grad_u = vjp(np.stack([g, u * g], axis=1))  # one pass over the inputs
     return CRMStatistics(
         n=int(n),
         sum_u=float(u.sum()),
         sum_u2=float(u @ u),
-        sum_grad_u=vjp(g),
-        sum_u_grad_u=vjp(u * g),
+        sum_grad_u=sum_grad_u,
+        sum_u_grad_u=sum_u_grad_u,
         n_clipped=int(n - active.sum()),
     )
 

@@ -148,7 +148,9 @@ class PolicyFamily(ABC):
         log_prob : ndarray of shape (n_samples,)
             log π_w(yᵢ|xᵢ).
         vjp : callable
-            ``vjp(v)`` returns Σᵢ vᵢ ∇_w log π_w(yᵢ|xᵢ), an array of shape ``coef_shape``.
+            ``vjp(v)`` returns Σᵢ vᵢ ∇_w log π_w(yᵢ|xᵢ), an array of shape ``coef_shape``; for
+            ``v`` of shape (n_samples, m) it returns the m products stacked, shape
+            ``(m, *coef_shape)``, from one pass over the inputs.
         """
 
     @abstractmethod

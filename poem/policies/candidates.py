@@ -98,10 +98,14 @@ class CandidateFamily(PolicyFamily):
         log_p_all = self._log_proba(coef, inputs)
         idx = self._logged_index(inputs, actions)
 
+        P = np.exp(log_p_all)
+
         def vjp(v: np.ndarray) -> np.ndarray:
-            c = -np.exp(log_p_all) * np.repeat(v, inputs.sizes)
-            np.add.at(c, idx, v)
-            return np.asarray(inputs.features.T @ c).reshape(-1)
+            V = v.reshape(v.shape[0], -1)  # (n, m)
+            c = -P[:, None] * np.repeat(V, inputs.sizes, axis=0)  # (n_candidates, m)
+            c[idx] += V  # one logged candidate per row: no repeated indexes
+            out = np.asarray(inputs.features.T @ c).T  # (m, d)
+            return out[0] if v.ndim == 1 else out
 
         return log_p_all[idx], vjp
 

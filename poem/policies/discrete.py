@@ -49,10 +49,15 @@ class DiscreteFamily(PolicyFamily):
         log_p_all = log_softmax(self._scores(coef, inputs), axis=1)
         log_p = log_p_all[rows, actions]
 
+        P = np.exp(log_p_all)
+
         def vjp(v: np.ndarray) -> np.ndarray:
-            G = -np.exp(log_p_all) * v[:, None]
-            G[rows, actions] += v
-            return np.asarray(inputs.T @ G).T
+            V = v.reshape(v.shape[0], -1)  # (n, m)
+            G = -P[:, None, :] * V[:, :, None]  # (n, m, K)
+            G[rows, :, actions] += V
+            out = np.asarray(inputs.T @ G.reshape(G.shape[0], -1))  # (d, m·K): one pass over X
+            out = out.reshape(out.shape[0], V.shape[1], -1).transpose(1, 2, 0)  # (m, K, d)
+            return out[0] if v.ndim == 1 else out
 
         return log_p, vjp
 

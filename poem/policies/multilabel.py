@@ -53,11 +53,16 @@ class MultilabelFamily(PolicyFamily):
         """Log π = Σ_l [y_l log σ_l + (1 − y_l) log(1 − σ_l)]; ∇_{w_l} = (y_l − σ_l) x (§4.7)."""
         S = self._scores(coef, inputs)
         Y = np.asarray(actions, dtype=np.float64)
-        log_p = np.sum(Y * log_expit(S) + (1.0 - Y) * log_expit(-S), axis=1)
+        log_sig = log_expit(S)
+        log_p = np.sum(log_sig - (1.0 - Y) * S, axis=1)  # log(1 − σ) = log σ − s
+        R = Y - np.exp(log_sig)  # y_l − σ_l
 
         def vjp(v: np.ndarray) -> np.ndarray:
-            G = (Y - expit(S)) * v[:, None]
-            return np.asarray(inputs.T @ G).T
+            V = v.reshape(v.shape[0], -1)  # (n, m)
+            G = R[:, None, :] * V[:, :, None]  # (n, m, q)
+            out = np.asarray(inputs.T @ G.reshape(G.shape[0], -1))  # (d, m·q): one pass over X
+            out = out.reshape(out.shape[0], V.shape[1], -1).transpose(1, 2, 0)  # (m, q, d)
+            return out[0] if v.ndim == 1 else out
 
         return log_p, vjp
 

@@ -177,3 +177,17 @@ def test_sparse_and_dense_inputs_agree(rng):
         family.predict_proba(w, family.prepare(sp.csr_matrix(X))),
         family.predict_proba(w, family.prepare(X)),
     )
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
+def test_stacked_vjp_equals_single_products(family, rng):
+    # crm_statistics asks for Σ∇uᵢ and Σuᵢ∇uᵢ in one stacked call
+    raw = _inputs(family, rng)
+    inputs = family.prepare(raw)
+    actions = _actions(family, raw, rng)
+    _, vjp = family.log_prob_and_vjp(rng.normal(size=family.coef_shape), inputs, actions)
+    V = rng.normal(size=(family.n_rows(inputs), 3))
+    stacked = vjp(V)
+    assert stacked.shape == (3, *family.coef_shape)
+    for j in range(3):
+        np.testing.assert_allclose(stacked[j], vjp(V[:, j]), rtol=1e-12, atol=1e-12)
