@@ -249,9 +249,16 @@ def compare_policies(
     lower, upper = _interval(statistic, arrays, value, se, d.size, level, interval, random_state)
     _, ucb = _interval(statistic, arrays, value, se, d.size, level, interval, random_state, "less")
     difference = Estimate(
-        f"{estimator}_difference", float(value), se, lower, upper, int(d.size), level,
+        f"{estimator}_difference",
+        float(value),
+        se,
+        lower,
+        upper,
+        int(d.size),
+        level,
         min(challenger.effective_sample_size, champion.effective_sample_size),
-        max(challenger.clipped_fraction, champion.clipped_fraction), interval,
+        max(challenger.clipped_fraction, champion.clipped_fraction),
+        interval,
     )
 
     # A challenger equal to the champion up to floating-point rounding gives a difference of

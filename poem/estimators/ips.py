@@ -121,7 +121,10 @@ def _interval(
     """Interval of ``value``: t/normal from ``se``, or a bootstrap of ``statistic``."""
     if method == "bootstrap":
         return bootstrap_interval(
-            statistic, arrays, confidence_level=level, random_state=random_state,
+            statistic,
+            arrays,
+            confidence_level=level,
+            random_state=random_state,
             alternative=alternative,
         )
     return confidence_interval(value, se, n, level, method, alternative=alternative)
@@ -402,8 +405,13 @@ def evaluate_policy(
     c = resolve_loss_baseline(loss_baseline, log.loss_bounds)
     weights = importance_weights(policy.log_action_probability_on(log), log.propensities)
     estimate = _dispatch(
-        estimator, np.asarray(log.losses) - c, weights, clip,
-        confidence_level=confidence_level, interval=interval, random_state=random_state,
+        estimator,
+        np.asarray(log.losses) - c,
+        weights,
+        clip,
+        confidence_level=confidence_level,
+        interval=interval,
+        random_state=random_state,
     )
     return shift_estimate(estimate, c)
 

@@ -1,5 +1,7 @@
 """Learners: the CRM objective, the POEM estimator (AdaGrad / L-BFGS) and counterfactual search."""
 
+from poem.learners.banditnet import BanditNet
+from poem.learners.hybrid import HybridLearner
 from poem.learners.objective import (
     CRMStatistics,
     crm_objective,
@@ -8,10 +10,15 @@ from poem.learners.objective import (
     majorized_gradient,
     majorizer_coefficients,
 )
-from poem.learners.banditnet import BanditNet
-from poem.learners.hybrid import HybridLearner
 from poem.learners.poem import POEM, calibrated_variance_penalty, resolve_clip
-from poem.learners.search import SearchResult, Trial, expand_grid, run_trial, search_hyperparameters, select_trial
+from poem.learners.search import (
+    SearchResult,
+    Trial,
+    expand_grid,
+    run_trial,
+    search_hyperparameters,
+    select_trial,
+)
 
 __all__ = [
     "POEM",

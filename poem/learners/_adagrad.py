@@ -1,4 +1,4 @@
-"""Minibatch AdaGrad with iterated variance majorization (paper §5.3, Alg. 1; DESIGN §4.4).
+r"""Minibatch AdaGrad with iterated variance majorization (paper §5.3, Alg. 1; DESIGN §4.4).
 
 The variance term √V̂(u_w) of the CRM objective is not a sum over rows, so it has no unbiased
 minibatch gradient. Proposition 4 of Swaminathan & Joachims (2015) bounds it at the last
@@ -6,7 +6,7 @@ majorization point w₀ by a function that *is* a sum over rows,
 
 .. math::
 
-    \\sqrt{\\hat V(u_w)} \\le A \\sum_i u_i + B \\sum_i u_i^2 + C,
+    \sqrt{\hat V(u_w)} \le A \sum_i u_i + B \sum_i u_i^2 + C,
 
 so each epoch minimises the majorized objective by AdaGrad (Duchi et al., 2011) and then
 re-majorizes at the new w. Both the majorizer and the convergence check use
@@ -87,14 +87,14 @@ def adagrad(
     initial_accumulator: float = 1.0,
     progressive: bool = False,
 ) -> SolverResult:
-    """Minimise the CRM objective by minibatch AdaGrad on its variance majorizer (Alg. 1).
+    r"""Minimise the CRM objective by minibatch AdaGrad on its variance majorizer (Alg. 1).
 
     .. math::
 
-        g_t = \\frac{1}{b}\\sum_{i \\in B_t}\\left[\\nabla u_i + \\lambda\\sqrt{n}
-              (A \\nabla u_i + 2 B u_i \\nabla u_i)\\right] + 2\\mu w, \\quad
-        h_t = h_{t-1} + g_t^2, \\quad
-        w_{t+1} = w_t - \\eta\\, g_t / \\sqrt{h_t}
+        g_t = \frac{1}{b}\sum_{i \in B_t}\left[\nabla u_i + \lambda\sqrt{n}
+              (A \nabla u_i + 2 B u_i \nabla u_i)\right] + 2\mu w, \quad
+        h_t = h_{t-1} + g_t^2, \quad
+        w_{t+1} = w_t - \eta\, g_t / \sqrt{h_t}
 
     where B_t is a minibatch of b rows, n the training-set size, (A, B) the majorizer
     coefficients of Prop. 4 at the last majorization point, λ the variance penalty, μ the L2

@@ -32,12 +32,12 @@ def lbfgs(
     tol: float = 1e-6,
     chunk_size: int | None = None,
 ) -> SolverResult:
-    """Minimise the CRM objective J(w) with L-BFGS-B from w = 0 (Eq. 10/12).
+    r"""Minimise the CRM objective J(w) with L-BFGS-B from w = 0 (Eq. 10/12).
 
     .. math::
 
-        \\hat w = \\arg\\min_w \\; \\bar u_w + \\lambda \\sqrt{\\hat V(u_w)/n}
-        + \\mu \\lVert w \\rVert^2
+        \hat w = \arg\min_w \; \bar u_w + \lambda \sqrt{\hat V(u_w)/n}
+        + \mu \lVert w \rVert^2
 
     where ū_w is the clipped IPS risk on scaled losses, V̂ its sample variance, n the number
     of rows, λ the variance penalty and μ the L2 penalty.

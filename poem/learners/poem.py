@@ -1,11 +1,11 @@
-"""The POEM estimator: counterfactual risk minimization of a softmax policy (paper §5, STYLE §5).
+r"""The POEM estimator: counterfactual risk minimization of a softmax policy (paper §5, STYLE §5).
 
 POEM learns w by minimising the CRM objective of :mod:`poem.learners.objective`,
 
 .. math::
 
-    \\hat w = \\arg\\min_w \\; \\hat R^M(w) + \\lambda \\sqrt{\\hat V(u_w)/n}
-    + \\mu \\lVert w \\rVert^2,
+    \hat w = \arg\min_w \; \hat R^M(w) + \lambda \sqrt{\hat V(u_w)/n}
+    + \mu \lVert w \rVert^2,
 
 on scaled losses δ' ∈ [−1, 0], with either minibatch AdaGrad on the variance majorizer
 (POEM(S), Alg. 1) or L-BFGS-B on the exact objective (POEM(B)). λ = 0 gives IPS(S)/IPS(B).
@@ -37,9 +37,9 @@ CLIP_RULES = ("p90/p10", "max/min")
 
 
 def resolve_clip(clip: Any, propensities: np.ndarray) -> float:
-    """Resolve the clip M from a number or a calibration rule (paper §6, DESIGN §4.5).
+    r"""Resolve the clip M from a number or a calibration rule (paper §6, DESIGN §4.5).
 
-    .. math:: M = p_{(90)} / p_{(10)} \\quad\\text{or}\\quad M = \\max_i p_i / \\min_i p_i
+    .. math:: M = p_{(90)} / p_{(10)} \quad\text{or}\quad M = \max_i p_i / \min_i p_i
 
     where p₍ₖ₎ is the k-th percentile of the training propensities pᵢ.
 
@@ -80,9 +80,9 @@ def resolve_clip(clip: Any, propensities: np.ndarray) -> float:
 
 
 def calibrated_variance_penalty(scaled_losses: np.ndarray) -> float:
-    """λ* at which the logging policy's CRM objective is zero (paper §4.4, DESIGN §4.5).
+    r"""λ* at which the logging policy's CRM objective is zero (paper §4.4, DESIGN §4.5).
 
-    .. math:: \\lambda^* = -\\hat R(\\pi_0) \\big/ \\sqrt{\\hat V(\\delta')/n}
+    .. math:: \lambda^* = -\hat R(\pi_0) \big/ \sqrt{\hat V(\delta')/n}
 
     where R̂(π₀) = mean(δ') is the logger's IPS risk on scaled losses (all weights 1),
     V̂(δ') their sample variance and n the number of rows.
@@ -105,13 +105,13 @@ def calibrated_variance_penalty(scaled_losses: np.ndarray) -> float:
 
 
 class POEM(BaseEstimator):
-    """Policy Optimizer for Exponential Models (Swaminathan & Joachims 2015).
+    r"""Policy Optimizer for Exponential Models (Swaminathan & Joachims 2015).
 
     .. math::
 
-        \\hat w = \\arg\\min_w \\frac{1}{n}\\sum_i u_i
-        + \\lambda \\sqrt{\\hat V(u)/n} + \\mu \\lVert w \\rVert^2, \\quad
-        u_i = \\delta'_i \\min(M, \\pi_w(y_i|x_i)/p_i)
+        \hat w = \arg\min_w \frac{1}{n}\sum_i u_i
+        + \lambda \sqrt{\hat V(u)/n} + \mu \lVert w \rVert^2, \quad
+        u_i = \delta'_i \min(M, \pi_w(y_i|x_i)/p_i)
 
     where δ'ᵢ are scaled losses, pᵢ propensities, M the clip, λ the variance penalty and μ
     the L2 penalty (Eq. 10/12). Optimisation starts at w = 0 (the uniform policy).

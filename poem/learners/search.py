@@ -1,9 +1,9 @@
-"""Counterfactual hyperparameter search: fit on a training log, score on a validation log (§6).
+r"""Counterfactual hyperparameter search: fit on a training log, score on a validation log (§6).
 
 Every configuration is fitted with ``clone(estimator).set_params(**params)`` and scored by the
 unbiased IPS estimate (Eq. 1) of the fitted stochastic policy on the held-out validation log,
 
-.. math:: \\hat R(\\pi_w) = \\frac{1}{n_v} \\sum_{i=1}^{n_v} \\delta_i \\frac{\\pi_w(y_i|x_i)}{p_i},
+.. math:: \hat R(\pi_w) = \frac{1}{n_v} \sum_{i=1}^{n_v} \delta_i \frac{\pi_w(y_i|x_i)}{p_i},
 
 in original loss units, using the same estimator functions as the gate
 (:func:`poem.estimators.ips.evaluate_policy`). SNIPS breaks ties.
@@ -133,10 +133,10 @@ def run_trial(
     confidence_level: float = 0.95,
     keep_estimator: bool = False,
 ) -> Trial:
-    """Fit ``clone(estimator).set_params(**params)`` on the training log and score it.
+    r"""Fit ``clone(estimator).set_params(**params)`` on the training log and score it.
 
-    .. math:: \\hat R_{IPS} = \\frac{1}{n_v}\\sum_i \\delta_i r_i, \\quad
-              \\hat R_{SNIPS} = \\frac{\\sum_i \\delta_i r_i}{\\sum_i r_i}
+    .. math:: \hat R_{IPS} = \frac{1}{n_v}\sum_i \delta_i r_i, \quad
+              \hat R_{SNIPS} = \frac{\sum_i \delta_i r_i}{\sum_i r_i}
 
     where rᵢ = π_w(yᵢ|xᵢ)/pᵢ on the validation log of n_v rows (paper Eq. 1).
 
@@ -286,9 +286,9 @@ def search_hyperparameters(
     min_effective_sample_size: float = 0.0,
     keep_estimators: bool = False,
 ) -> SearchResult:
-    """Fit every configuration of ``grid`` and select by validation risk (paper §6).
+    r"""Fit every configuration of ``grid`` and select by validation risk (paper §6).
 
-    .. math:: \\hat\\theta = \\arg\\min_{\\theta \\in \\Theta} \\hat R_{IPS}(\\pi_{w(\\theta)})
+    .. math:: \hat\theta = \arg\min_{\theta \in \Theta} \hat R_{IPS}(\pi_{w(\theta)})
 
     where Θ is the grid and w(θ) the parameters fitted with hyperparameters θ.
 
