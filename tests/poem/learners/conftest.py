@@ -7,6 +7,7 @@ import pytest
 import scipy.sparse as sp
 
 from poem.data import CandidateSets, LoggedBandit
+from poem.policies.candidates import segment_logsumexp
 
 
 def make_family_log(family: str, n: int = 40, seed: int = 0, sparse: bool = False) -> LoggedBandit:
@@ -55,3 +56,37 @@ def family_log(request) -> LoggedBandit:
 def make_log():
     """The :func:`make_family_log` factory (tests call it with their own sizes)."""
     return make_family_log
+
+
+def make_candidate_problem(n=600, d=5, seed=0):
+    """Candidate-set log with known click probabilities σ(θ·ψ − 1) and a weak softmax logger."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(3, 7, size=n)
+    F = rng.normal(size=(int(sizes.sum()), d))
+    click = 1.0 / (1.0 + np.exp(-(F @ rng.normal(size=d) - 1.0)))
+    cs = CandidateSets.from_sizes(F, sizes)
+    logits = 0.3 * F @ rng.normal(size=d)
+    P = np.exp(logits - np.repeat(segment_logsumexp(logits, cs.offsets), sizes))
+    actions = np.array(
+        [
+            rng.choice(k, p=P[o : o + k] / P[o : o + k].sum())
+            for o, k in zip(cs.offsets[:-1], sizes, strict=True)
+        ]
+    )
+    idx = cs.offsets[:-1] + actions
+    log = LoggedBandit.from_rewards(
+        rewards=(rng.random(n) < click[idx]).astype(float),
+        reward_bounds=(0, 1),
+        contexts=None,
+        actions=actions,
+        propensities=P[idx],
+        family="candidates",
+        candidates=cs,
+    )
+    return log, click, P
+
+
+@pytest.fixture(scope="session")
+def candidate_problem():
+    """(log, click probability of every candidate, logging probabilities): BanditNet and hybrid."""
+    return make_candidate_problem()

@@ -17,45 +17,15 @@ from sklearn.utils.estimator_checks import (
     check_set_params,
 )
 
-from poem.data import CandidateSets, LoggedBandit
 from poem.learners.banditnet import BanditNet, translated_ips_objective
 from poem.policies import StochasticPolicy, family_from_log
-from poem.policies.candidates import segment_logsumexp
 
 GRID = [-1.0, -0.6, -0.3, 0.0]  # translations in loss units (losses −click ∈ [−1, 0])
 
 
-def make_candidate_problem(n=600, d=5, seed=0):
-    """Candidate-set log with known click probabilities σ(θ·ψ − 1) and a weak softmax logger."""
-    rng = np.random.default_rng(seed)
-    sizes = rng.integers(3, 7, size=n)
-    F = rng.normal(size=(int(sizes.sum()), d))
-    click = 1.0 / (1.0 + np.exp(-(F @ rng.normal(size=d) - 1.0)))
-    cs = CandidateSets.from_sizes(F, sizes)
-    logits = 0.3 * F @ rng.normal(size=d)
-    P = np.exp(logits - np.repeat(segment_logsumexp(logits, cs.offsets), sizes))
-    actions = np.array(
-        [
-            rng.choice(k, p=P[o : o + k] / P[o : o + k].sum())
-            for o, k in zip(cs.offsets[:-1], sizes, strict=True)
-        ]
-    )
-    idx = cs.offsets[:-1] + actions
-    log = LoggedBandit.from_rewards(
-        rewards=(rng.random(n) < click[idx]).astype(float),
-        reward_bounds=(0, 1),
-        contexts=None,
-        actions=actions,
-        propensities=P[idx],
-        family="candidates",
-        candidates=cs,
-    )
-    return log, click, P
-
-
 @pytest.fixture(scope="module")
-def problem():
-    return make_candidate_problem()
+def problem(candidate_problem):
+    return candidate_problem
 
 
 def test_translated_objective_value_and_gradient(problem):
