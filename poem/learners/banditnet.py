@@ -28,11 +28,11 @@ from scipy.optimize import minimize
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state, check_scalar
-from sklearn.utils.validation import check_is_fitted
 
 from poem.data import LoggedBandit, check_logged_bandit
 from poem.estimators.ips import snips
 from poem.estimators.weights import importance_weights
+from poem.learners._prediction import PolicyPredictionMixin
 from poem.learners.objective import crm_objective_from_statistics, crm_statistics
 from poem.policies._base import check_serving_params
 from poem.policies.stochastic import StochasticPolicy, family_from_log
@@ -98,7 +98,7 @@ def translated_ips_objective(
     return crm_objective_from_statistics(stats, coef, 0.0, l2_penalty)
 
 
-class BanditNet(BaseEstimator):
+class BanditNet(PolicyPredictionMixin, BaseEstimator):
     """BanditNet: translated-IPS learning with a λ search scored by held-out SNIPS.
 
     Parameters
@@ -334,55 +334,3 @@ class BanditNet(BaseEstimator):
             },
         )
         return self
-
-    def predict_proba(self, X):
-        """Return the served distribution π(·|x) (see the family's ``predict_proba``).
-
-        Parameters
-        ----------
-        X : array-like, sparse matrix or CandidateSets
-            Contexts (candidate vectors for the candidate-set family).
-
-        Returns
-        -------
-        ndarray
-            Probabilities with temperature α and floor ε.
-        """
-        check_is_fitted(self, "coef_")
-        return self.policy_.predict_proba(X)
-
-    def predict(self, X):
-        """MAP actions.
-
-        Parameters
-        ----------
-        X : array-like, sparse matrix or CandidateSets
-            Contexts.
-
-        Returns
-        -------
-        ndarray
-            MAP action of each row.
-        """
-        check_is_fitted(self, "coef_")
-        return self.policy_.predict(X)
-
-    def sample(self, X, random_state=None):
-        """Draw actions and return them with their served probabilities.
-
-        Parameters
-        ----------
-        X : array-like, sparse matrix or CandidateSets
-            Contexts.
-        random_state : int, RandomState instance, Generator or None, default=None
-            Seed.
-
-        Returns
-        -------
-        actions : ndarray
-            Sampled actions.
-        probabilities : ndarray of shape (n_rows,)
-            Their served probabilities.
-        """
-        check_is_fitted(self, "coef_")
-        return self.policy_.sample(X, random_state)

@@ -30,6 +30,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from poem.data import LoggedBandit, check_logged_bandit
 from poem.learners._hybrid_loss import REGULARIZERS, WEIGHTINGS, hybrid_objective
+from poem.learners._prediction import PolicyPredictionMixin
 from poem.learners.poem import resolve_clip
 from poem.policies._base import check_serving_params
 from poem.policies.stochastic import StochasticPolicy, family_from_log
@@ -39,7 +40,7 @@ __all__ = ["REGULARIZERS", "WEIGHTINGS", "HybridLearner", "hybrid_objective"]
 _MAX_REWEIGHTINGS = 20
 
 
-class HybridLearner(BaseEstimator):
+class HybridLearner(PolicyPredictionMixin, BaseEstimator):
     """Counterfactual supervised learner: weighted cross entropy + softmax policy over candidates.
 
     Parameters
@@ -250,58 +251,6 @@ class HybridLearner(BaseEstimator):
             },
         )
         return self
-
-    def predict_proba(self, X):
-        """Return the served probability of every stacked candidate (softmax within each set).
-
-        Parameters
-        ----------
-        X : CandidateSets
-            Candidate vectors.
-
-        Returns
-        -------
-        ndarray of shape (n_candidates_total,)
-            π(c|i) with temperature α and floor ε.
-        """
-        check_is_fitted(self, "coef_")
-        return self.policy_.predict_proba(X)
-
-    def predict(self, X):
-        """Highest-scoring candidate of each row (MAP).
-
-        Parameters
-        ----------
-        X : CandidateSets
-            Candidate vectors.
-
-        Returns
-        -------
-        ndarray of shape (n_rows,)
-            Candidate indexes.
-        """
-        check_is_fitted(self, "coef_")
-        return self.policy_.predict(X)
-
-    def sample(self, X, random_state=None):
-        """Draw one candidate per row and return it with its served probability.
-
-        Parameters
-        ----------
-        X : CandidateSets
-            Candidate vectors.
-        random_state : int, RandomState instance, Generator or None, default=None
-            Seed.
-
-        Returns
-        -------
-        actions : ndarray of shape (n_rows,)
-            Sampled candidate indexes.
-        probabilities : ndarray of shape (n_rows,)
-            Their served probabilities (the next log's propensities).
-        """
-        check_is_fitted(self, "coef_")
-        return self.policy_.sample(X, random_state)
 
     def predict_outcome(self, X):
         """Predicted probability of the best outcome (e.g. a click) of every candidate, σ(w·ψ).

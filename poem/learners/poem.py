@@ -21,11 +21,11 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state, check_scalar
-from sklearn.utils.validation import check_is_fitted
 
 from poem.data import LoggedBandit, check_logged_bandit
 from poem.learners._adagrad import SolverResult, adagrad
 from poem.learners._lbfgs import lbfgs
+from poem.learners._prediction import PolicyPredictionMixin
 from poem.policies._base import check_serving_params
 from poem.policies.stochastic import StochasticPolicy, family_from_log
 
@@ -104,7 +104,7 @@ def calibrated_variance_penalty(scaled_losses: np.ndarray) -> float:
     return float(-np.mean(d) / np.sqrt(var / d.size))
 
 
-class POEM(BaseEstimator):
+class POEM(PolicyPredictionMixin, BaseEstimator):
     r"""Policy Optimizer for Exponential Models (Swaminathan & Joachims 2015).
 
     .. math::
@@ -378,56 +378,3 @@ class POEM(BaseEstimator):
             },
         )
         return self
-
-    # -- prediction ------------------------------------------------------------------------------
-    def predict_proba(self, X):
-        """Return the served distribution π(·|x) (discrete rows sum to 1; multilabel: marginals).
-
-        Parameters
-        ----------
-        X : array-like or sparse matrix of shape (n_samples, n_features), or CandidateSets
-            Contexts xᵢ (candidate vectors for the candidate-set family).
-
-        Returns
-        -------
-        ndarray
-            The family's ``predict_proba`` under temperature α and floor ε.
-        """
-        check_is_fitted(self)
-        return self.policy_.predict_proba(X)
-
-    def predict(self, X):
-        """MAP actions argmax_y π_w(y|x) (paper Eq. 11).
-
-        Parameters
-        ----------
-        X : array-like or sparse matrix of shape (n_samples, n_features), or CandidateSets
-            Contexts xᵢ.
-
-        Returns
-        -------
-        ndarray
-            MAP actions.
-        """
-        check_is_fitted(self)
-        return self.policy_.predict(X)
-
-    def sample(self, X, random_state=None):
-        """Draw yᵢ ~ π(·|xᵢ) and return them with their served probabilities.
-
-        Parameters
-        ----------
-        X : array-like or sparse matrix of shape (n_samples, n_features), or CandidateSets
-            Contexts xᵢ.
-        random_state : int, RandomState, Generator or None, default=None
-            Seed of the draw.
-
-        Returns
-        -------
-        actions : ndarray
-            Sampled actions yᵢ.
-        probabilities : ndarray of shape (n_samples,)
-            π(yᵢ|xᵢ), the next log's propensities.
-        """
-        check_is_fitted(self)
-        return self.policy_.sample(X, random_state)

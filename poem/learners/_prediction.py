@@ -1,0 +1,86 @@
+"""Prediction methods every learner shares: delegation to the fitted ``policy_``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from sklearn.utils.validation import check_is_fitted
+
+__all__ = ["PolicyPredictionMixin"]
+
+
+class PolicyPredictionMixin:
+    """``predict_proba``, ``predict`` and ``sample`` of a learner whose fit sets ``policy_``.
+
+    ``policy_`` is a :class:`~poem.policies.StochasticPolicy` carrying the serving temperature
+    and exploration floor, so these methods return exactly what a served policy would.
+    """
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Return the served distribution π(·|x).
+
+        Parameters
+        ----------
+        X : array-like or sparse matrix of shape (n_samples, n_features), or CandidateSets
+            Contexts xᵢ (candidate vectors for the candidate-set family).
+
+        Returns
+        -------
+        ndarray
+            Discrete: shape (n_samples, K), rows sum to 1; multilabel: per-label marginals
+            (n_samples, q); candidate sets: one probability per stacked candidate.
+
+        Raises
+        ------
+        sklearn.exceptions.NotFittedError
+            Before ``fit``.
+        """
+        check_is_fitted(self, "policy_")
+        return self.policy_.predict_proba(X)
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Return the MAP actions argmax_y π_w(y|x) (paper Eq. 11).
+
+        Parameters
+        ----------
+        X : array-like or sparse matrix of shape (n_samples, n_features), or CandidateSets
+            Contexts xᵢ.
+
+        Returns
+        -------
+        ndarray
+            Action ids, label vectors or candidate indexes.
+
+        Raises
+        ------
+        sklearn.exceptions.NotFittedError
+            Before ``fit``.
+        """
+        check_is_fitted(self, "policy_")
+        return self.policy_.predict(X)
+
+    def sample(self, X: Any, random_state: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        """Draw yᵢ ~ π(·|xᵢ); return them with their served probabilities (the next propensities).
+
+        Parameters
+        ----------
+        X : array-like or sparse matrix of shape (n_samples, n_features), or CandidateSets
+            Contexts xᵢ.
+        random_state : int, RandomState instance, Generator or None, default=None
+            Seed of the draws.
+
+        Returns
+        -------
+        actions : ndarray
+            Sampled actions.
+        probabilities : ndarray of shape (n_samples,)
+            π(yᵢ|xᵢ) of each sampled action under the served distribution.
+
+        Raises
+        ------
+        sklearn.exceptions.NotFittedError
+            Before ``fit``.
+        """
+        check_is_fitted(self, "policy_")
+        return self.policy_.sample(X, random_state)
