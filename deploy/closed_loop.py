@@ -171,18 +171,12 @@ def _simulation_config(
     return path
 
 
-def _labels_loss(actions: np.ndarray, truth: np.ndarray, family: str) -> np.ndarray:
-    """Δ(y*, y): Hamming loss Σ_l |y*_l − y_l| (multilabel) or 0/1 loss [y ≠ y*] (discrete)."""
-    if family == "multilabel":
-        return np.abs(np.asarray(actions) - truth).sum(axis=1).astype(np.float64)
-    return (np.asarray(actions) != truth).astype(np.float64)
-
-
 def _serve_round(
     model: Any, X: np.ndarray, Y: np.ndarray, family: str, round_: int, seed: int, log: Any
 ) -> tuple[int, float, int]:
     """Serve every context through the pyfunc, observe the losses, write the round's partition."""
     from deploy.pyfunc import feature_names_of
+    from poem.simulate import supervised_loss
 
     names = list(log.feature_names)
     served_names = feature_names_of(model.unwrap_python_model().policy)
@@ -201,7 +195,7 @@ def _serve_round(
         )
         times = day + rows.astype("timedelta64[s]")
         log.add_decisions(request, decisions, timestamps=times)
-        losses = _labels_loss(np.array(decisions["action"].tolist()), Y[rows], family)
+        losses = supervised_loss(np.array(decisions["action"].tolist()), Y[rows], family)
         log.add_feedback(decisions["event_id"], losses)
         losses_all.append(losses)
     report = log.flush(force=True)

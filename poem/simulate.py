@@ -26,7 +26,13 @@ from poem.data import LoggedBandit
 from poem.datasets import SupervisedDataset
 from poem.policies import StochasticPolicy, expected_hamming_loss, make_family
 
-__all__ = ["fit_logging_policy", "map_loss", "supervised_to_bandit", "true_expected_loss"]
+__all__ = [
+    "fit_logging_policy",
+    "map_loss",
+    "supervised_loss",
+    "supervised_to_bandit",
+    "true_expected_loss",
+]
 
 _FAMILIES = ("discrete", "multilabel")
 _LOGREG = {"C": 1.0, "max_iter": 1000}  # scikit-learn defaults, more iterations to converge
@@ -212,7 +218,7 @@ def supervised_to_bandit(
     rows = np.tile(np.arange(n), int(n_replays))
     contexts, truth = X[rows], Y[rows]
     actions, propensities = logging_policy.sample(contexts, random_state)
-    losses = _loss(actions, truth, family.name)
+    losses = supervised_loss(actions, truth, family.name)
     n_log = rows.size
     timestamps = None
     if start_time is not None:
@@ -306,7 +312,7 @@ def map_loss(policy: StochasticPolicy, X: Any, Y: Any) -> float:
     X = _as_contexts(X)
     family = policy.family
     Y = _check_labels(Y, family.name, X.shape[0], family.n_actions)
-    return float(np.mean(_loss(policy.predict(X), Y, family.name)))
+    return float(np.mean(supervised_loss(policy.predict(X), Y, family.name)))
 
 
 # -- private ------------------------------------------------------------------------------------
@@ -364,8 +370,28 @@ def _check_labels(Y: Any, family: str, n_rows: int, n_actions: int | None) -> np
     return Y.astype(np.int64)
 
 
-def _loss(actions: np.ndarray, truth: np.ndarray, family: str) -> np.ndarray:
-    """Δ(y*, y): Hamming loss (expected_hamming_loss of 0/1 marginals) or 0/1 loss."""
+def supervised_loss(actions: Any, truth: Any, family: str) -> np.ndarray:
+    r"""Feedback of the supervised → bandit conversion (paper §6).
+
+    .. math:: \Delta(y^*, y) = \sum_l |y^*_l - y_l| \;\text{(multilabel)}, \quad
+              \Delta(y^*, y) = [y \ne y^*] \;\text{(discrete)}
+
+    where y* is the true label (vector) and y the chosen action.
+
+    Parameters
+    ----------
+    actions : array-like of shape (n_samples,) or (n_samples, n_labels)
+        Chosen actions y.
+    truth : array-like of the same shape
+        True labels y*.
+    family : {"discrete", "multilabel"}
+        Action structure.
+
+    Returns
+    -------
+    ndarray of shape (n_samples,)
+        Hamming loss (multilabel) or 0/1 loss (discrete) per row.
+    """
     if family == "multilabel":
         return expected_hamming_loss(actions, truth)
     return (np.asarray(actions) != truth).astype(np.float64)

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from poem.data import LoggedBandit
-from poem.diagnostics.propensity import reference_probabilities, suggested_clip
-from poem.estimators.weights import importance_weights
+from poem.diagnostics.propensity import reference_probabilities
+from poem.estimators.weights import importance_weights, suggested_clip
 
 __all__ = [
     "plot_action_counts",

@@ -23,7 +23,12 @@ import numpy as np
 
 from poem.data import LoggedBandit
 from poem.estimators.bounds import confidence_interval, standard_error
-from poem.estimators.weights import clipped_fraction, effective_sample_size, importance_weights
+from poem.estimators.weights import (
+    clipped_fraction,
+    effective_sample_size,
+    importance_weights,
+    suggested_clip,
+)
 from poem.exceptions import PropensityWarning
 
 __all__ = [
@@ -220,12 +225,6 @@ def reference_probabilities(log: LoggedBandit) -> np.ndarray:
     if log.family == "multilabel":
         return np.full(n, 2.0 ** -float(log.n_actions))
     return np.full(n, 1.0 / float(log.n_actions))
-
-
-def suggested_clip(propensities: Any) -> float:
-    """Return the weight cap M = p₉₀ / p₁₀ of the propensities (paper §4.4, DESIGN §4.5)."""
-    p90, p10 = np.quantile(np.asarray(propensities, dtype=np.float64), [0.9, 0.1])
-    return float(p90 / p10)
 
 
 def _grade(bad: bool, fail: bool) -> str:

@@ -11,7 +11,13 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["clip_weights", "clipped_fraction", "effective_sample_size", "importance_weights"]
+__all__ = [
+    "clip_weights",
+    "clipped_fraction",
+    "effective_sample_size",
+    "importance_weights",
+    "suggested_clip",
+]
 
 _N_EXAMPLES = 5
 
@@ -206,3 +212,30 @@ def clipped_fraction(weights: Any, clip: float | None) -> float:
     if clip is None:
         return 0.0
     return float(np.mean(r >= _check_clip(clip)))
+
+
+def suggested_clip(propensities: Any) -> float:
+    r"""Weight cap from the propensities' spread (paper §4.4 and §6, DESIGN §4.5).
+
+    .. math:: M = p_{(90)} / p_{(10)}
+
+    where p₍ₖ₎ is the k-th percentile of the propensities pᵢ: the weight a policy reaches by
+    moving mass from typically-likely to typically-unlikely logged actions.
+
+    Parameters
+    ----------
+    propensities : array-like of shape (n_samples,)
+        Logging propensities, i.e. pᵢ.
+
+    Returns
+    -------
+    float
+        The clip M (1 for a uniform logger).
+
+    References
+    ----------
+    Swaminathan & Joachims (2015), JMLR 16, arXiv:1502.02362, §6 ("the ratio of the 90%ile to
+    the 10%ile propensity score").
+    """
+    p90, p10 = np.percentile(np.asarray(propensities, dtype=np.float64), [90, 10])
+    return float(p90 / p10)

@@ -29,7 +29,7 @@ from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state, check_scalar
 
-from poem.data import LoggedBandit, check_logged_bandit
+from poem.data import LoggedBandit, check_logged_bandit, scale_losses
 from poem.estimators.ips import snips
 from poem.estimators.weights import importance_weights
 from poem.learners._prediction import PolicyPredictionMixin
@@ -212,8 +212,7 @@ class BanditNet(PolicyPredictionMixin, BaseEstimator):
         inputs = family.inputs_from_log(log)
         actions = np.asarray(log.actions)
         scaled = log.scaled_losses()
-        lo, hi = log.loss_bounds
-        shift = (translation - hi) / (hi - lo)  # λ' in scaled units
+        shift = float(scale_losses(translation, log.loss_bounds))  # λ' in scaled units
 
         def fun(flat):
             w = flat.reshape(family.coef_shape)

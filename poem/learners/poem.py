@@ -23,6 +23,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state, check_scalar
 
 from poem.data import LoggedBandit, check_logged_bandit
+from poem.estimators.weights import suggested_clip
 from poem.learners._adagrad import SolverResult, adagrad
 from poem.learners._lbfgs import lbfgs
 from poem.learners._prediction import PolicyPredictionMixin
@@ -66,7 +67,7 @@ def resolve_clip(clip: Any, propensities: np.ndarray) -> float:
         return float("inf")
     if isinstance(clip, str):
         if clip == "p90/p10":
-            return float(np.percentile(propensities, 90) / np.percentile(propensities, 10))
+            return suggested_clip(propensities)
         if clip == "max/min":
             return float(np.max(propensities) / np.min(propensities))
         raise ValueError(
