@@ -28,7 +28,7 @@ from flows.tasks.gate import gate_candidate, gate_metrics, load_champion, report
 from flows.tasks.load import build_log, fingerprint_logs, load_logs
 from flows.tasks.propensity import diagnose_propensities
 from flows.tasks.register import promote_policy, register_policy
-from flows.tasks.search import record_search, search_trial, select_best
+from flows.tasks.search import code_fingerprint, record_search, search_trial, select_best
 from flows.tasks.split import split_logs
 from flows.tasks.track import finish_tracking, start_tracking
 from flows.tasks.train import train_policy
@@ -98,6 +98,7 @@ def _search(parts: Any, cfg: Any, data_key: str) -> list[Any]:
                 params,
                 cfg.search.confidence_level,
                 data_key,
+                code_fingerprint(),
             )
             for params in grid[start : start + cfg.search.max_workers]
         ]

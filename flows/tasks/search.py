@@ -1,13 +1,16 @@
 """Hyperparameter search on the validation split: one cached task per trial, then the record.
 
 Trials run concurrently on the flow's ``ThreadPoolTaskRunner``. Only :func:`search_trial`
-is cached (STYLE §8): its key is the data fingerprint, the split settings, the learner and
-the trial's params plus the task source — never the logs themselves.
+is cached (STYLE §8): its key is the data fingerprint, the split settings, the learner, the
+trial's params, the task source and :func:`code_fingerprint` (the learning code: an upgraded
+``poem`` never serves a trial fitted by the old one) — never the logs themselves.
 """
 
 from __future__ import annotations
 
+import hashlib
 import tempfile
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +18,8 @@ from prefect import task
 from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import INPUTS, NO_CACHE, TASK_SOURCE
 
+import poem
+from flows import learners
 from flows.config import SearchConfig
 from flows.learners import build_learner
 from flows.tasks import IO_RETRIES, stage_done
@@ -23,6 +28,18 @@ from poem.diagnostics.search_plot import plot_search
 from poem.learners.search import Trial, run_trial, select_trial
 
 TRIAL_CACHE = (INPUTS - "train_log" - "validation_log") + TASK_SOURCE
+
+
+@cache
+def code_fingerprint() -> str:
+    """SHA-256 of every ``poem/**/*.py`` file and ``flows/learners.py``, in path order."""
+    root = Path(poem.__file__).parent
+    files = sorted(root.rglob("*.py")) + [Path(learners.__file__)]
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(str(path.relative_to(root.parent)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 @task(
@@ -36,8 +53,13 @@ def search_trial(
     params: dict,
     confidence_level: float,
     data_key: str,
+    code_key: str,
 ) -> Trial:
-    """Fit one configuration on train, score it on validation (``run_trial``)."""
+    """Fit one configuration on train, score it on validation (``run_trial``).
+
+    ``data_key`` and ``code_key`` are unused in the body: they are the cache key's stand-ins
+    for the logs (excluded from it) and for the learning code (:func:`code_fingerprint`).
+    """
     estimator = build_learner(learner, fixed_params)
     return run_trial(
         estimator, params, train_log, validation_log, confidence_level=confidence_level

@@ -54,7 +54,14 @@ def parts(digits_log):
 def trials(parts):
     return [
         search_trial.fn(
-            parts.train, parts.validation, "poem", PARAMS, {"variance_scale": c}, 0.95, "key"
+            parts.train,
+            parts.validation,
+            "poem",
+            PARAMS,
+            {"variance_scale": c},
+            0.95,
+            "key",
+            "code",
         )
         for c in (0.0, 0.1)
     ]
@@ -170,3 +177,25 @@ def test_validate_and_quarantine_reconcile(logs_dir, run):
 )
 def test_only_transient_io_errors_retry(exc, retry):
     assert is_transient_io_error(None, None, SimpleNamespace(data=exc)) is retry
+
+
+def test_trial_cache_key_includes_the_learning_code(prefect_harness, parts):
+    from prefect import flow
+
+    from flows.tasks.search import code_fingerprint
+
+    @flow
+    def three_trials():
+        args = (parts.train, parts.validation, "poem", PARAMS, {"variance_scale": 0.1}, 0.95)
+        return [
+            search_trial(*args, "data-key", code, return_state=True)
+            for code in ("code-a", "code-a", "code-b")
+        ]
+
+    first, again, new_code = three_trials()
+    assert first.is_completed() and first.name == "Completed"
+    assert again.name == "Cached"
+    assert new_code.name == "Completed"  # same data and params, other code: refitted
+    assert again.result().ips.value == first.result().ips.value
+    key = code_fingerprint()
+    assert len(key) == 64 and int(key, 16) >= 0 and code_fingerprint() == key
