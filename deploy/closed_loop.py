@@ -4,7 +4,8 @@ Round 0 registers the logging policy h₀ (trained on a small fraction of the su
 set, :func:`poem.simulate.fit_logging_policy`) as version 1 and ``champion``. Every round then
 
 1. loads ``models:/<name>@champion`` through the serving pyfunc (:mod:`deploy.pyfunc`), in process;
-2. serves it on the supervised training contexts (``n_replays`` passes): one request per batch,
+2. serves it on the supervised training contexts (``n_replays`` requests per context, adjacent
+   in time): one request per batch,
    each decision with its propensity under the served distribution;
 3. observes the loss of each decision from the hidden labels (0/1 loss for classes, Hamming loss
    for label sets) and writes decisions + feedback with :class:`poem.io.decisions.DecisionLog`
@@ -291,7 +292,8 @@ def run_closed_loop(
     skyline = fit_logging_policy(
         X_train, Y_train, family=ds.family, fraction=1.0, random_state=seed
     )
-    rows = np.tile(np.arange(X_train.shape[0]), n_replays)
+    # each context's replays together in time: the flow's time split separates contexts
+    rows = np.repeat(np.arange(X_train.shape[0]), n_replays)
     X_round, Y_round = X_train[rows], Y_train[rows]
 
     def true_loss(policy: Any) -> float:

@@ -156,6 +156,7 @@ def supervised_to_bandit(
     start_time: Any = None,
     event_id_prefix: str = "e",
     feature_names: Any = None,
+    order: str = "pass",
 ) -> LoggedBandit:
     r"""Simulate logged bandit feedback by replaying supervised data through h₀ (paper §6).
 
@@ -166,7 +167,10 @@ def supervised_to_bandit(
     where R is the replay count, y*ᵢ the true label(s) and Δ the Hamming loss
     Σ_l |y*_l − y_l| ∈ [0, q] (multilabel) or the 0/1 loss [y ≠ y*] ∈ [0, 1] (discrete).
 
-    Row k = r·n + i of the log is replay r of supervised row i.
+    With ``order="pass"`` (the paper's R passes) row k = r·n + i of the log is replay r of
+    supervised row i; with ``order="context"`` row k = i·R + r, so each context's replays are
+    adjacent and a time split (``start_time``) separates contexts rather than passes — a gate
+    on the last rows then sees contexts the training rows never held, as in production.
 
     Parameters
     ----------
@@ -187,6 +191,8 @@ def supervised_to_bandit(
         Event ids are ``f"{event_id_prefix}{k}"``, unique within the log.
     feature_names : sequence of str or None, default=None
         Feature names stored in the log.
+    order : {"pass", "context"}, default="pass"
+        Row order: pass after pass, or the replays of each context together.
 
     Returns
     -------
@@ -198,8 +204,8 @@ def supervised_to_bandit(
     Raises
     ------
     ValueError
-        If the policy family is not discrete or multilabel, labels do not match it, or
-        ``n_replays`` < 1.
+        If the policy family is not discrete or multilabel, labels do not match it,
+        ``n_replays`` < 1 or ``order`` is unknown.
 
     References
     ----------
@@ -212,10 +218,13 @@ def supervised_to_bandit(
         )
     if not isinstance(n_replays, int | np.integer) or n_replays < 1:
         raise ValueError(f"n_replays must be an integer >= 1, got {n_replays!r}")
+    if order not in ("pass", "context"):
+        raise ValueError(f"order must be 'pass' or 'context', got {order!r}")
     X = _as_contexts(X)
     n = X.shape[0]
     Y = _check_labels(Y, family.name, n, family.n_actions)
-    rows = np.tile(np.arange(n), int(n_replays))
+    repeat = np.tile if order == "pass" else np.repeat
+    rows = repeat(np.arange(n), int(n_replays))
     contexts, truth = X[rows], Y[rows]
     actions, propensities = logging_policy.sample(contexts, random_state)
     losses = supervised_loss(actions, truth, family.name)

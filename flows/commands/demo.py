@@ -85,6 +85,7 @@ def simulate_days(out: Path, seed: int, replays: int) -> list[tuple[Path, int]]:
             start_time=f"2026-01-0{day}",
             event_id_prefix=f"d{day}-",
             feature_names=data.feature_names,
+            order="context",  # the time split then gates on contexts training never saw
         )
         folder = out / "logs" / f"round-{day}"
         if folder.exists():

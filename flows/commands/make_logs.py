@@ -66,6 +66,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "2026-01-01T00:00:00)",
     )
     parser.add_argument(
+        "--order",
+        choices=["context", "pass"],
+        default="context",
+        help="row (time) order: each context's replays together, so a time split separates "
+        "contexts, or the paper's pass after pass (default: context)",
+    )
+    parser.add_argument(
         "--no-partition",
         action="store_true",
         help="write a single Parquet file at --out instead of date partitions",
@@ -104,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
         random_state=args.seed,
         start_time=args.start_time,
         feature_names=data.feature_names,
+        order=args.order,
     )
     if args.n_events is not None and args.n_events < log.n_rows:
         log = log.take(range(args.n_events))

@@ -225,11 +225,35 @@ def test_sampling_is_seeded_and_sparse_contexts_work(multilabel_data):
     assert not np.array_equal(first.actions, other.actions)
 
 
+def test_context_order_keeps_replays_together_so_a_time_split_separates_contexts(
+    multilabel_data,
+):
+    X, Y = multilabel_data
+    h0 = fit_logging_policy(X, Y, family="multilabel", fraction=0.5, random_state=0)
+    by_pass = supervised_to_bandit(X, Y, h0, n_replays=4, random_state=0, start_time="2026-01-01")
+    log = supervised_to_bandit(
+        X, Y, h0, n_replays=4, random_state=0, start_time="2026-01-01", order="context"
+    )
+    rows = np.repeat(np.arange(120), 4)
+    np.testing.assert_array_equal(log.contexts, X[rows])
+    np.testing.assert_array_equal(log.losses, np.abs(log.actions - Y[rows]).sum(axis=1))
+    np.testing.assert_allclose(
+        log.propensities, h0.action_probability(X[rows], log.actions), rtol=1e-12
+    )
+    # the last quarter by time: 30 contexts never seen before it (pass order: none)
+    cut = 360
+    for built, unseen in ((log, 30), (by_pass, 0)):
+        seen = {tuple(x) for x in built.contexts[:cut]}
+        assert sum(tuple(x) not in seen for x in built.contexts[cut:]) == 4 * unseen
+
+
 def test_supervised_to_bandit_rejects_bad_arguments(multilabel_data):
     X, Y = multilabel_data
     h0 = fit_logging_policy(X, Y, family="multilabel", fraction=0.5, random_state=0)
     with pytest.raises(ValueError, match=r"n_replays must be an integer >= 1, got 0"):
         supervised_to_bandit(X, Y, h0, n_replays=0)
+    with pytest.raises(ValueError, match=r"order must be 'pass' or 'context', got 'time'"):
+        supervised_to_bandit(X, Y, h0, order="time")
     with pytest.raises(
         ValueError, match=r"multilabel Y must have shape \(120, 3\), got \(120, 2\)"
     ):
