@@ -43,8 +43,16 @@ import pandas as pd
 from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 
-from poem.data import CandidateSets
 from poem.io.artifact import ArtifactError, load_policy
+from poem.io.requests import (
+    EVENT_ID,
+    UNSEEDED,
+    InvalidRequestError,
+    group_candidates,
+    parse_event_ids,
+    parse_features,
+    parse_params,
+)
 from poem.policies import StochasticPolicy
 
 __all__ = [
@@ -60,10 +68,7 @@ __all__ = [
 ]
 
 ARTIFACT_KEY = "policy"
-EVENT_ID = "event_id"
 OUTPUT_COLUMNS = ("event_id", "action", "propensity", "map_action", "model_version", "timestamp")
-UNSEEDED = -1
-_N_EXAMPLES = 5
 _REGISTERED_META = (
     "registered_model_meta"  # written by MLflow beside MLmodel when loading models:/...
 )
@@ -81,11 +86,6 @@ def feature_names_of(policy: StochasticPolicy) -> list[str]:
     if names is not None and len(names) == d:
         return [str(n) for n in names]
     return [f"x{j}" for j in range(d)]
-
-
-def _rows(mask: np.ndarray) -> str:
-    idx = np.flatnonzero(mask)[:_N_EXAMPLES]
-    return ", ".join(str(int(i)) for i in idx)
 
 
 def _model_version(model_dir: Path) -> str:
@@ -143,117 +143,6 @@ class StochasticPolicyModel(mlflow.pyfunc.PythonModel):
         self.model_version = _model_version(directory.parent.parent)
         self._configure(self.policy)
 
-    # -- request validation -------------------------------------------------------------------
-    def _features(self, frame: pd.DataFrame) -> np.ndarray:
-        names = self.feature_names
-        columns = frame.columns
-        if columns.is_unique:
-            positions = columns.get_indexer(names)
-            missing = [n for n, i in zip(names, positions, strict=True) if i < 0]
-        else:
-            missing = [n for n in names if n not in columns]
-        if missing:
-            raise invalid_request(
-                f"{len(missing)} of {len(names)} feature columns are missing from "
-                "the request: "
-                f"{missing[:10]}{' …' if len(missing) > 10 else ''}"
-            )
-        if list(columns) == names:  # the usual case after MLflow's schema enforcement
-            block = frame
-        elif columns.is_unique:
-            block = frame.iloc[:, positions]
-        else:
-            block = frame[names]
-        problems = []
-        for name, dtype in zip(self.feature_names, block.dtypes, strict=True):
-            if getattr(dtype, "kind", "O") in "biuf":
-                continue
-            col = block[name]
-            numeric = pd.to_numeric(col, errors="coerce")
-            bad = (numeric.isna() & col.notna()).to_numpy()
-            if bad.any():
-                problems.append(
-                    f"column {name!r} has {int(bad.sum())} non-numeric value(s) (rows {_rows(bad)})"
-                )
-        if problems:
-            raise invalid_request("feature columns must be numeric: " + "; ".join(problems[:10]))
-        try:
-            X = block.to_numpy(dtype=np.float64, na_value=np.nan)
-        except (TypeError, ValueError) as exc:
-            raise invalid_request(f"feature columns must be numeric ({exc})") from exc
-        finite = np.isfinite(X)
-        if not finite.all():
-            bad_cols = np.flatnonzero(~finite.all(axis=0))
-            parts = [
-                f"{self.feature_names[j]!r}: {int((~finite[:, j]).sum())} row(s) "
-                f"(rows {_rows(~finite[:, j])})"
-                for j in bad_cols[:10]
-            ]
-            raise invalid_request(
-                f"{len(bad_cols)} feature column(s) contain NaN or infinite values: "
-                + "; ".join(parts)
-            )
-        return X
-
-    def _event_ids(self, frame: pd.DataFrame, required: bool) -> np.ndarray | None:
-        if EVENT_ID not in frame.columns:
-            if required:
-                raise invalid_request(
-                    f"candidate-set requests need an {EVENT_ID!r} column (long format: one row per "
-                    "candidate, the rows of one request contiguous)"
-                )
-            return None
-        ids = frame[EVENT_ID]
-        bad = ids.isna().to_numpy() | (ids.astype(str).str.len() == 0).to_numpy()
-        if bad.any():
-            raise invalid_request(
-                f"column {EVENT_ID!r} has {int(bad.sum())} empty value(s) (rows {_rows(bad)})"
-            )
-        return ids.astype(str).to_numpy()
-
-    def _candidate_sets(self, X: np.ndarray, ids: np.ndarray) -> tuple[CandidateSets, np.ndarray]:
-        codes, uniques = pd.factorize(ids, sort=False)
-        steps = np.diff(codes)
-        if np.any(steps < 0):
-            split = np.flatnonzero(steps < 0)
-            offenders = sorted({str(ids[i + 1]) for i in split})
-            raise invalid_request(
-                f"candidate rows of {len(offenders)} request(s) are not contiguous "
-                f"in column {EVENT_ID!r} "
-                f"(e.g. {offenders[:_N_EXAMPLES]}); send each request's candidates as one block"
-            )
-        sizes = np.bincount(codes, minlength=len(uniques))
-        floor = self.policy.exploration_floor
-        if floor > 0 and np.any(sizes * floor > 1.0 + 1e-12):
-            too_big = sizes * floor > 1.0 + 1e-12
-            raise invalid_request(
-                f"{int(too_big.sum())} request(s) have more than {int(np.floor(1 / floor))} "
-                "candidates, the "
-                f"most the exploration floor ε={floor:g} allows (kε ≤ 1), e.g. "
-                f"{[str(u) for u in np.asarray(uniques)[too_big][:_N_EXAMPLES]]}"
-            )
-        return CandidateSets.from_sizes(X, sizes), np.asarray(uniques).astype(str)
-
-    @staticmethod
-    def _params(params: dict[str, Any] | None) -> tuple[int | None, bool]:
-        params = dict(params or {})
-        unknown = sorted(set(params) - {"seed", "return_distribution"})
-        if unknown:
-            raise invalid_request(
-                f"unknown params {unknown}; allowed: ['return_distribution', 'seed']"
-            )
-        seed = params.get("seed", UNSEEDED)
-        if seed is None:
-            seed = UNSEEDED
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < UNSEEDED:
-            raise invalid_request(
-                f"param 'seed' must be an integer ≥ 0 (or -1 for unseeded), got {seed!r}"
-            )
-        flag = params.get("return_distribution", False)
-        if not isinstance(flag, (bool, np.bool_)):
-            raise invalid_request(f"param 'return_distribution' must be a boolean, got {flag!r}")
-        return (None if seed == UNSEEDED else int(seed)), bool(flag)
-
     # -- prediction ----------------------------------------------------------------------------
     def predict(
         self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None
@@ -287,25 +176,30 @@ class StochasticPolicyModel(mlflow.pyfunc.PythonModel):
         """
         if self.policy is None:
             raise MlflowException("the model has no policy; load it with mlflow.pyfunc.load_model")
-        seed, want_distribution = self._params(params)
-        if not isinstance(model_input, pd.DataFrame):
-            raise invalid_request(
-                f"the request must be a table (dataframe_split), got {type(model_input).__name__}"
-            )
-        if model_input.shape[0] == 0:
-            raise invalid_request("the request has no rows")
-        X = self._features(model_input)
+        try:
+            seed, want_distribution = parse_params(params)
+            if not isinstance(model_input, pd.DataFrame):
+                raise InvalidRequestError(
+                    "the request must be a table (dataframe_split), got "
+                    f"{type(model_input).__name__}"
+                )
+            if model_input.shape[0] == 0:
+                raise InvalidRequestError("the request has no rows")
+            X = parse_features(model_input, self.feature_names)
+            if self.family_name == "candidates":
+                ids = parse_event_ids(model_input, required=True)
+                inputs, event_ids = group_candidates(X, ids, self.policy.exploration_floor)
+            else:
+                inputs = self.policy.family.prepare(X)
+                ids = parse_event_ids(model_input, required=False)
+                event_ids = (
+                    ids if ids is not None else np.array([uuid.uuid4().hex for _ in range(len(X))])
+                )
+        except InvalidRequestError as exc:
+            raise invalid_request(str(exc)) from exc
         policy, family = self.policy, self.policy.family
         rng = np.random.default_rng(seed)
         now = _dt.datetime.now(_dt.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-        if self.family_name == "candidates":
-            inputs, event_ids = self._candidate_sets(X, self._event_ids(model_input, required=True))
-        else:
-            inputs = family.prepare(X)
-            ids = self._event_ids(model_input, required=False)
-            event_ids = (
-                ids if ids is not None else np.array([uuid.uuid4().hex for _ in range(X.shape[0])])
-            )
         kw = {"temperature": policy.temperature, "exploration_floor": policy.exploration_floor}
         actions, propensities = family.sample(policy.coef, inputs, rng, **kw)
         map_actions = family.predict(policy.coef, inputs)

@@ -1,0 +1,182 @@
+"""Parsing of serving requests: a request table and its params into policy inputs.
+
+Pure pandas/numpy (no MLflow), so the serving pyfunc (``deploy/pyfunc.py``) stays a thin
+wrapper: every problem raises :class:`InvalidRequestError` naming the column, the count and up
+to five row positions, which the pyfunc turns into HTTP 400 (STYLE §6). The request layout is
+documented in the pyfunc's module docstring.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from poem.data import CandidateSets
+
+__all__ = [
+    "EVENT_ID",
+    "UNSEEDED",
+    "InvalidRequestError",
+    "group_candidates",
+    "parse_event_ids",
+    "parse_features",
+    "parse_params",
+]
+
+EVENT_ID = "event_id"
+UNSEEDED = -1  # the ``seed`` param's default: a fresh OS-entropy generator per request
+_N_EXAMPLES = 5
+
+
+class InvalidRequestError(ValueError):
+    """A malformed serving request; the message names the column, count and rows."""
+
+
+def _rows(mask: np.ndarray) -> str:
+    idx = np.flatnonzero(mask)[:_N_EXAMPLES]
+    return ", ".join(str(int(i)) for i in idx)
+
+
+def parse_features(frame: pd.DataFrame, feature_names: Sequence[str]) -> np.ndarray:
+    """The (n, d) float matrix of the named feature columns, every problem named.
+
+    Raises
+    ------
+    InvalidRequestError
+        Missing (all named, up to 10), non-numeric (count and rows per column) or NaN/inf
+        feature columns.
+    """
+    names = list(feature_names)
+    columns = frame.columns
+    if columns.is_unique:
+        positions = columns.get_indexer(names)
+        missing = [n for n, i in zip(names, positions, strict=True) if i < 0]
+    else:
+        missing = [n for n in names if n not in columns]
+    if missing:
+        raise InvalidRequestError(
+            f"{len(missing)} of {len(names)} feature columns are missing from "
+            "the request: "
+            f"{missing[:10]}{' …' if len(missing) > 10 else ''}"
+        )
+    if list(columns) == names:  # the usual case after MLflow's schema enforcement
+        block = frame
+    elif columns.is_unique:
+        block = frame.iloc[:, positions]
+    else:
+        block = frame[names]
+    problems = []
+    for name, dtype in zip(names, block.dtypes, strict=True):
+        if getattr(dtype, "kind", "O") in "biuf":
+            continue
+        col = block[name]
+        numeric = pd.to_numeric(col, errors="coerce")
+        bad = (numeric.isna() & col.notna()).to_numpy()
+        if bad.any():
+            problems.append(
+                f"column {name!r} has {int(bad.sum())} non-numeric value(s) (rows {_rows(bad)})"
+            )
+    if problems:
+        raise InvalidRequestError("feature columns must be numeric: " + "; ".join(problems[:10]))
+    try:
+        X = block.to_numpy(dtype=np.float64, na_value=np.nan)
+    except (TypeError, ValueError) as exc:
+        raise InvalidRequestError(f"feature columns must be numeric ({exc})") from exc
+    finite = np.isfinite(X)
+    if not finite.all():
+        bad_cols = np.flatnonzero(~finite.all(axis=0))
+        parts = [
+            f"{names[j]!r}: {int((~finite[:, j]).sum())} row(s) (rows {_rows(~finite[:, j])})"
+            for j in bad_cols[:10]
+        ]
+        raise InvalidRequestError(
+            f"{len(bad_cols)} feature column(s) contain NaN or infinite values: " + "; ".join(parts)
+        )
+    return X
+
+
+def parse_event_ids(frame: pd.DataFrame, required: bool) -> np.ndarray | None:
+    """The ``event_id`` column as strings; None when absent and not ``required``.
+
+    Raises
+    ------
+    InvalidRequestError
+        A required column is missing, or values are empty.
+    """
+    if EVENT_ID not in frame.columns:
+        if required:
+            raise InvalidRequestError(
+                f"candidate-set requests need an {EVENT_ID!r} column (long format: one row per "
+                "candidate, the rows of one request contiguous)"
+            )
+        return None
+    ids = frame[EVENT_ID]
+    bad = ids.isna().to_numpy() | (ids.astype(str).str.len() == 0).to_numpy()
+    if bad.any():
+        raise InvalidRequestError(
+            f"column {EVENT_ID!r} has {int(bad.sum())} empty value(s) (rows {_rows(bad)})"
+        )
+    return ids.astype(str).to_numpy()
+
+
+def group_candidates(
+    X: np.ndarray, ids: np.ndarray, exploration_floor: float
+) -> tuple[CandidateSets, np.ndarray]:
+    """Candidate sets from long-format rows (one block of rows per request id), and the ids.
+
+    Raises
+    ------
+    InvalidRequestError
+        A request's rows are not contiguous, or a set has more than 1/ε candidates.
+    """
+    codes, uniques = pd.factorize(ids, sort=False)
+    steps = np.diff(codes)
+    if np.any(steps < 0):
+        split = np.flatnonzero(steps < 0)
+        offenders = sorted({str(ids[i + 1]) for i in split})
+        raise InvalidRequestError(
+            f"candidate rows of {len(offenders)} request(s) are not contiguous "
+            f"in column {EVENT_ID!r} "
+            f"(e.g. {offenders[:_N_EXAMPLES]}); send each request's candidates as one block"
+        )
+    sizes = np.bincount(codes, minlength=len(uniques))
+    floor = exploration_floor
+    if floor > 0 and np.any(sizes * floor > 1.0 + 1e-12):
+        too_big = sizes * floor > 1.0 + 1e-12
+        raise InvalidRequestError(
+            f"{int(too_big.sum())} request(s) have more than {int(np.floor(1 / floor))} "
+            "candidates, the "
+            f"most the exploration floor ε={floor:g} allows (kε ≤ 1), e.g. "
+            f"{[str(u) for u in np.asarray(uniques)[too_big][:_N_EXAMPLES]]}"
+        )
+    return CandidateSets.from_sizes(X, sizes), np.asarray(uniques).astype(str)
+
+
+def parse_params(params: dict[str, Any] | None) -> tuple[int | None, bool]:
+    """``(seed or None, return_distribution)`` from the request params.
+
+    Raises
+    ------
+    InvalidRequestError
+        Unknown params, a seed that is not an integer ≥ −1, a non-boolean flag.
+    """
+    params = dict(params or {})
+    unknown = sorted(set(params) - {"seed", "return_distribution"})
+    if unknown:
+        raise InvalidRequestError(
+            f"unknown params {unknown}; allowed: ['return_distribution', 'seed']"
+        )
+    seed = params.get("seed", UNSEEDED)
+    if seed is None:
+        seed = UNSEEDED
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < UNSEEDED:
+        raise InvalidRequestError(
+            f"param 'seed' must be an integer ≥ 0 (or -1 for unseeded), got {seed!r}"
+        )
+    flag = params.get("return_distribution", False)
+    if not isinstance(flag, (bool, np.bool_)):
+        raise InvalidRequestError(f"param 'return_distribution' must be a boolean, got {flag!r}")
+    return (None if seed == UNSEEDED else int(seed)), bool(flag)
