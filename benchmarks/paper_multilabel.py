@@ -27,8 +27,10 @@ for Counterfactual Learning"), which self-normalization cancels. The rule was ch
 score: the validation effective sample size is at least 1% of the validation rows
 (``--min-ess-fraction``, the team's ``min_ess_fraction_fail``), and the training objective is
 J(w) < −10⁻⁶ (J ≥ 0 means the fit is no better than a policy that avoids every logged action,
-u = 0: AdaGrad from w = 0 under a large λ ends there). The guards fall back to all trials when
-none passes. Every trial's validation scores (IPS on raw and on translated losses, SNIPS), ESS,
+u = 0: AdaGrad from w = 0 under a large λ ends there). When no trial passes the ESS guard, the
+one with the largest ESS is taken (``select_trial``: scores resting on a handful of rows are not
+trusted; on TMC2007 SNIPS at ESS ≈ 1 otherwise picks a diverged fit); when none passes the J
+guard, all trials are ranked. Every trial's validation scores (IPS on raw and on translated losses, SNIPS), ESS,
 training objective and test loss are stored, and the selection-rule sensitivity table recomputes
 the results under the other rules (test losses are never used to select).
 """
@@ -367,17 +369,16 @@ def sensitivity(runs: list[dict]) -> dict:
             chosen = []
             for r in runs:
                 trials = r[name]["trials"]
-                ranks = [
-                    (
+                ranks = []
+                for i, t in enumerate(trials):  # select_trial's order: thin trials by ESS
+                    thin = t["ess"] < ess_fraction * r["n_validation"]
+                    score = t[key] if np.isfinite(t[key]) else np.inf
+                    uninformative = (
                         guard
                         and t["objective"] >= -ZERO
-                        and any(u["objective"] < -ZERO for u in trials),
-                        t["ess"] < ess_fraction * r["n_validation"],
-                        t[key] if np.isfinite(t[key]) else np.inf,
-                        i,
+                        and any(u["objective"] < -ZERO for u in trials)
                     )
-                    for i, t in enumerate(trials)
-                ]
+                    ranks.append((uninformative, thin, -t["ess"] if thin else score, i))
                 chosen.append(trials[min(ranks)[-1]]["test_loss"])
             per[name] = chosen
         out[rule] = {

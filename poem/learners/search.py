@@ -205,7 +205,9 @@ def select_trial(
     """Index of the trial with the lowest estimated risk; the other estimator breaks ties.
 
     Trials whose validation ESS is below ``min_effective_sample_size`` (estimates resting on a
-    handful of rows, DESIGN §4.6) rank after every trial that reaches it.
+    handful of rows, DESIGN §4.6) rank after every trial that reaches it, and among themselves
+    by ESS, largest first: their scores are not trusted (a SNIPS estimate at ESS ≈ 1 is the
+    loss of one row), so when no trial passes the guard the best-supported one is selected.
 
     Parameters
     ----------
@@ -231,15 +233,11 @@ def select_trial(
     if len(trials) == 0:
         raise ValueError("select_trial needs at least one trial, got 0")
     other = "snips" if scoring == "ips" else "ips"
-    keys = [
-        (
-            bool(t.effective_sample_size < min_effective_sample_size),
-            _key(getattr(t, scoring).value),
-            _key(getattr(t, other).value),
-            i,
-        )
-        for i, t in enumerate(trials)
-    ]
+    keys = []
+    for i, t in enumerate(trials):
+        thin = bool(t.effective_sample_size < min_effective_sample_size)
+        score = (_key(getattr(t, scoring).value), _key(getattr(t, other).value))
+        keys.append((thin, (-_key(t.effective_sample_size), 0.0) if thin else score, i))
     return min(keys)[-1]
 
 

@@ -130,6 +130,13 @@ def test_ess_guard_ranks_thin_estimates_last():
     assert select_trial([thin, thick]) == 0
     assert select_trial([thin, thick], min_effective_sample_size=10.0) == 1
     assert select_trial([thin], min_effective_sample_size=10.0) == 0  # falls back when none passes
+    # below the guard the scores are not trusted: the best-supported trial wins, not the lowest
+    thinner = Trial(
+        {"i": 2}, _estimate("ips", 0.0), _estimate("snips", 0.0), 1.1, 0.0, -0.5, 3, True, 0.01
+    )
+    assert select_trial([thinner, thin], min_effective_sample_size=10.0) == 1
+    assert select_trial([thinner, thin, thick], min_effective_sample_size=10.0) == 2
+    assert select_trial([thinner, thin]) == 0
 
 
 def test_keep_estimators(split_logs):
