@@ -145,10 +145,15 @@ class ChecksConfig(_Section):
 
 
 class SearchConfig(_Section):
-    """Hyperparameter grid searched on the validation split (selection by IPS)."""
+    """Hyperparameter grid searched on the validation split (selection by IPS or SNIPS).
+
+    Trials whose validation ESS is below ``min_ess_fraction`` of the validation rows rank after
+    the others (:func:`poem.learners.search.select_trial`).
+    """
 
     grid: dict[str, list[Scalar]] = {"variance_scale": [0.0, 0.01, 0.1, 1.0]}
     scoring: Literal["ips", "snips"] = "ips"
+    min_ess_fraction: float = Field(0.01, ge=0, lt=1)
     confidence_level: float = Field(0.95, gt=0, lt=1)
     max_workers: int = Field(2, ge=1)
     cache_expiration_hours: float = Field(24.0, gt=0)

@@ -68,8 +68,17 @@ def search_trial(
 
 @task(name="select-trial", cache_policy=NO_CACHE, on_completion=[stage_done])
 def select_best(trials: list[Trial], search: SearchConfig) -> int:
-    """Return the index of the best trial (:func:`poem.learners.search.select_trial`)."""
-    return select_trial(trials, scoring=search.scoring)
+    """Index of the best trial (:func:`poem.learners.search.select_trial`).
+
+    Trials whose validation ESS is below ``search.min_ess_fraction`` of the validation rows
+    rank last.
+    """
+    n_validation = trials[0].ips.n if trials else 0
+    return select_trial(
+        trials,
+        scoring=search.scoring,
+        min_effective_sample_size=search.min_ess_fraction * n_validation,
+    )
 
 
 @task(name="record-search", cache_policy=NO_CACHE, **IO_RETRIES)

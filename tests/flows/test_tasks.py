@@ -91,6 +91,14 @@ def test_search_trial_and_selection(trials):
         assert 0.0 <= metrics["ips_risk"] <= 5.0
     best = select_best.fn(trials, SearchConfig(scoring="ips"))
     assert trials[best].ips.value == min(t.ips.value for t in trials)
+    # the ESS guard: a fraction only the other trial reaches moves the selection to it
+    ess = sorted(t.effective_sample_size for t in trials)
+    assert ess[0] < ess[1]
+    fraction = (ess[0] + ess[1]) / 2 / trials[0].ips.n
+    guarded = select_best.fn(trials, SearchConfig(scoring="ips", min_ess_fraction=fraction))
+    assert trials[guarded].effective_sample_size == ess[1]
+    if trials[best].effective_sample_size == ess[0]:
+        assert guarded != best
 
 
 def test_gate_against_logging_policy_and_blocking_checks(parts, trials):
