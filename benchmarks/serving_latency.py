@@ -129,7 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=2000, help="measured requests per mode")
     parser.add_argument("--concurrency", type=int, default=8, help="threads of the concurrent mode")
     parser.add_argument("--warmup", type=int, default=100, help="unmeasured requests first")
-    parser.add_argument("--blocks", type=int, default=10, help="interleaved blocks per mode and model")
+    parser.add_argument(
+        "--blocks", type=int, default=10, help="interleaved blocks per mode and model"
+    )
     args = parser.parse_args(argv)
     from deploy.serve import ModelServer
 
@@ -144,7 +146,10 @@ def main(argv: list[str] | None = None) -> int:
             for server in servers.values():
                 server.start()
                 _measure(server.port, bodies, args.warmup, 1)
-            for mode, threads in (("sequential", 1), (f"concurrency {args.concurrency}", args.concurrency)):
+            for mode, threads in (
+                ("sequential", 1),
+                (f"concurrency {args.concurrency}", args.concurrency),
+            ):
                 # interleaved blocks, alternating which model goes first, so that load from other
                 # processes on the machine hits both models alike
                 lat = {n: [] for n in names}
@@ -159,12 +164,18 @@ def main(argv: list[str] | None = None) -> int:
                         wall[n] += seconds
                 for n in names:
                     ms = np.concatenate(lat[n]) * 1e3
-                    rows.append({
-                        "model": n.removeprefix("latency-"), "mode": mode, "requests": int(ms.size),
-                        "p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99)),
-                        "mean_ms": float(ms.mean()), "throughput_rps": ms.size / wall[n],
-                        "errors": errors[n],
-                    })
+                    rows.append(
+                        {
+                            "model": n.removeprefix("latency-"),
+                            "mode": mode,
+                            "requests": int(ms.size),
+                            "p50_ms": float(np.percentile(ms, 50)),
+                            "p99_ms": float(np.percentile(ms, 99)),
+                            "mean_ms": float(ms.mean()),
+                            "throughput_rps": ms.size / wall[n],
+                            "errors": errors[n],
+                        }
+                    )
         finally:
             for server in servers.values():
                 server.stop()

@@ -82,7 +82,9 @@ def test_evaluate_policy_by_hand(tiny_log):
     assert evaluate_policy(uniform, tiny_log, estimator="snips").value == pytest.approx(
         (19 / 6) / (15.5 / 3)
     )
-    clipped = evaluate_policy(uniform, tiny_log, estimator="clipped_ips", clip=1.0, loss_baseline=0.0)
+    clipped = evaluate_policy(
+        uniform, tiny_log, estimator="clipped_ips", clip=1.0, loss_baseline=0.0
+    )
     assert clipped.value == pytest.approx((0 + 1 + 0.5 + 0.25 * 2 / 3 + 5 / 6) / 5)
     assert clipped.clipped_fraction == pytest.approx(0.4)
     assert evaluate_policy(_LoggingPolicy(), tiny_log).value == pytest.approx(0.55)
@@ -306,8 +308,13 @@ def test_evaluate_policy_translates_by_the_loss_maximum(tiny_log):
     assert translated.value == pytest.approx(1.0 + np.mean((tiny_log.losses - 1.0) * r))
     plain = evaluate_policy(uniform, tiny_log, loss_baseline=0.0)
     assert plain.value == pytest.approx(np.mean(tiny_log.losses * r))
-    assert translated.std_error == pytest.approx(plain.std_error * np.std((tiny_log.losses - 1) * r) / np.std(tiny_log.losses * r))
-    snips = [evaluate_policy(uniform, tiny_log, estimator="snips", loss_baseline=c).value for c in ("max", 0.0)]
+    assert translated.std_error == pytest.approx(
+        plain.std_error * np.std((tiny_log.losses - 1) * r) / np.std(tiny_log.losses * r)
+    )
+    snips = [
+        evaluate_policy(uniform, tiny_log, estimator="snips", loss_baseline=c).value
+        for c in ("max", 0.0)
+    ]
     assert snips[0] == pytest.approx(snips[1])
     with pytest.raises(ValueError, match="loss_baseline must be 'max' or a number, got 'min'"):
         evaluate_policy(uniform, tiny_log, loss_baseline="min")
