@@ -1,13 +1,30 @@
-"""Prediction methods every learner shares: delegation to the fitted ``policy_``."""
+"""What every learner shares: delegation to the fitted ``policy_`` and the common checks."""
 
 from __future__ import annotations
 
+from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
+from sklearn.utils import check_scalar
 from sklearn.utils.validation import check_is_fitted
 
-__all__ = ["PolicyPredictionMixin"]
+__all__ = ["PolicyPredictionMixin", "check_shared_params"]
+
+
+def check_shared_params(estimator: Any) -> None:
+    """Check the hyperparameters every learner has (``check_scalar`` errors name each one).
+
+    ``l2_penalty`` ≥ 0, ``max_iter`` ≥ 1, ``tol`` ≥ 0, ``temperature`` > 0 and
+    ``exploration_floor`` ≥ 0.
+    """
+    check_scalar(estimator.l2_penalty, "l2_penalty", Real, min_val=0.0)
+    check_scalar(estimator.max_iter, "max_iter", Integral, min_val=1)
+    check_scalar(estimator.tol, "tol", Real, min_val=0.0)
+    check_scalar(
+        estimator.temperature, "temperature", Real, min_val=0.0, include_boundaries="neither"
+    )
+    check_scalar(estimator.exploration_floor, "exploration_floor", Real, min_val=0.0)
 
 
 class PolicyPredictionMixin:

@@ -20,7 +20,7 @@ The learned policy uses the same families and :class:`~poem.policies.StochasticP
 from __future__ import annotations
 
 import warnings
-from numbers import Integral, Real
+from numbers import Real
 from typing import Any
 
 import numpy as np
@@ -32,7 +32,7 @@ from sklearn.utils import check_random_state, check_scalar
 from poem.data import LoggedBandit, check_logged_bandit, scale_losses
 from poem.estimators.ips import snips
 from poem.estimators.weights import importance_weights
-from poem.learners._prediction import PolicyPredictionMixin
+from poem.learners._prediction import PolicyPredictionMixin, check_shared_params
 from poem.learners.objective import crm_objective_from_statistics, crm_statistics
 from poem.policies._base import check_serving_params
 from poem.policies.stochastic import StochasticPolicy, family_from_log
@@ -197,13 +197,7 @@ class BanditNet(PolicyPredictionMixin, BaseEstimator):
             max_val=1.0,
             include_boundaries="neither",
         )
-        check_scalar(self.l2_penalty, "l2_penalty", Real, min_val=0.0)
-        check_scalar(self.max_iter, "max_iter", Integral, min_val=1)
-        check_scalar(self.tol, "tol", Real, min_val=0.0)
-        check_scalar(
-            self.temperature, "temperature", Real, min_val=0.0, include_boundaries="neither"
-        )
-        check_scalar(self.exploration_floor, "exploration_floor", Real, min_val=0.0)
+        check_shared_params(self)
         for name in ("refit", "fit_intercept"):
             if not isinstance(getattr(self, name), bool | np.bool_):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")

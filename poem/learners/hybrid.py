@@ -18,7 +18,7 @@ with yᵢ = −δ'ᵢ ∈ [0, 1] (1 = best outcome, e.g. a click) and the weight
 from __future__ import annotations
 
 import warnings
-from numbers import Integral, Real
+from numbers import Real
 
 import numpy as np
 from scipy.optimize import minimize
@@ -30,7 +30,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from poem.data import LoggedBandit, check_logged_bandit
 from poem.learners._hybrid_loss import REGULARIZERS, WEIGHTINGS, hybrid_objective
-from poem.learners._prediction import PolicyPredictionMixin
+from poem.learners._prediction import PolicyPredictionMixin, check_shared_params
 from poem.learners.poem import resolve_clip
 from poem.policies._base import check_serving_params
 from poem.policies.stochastic import StochasticPolicy, family_from_log
@@ -139,13 +139,7 @@ class HybridLearner(PolicyPredictionMixin, BaseEstimator):
         if self.clip is not None and not isinstance(self.clip, str):
             resolve_clip(self.clip, np.ones(1))
         check_scalar(self.regularizer_weight, "regularizer_weight", Real, min_val=0.0)
-        check_scalar(self.l2_penalty, "l2_penalty", Real, min_val=0.0)
-        check_scalar(self.max_iter, "max_iter", Integral, min_val=1)
-        check_scalar(self.tol, "tol", Real, min_val=0.0)
-        check_scalar(
-            self.temperature, "temperature", Real, min_val=0.0, include_boundaries="neither"
-        )
-        check_scalar(self.exploration_floor, "exploration_floor", Real, min_val=0.0)
+        check_shared_params(self)
         if not isinstance(self.weight_gradient, bool | np.bool_):
             raise TypeError(
                 f"weight_gradient must be a bool, got {type(self.weight_gradient).__name__}"

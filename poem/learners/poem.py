@@ -26,7 +26,7 @@ from poem.data import LoggedBandit, check_logged_bandit
 from poem.estimators.weights import suggested_clip
 from poem.learners._adagrad import SolverResult, adagrad
 from poem.learners._lbfgs import lbfgs
-from poem.learners._prediction import PolicyPredictionMixin
+from poem.learners._prediction import PolicyPredictionMixin, check_shared_params
 from poem.policies._base import check_serving_params
 from poem.policies.stochastic import StochasticPolicy, family_from_log
 
@@ -246,17 +246,11 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
         else:
             check_scalar(self.variance_penalty, "variance_penalty", Real, min_val=0.0)
         check_scalar(self.variance_scale, "variance_scale", Real, min_val=0.0)
-        check_scalar(self.l2_penalty, "l2_penalty", Real, min_val=0.0)
-        check_scalar(self.max_iter, "max_iter", Integral, min_val=1)
-        check_scalar(self.tol, "tol", Real, min_val=0.0)
+        check_shared_params(self)
         check_scalar(
             self.learning_rate, "learning_rate", Real, min_val=0.0, include_boundaries="neither"
         )
         check_scalar(self.batch_size, "batch_size", Integral, min_val=1)
-        check_scalar(
-            self.temperature, "temperature", Real, min_val=0.0, include_boundaries="neither"
-        )
-        check_scalar(self.exploration_floor, "exploration_floor", Real, min_val=0.0)
         if self.majorize_every is not None:
             check_scalar(self.majorize_every, "majorize_every", Integral, min_val=1)
         if self.chunk_size is not None:
