@@ -115,20 +115,25 @@ def _table(rows: list[tuple]) -> list[str]:
     ]
 
 
+def _violation_failures(exc: InvalidLogError, stage: str) -> tuple[ExpectationFailure, ...]:
+    """One dataset-level failure per violation of ``exc``, attributed to ``stage``."""
+    return tuple(
+        ExpectationFailure(
+            v.column,
+            stage,
+            "dataset",
+            str(v).split(": ", 1)[-1],
+            v.n_invalid,
+            v.n_rows,
+            v.row_examples,
+        )
+        for v in exc.violations
+    )
+
+
 def _failed_report(source: str, exc: Exception) -> DataCheckReport:
     if isinstance(exc, InvalidLogError):
-        failures = tuple(
-            ExpectationFailure(
-                v.column,
-                "read",
-                "dataset",
-                str(v).split(": ", 1)[-1],
-                v.n_invalid,
-                v.n_rows,
-                v.row_examples,
-            )
-            for v in exc.violations
-        )
+        failures = _violation_failures(exc, "read")
     else:
         failures = (ExpectationFailure(source, "read", "dataset", str(exc), 0, 0),)
     return DataCheckReport(
@@ -265,18 +270,7 @@ def check_logs(
     try:
         log = frame_to_log(kept)
     except InvalidLogError as exc:
-        extra = tuple(
-            ExpectationFailure(
-                v.column,
-                "LoggedBandit",
-                "dataset",
-                str(v).split(": ", 1)[-1],
-                v.n_invalid,
-                v.n_rows,
-                v.row_examples,
-            )
-            for v in exc.violations
-        )
+        extra = _violation_failures(exc, "LoggedBandit")
         return _finish(
             CheckOutcome(replace(report, failures=report.failures + extra), files=files), out
         )
