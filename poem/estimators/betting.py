@@ -1,0 +1,144 @@
+"""Lower confidence bounds by betting: valid at every sample size, for variables bounded below.
+
+The gate (DESIGN §5) must keep its false-promotion rate ≤ α at finite n, where t intervals
+on skewed, heavy-tailed paired terms do not (measured 9–25 % at α = 5 %). A capital process
+that bets on the sign of Xᵢ − m is a nonnegative martingale when m is the true mean, so by
+Ville's inequality it exceeds 1/α with probability ≤ α; every m at which it does is rejected.
+Only a *lower* bound Lᵢ on each term is needed (no upper bound, no variance assumption):
+the capital stays positive because each bet is capped at κ/(m − Lᵢ).
+
+All functions are vectorised over leading axes (many simulated logs at once); rows are the
+last axis, in the order they were logged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from poem.estimators.bounds import _check_confidence_level
+
+__all__ = ["betting_lower_bound"]
+
+_MAX_BET_FRACTION = 0.5  # κ: a bet never risks more than half the capital (WSR 2024, §5.1)
+_BISECTION_STEPS = 20
+
+
+def _plug_in_bets(x: np.ndarray, alpha: float, scale: float) -> np.ndarray:
+    """Predictable plug-in bets λ̃ᵢ = √(2 log(1/α) / (n σ̂²ᵢ₋₁)) (rows < i only)."""
+    n = x.shape[-1]
+    count = np.arange(1, n + 1, dtype=np.float64)
+    mean = np.cumsum(x, axis=-1) / (count + 1.0)  # μ̂ᵢ = (0 + Σ_{j≤i} x_j)/(i + 1)
+    squares = np.cumsum((x - mean) ** 2, axis=-1)
+    # σ̂²ᵢ₋₁ = (s² + Σ_{j<i} (x_j − μ̂_j)²) / i, with prior s² = scale²
+    previous = np.concatenate([np.zeros(x.shape[:-1] + (1,)), squares[..., :-1]], axis=-1)
+    variance = (scale**2 + previous) / count
+    return np.sqrt(2.0 * np.log(1.0 / alpha) / (n * variance))
+
+
+def _log_capital_max(x, lower, bets, m):
+    """maxₜ log Kₜ(m), Kₜ(m) = Πᵢ≤ₜ (1 + λᵢ(m)(xᵢ − m)), λᵢ(m) = min(λ̃ᵢ, κ/(m − Lᵢ))."""
+    gap = m[..., None] - lower
+    cap = np.where(gap > 0, _MAX_BET_FRACTION / np.where(gap > 0, gap, 1.0), np.inf)
+    lam = np.minimum(bets, cap)
+    t = x - m[..., None]
+    t *= lam
+    np.log1p(t, out=t)
+    np.cumsum(t, axis=-1, out=t)
+    return np.max(t, axis=-1)
+
+
+def betting_lower_bound(
+    terms: Any, lower: Any, confidence_level: float = 0.95, *, scale: float = 1.0
+) -> np.ndarray | float:
+    r"""One-sided lower confidence bound on the mean of terms bounded below, by betting.
+
+    .. math::
+
+        K_t(m) = \prod_{i \le t} \big(1 + \lambda_i(m)(X_i - m)\big), \quad
+        \lambda_i(m) = \min\Big(\sqrt{\tfrac{2\log(1/\alpha)}{n\,\hat\sigma^2_{i-1}}},\
+        \frac{\kappa}{m - L_i}\Big), \quad
+        \hat\mu_{LB} = \sup\{m : \max_{t \le n} K_t(m) \ge 1/\alpha\}
+
+    where Xᵢ are the terms (conditional mean μ given rows < i), Lᵢ ≤ Xᵢ their lower bounds
+    (fixed, or computed from rows < i only), σ̂²ᵢ₋₁ the running variance of rows < i
+    (prior s² = ``scale``²), κ = 1/2, n the number of rows and 1 − α the confidence level.
+    Each factor is ≥ 1 − κ > 0 and has conditional mean 1 at m = μ, so K(μ) is a
+    nonnegative martingale and, by Ville's inequality, P(μ̂_LB > μ) ≤ α at every n. Each
+    factor is non-increasing in m, so the bound is found by an exponential search down
+    from the mean in steps of the standard error, then 20 halvings (O(n) per step). No upper bound on Xᵢ is needed.
+
+    Parameters
+    ----------
+    terms : array-like of shape (..., n_samples)
+        Per-row terms in logged order, i.e. Xᵢ; leading axes are independent problems.
+    lower : float or array-like broadcastable to ``terms``
+        Lower bounds with Xᵢ ≥ Lᵢ, known before row i is seen, i.e. Lᵢ.
+    confidence_level : float, default=0.95
+        Probability that the bound holds, in (0, 1), i.e. 1 − α.
+    scale : float, default=1.0
+        Prior standard deviation s of the terms (only shapes the first bets), > 0.
+
+    Returns
+    -------
+    float or ndarray of shape (...)
+        The lower bound μ̂_LB (min Lᵢ when the data give no evidence above it).
+
+    Raises
+    ------
+    ValueError
+        If a term is non-finite or below its lower bound, the level is not in (0, 1) or
+        ``scale`` is not positive.
+
+    References
+    ----------
+    Waudby-Smith & Ramdas (2024), Estimating means of bounded random variables by betting,
+    JRSS-B 86(1), arXiv:2010.09686, §4 (capital process, Eq. (12)), §5.1 (predictable
+    plug-in bets, Eq. (26), with t log(1 + t) replaced by n for a fixed sample size) and
+    Appendix on one-sided bounds for variables bounded on one side.
+    Ville (1939), Étude critique de la notion de collectif (maximal inequality).
+    """
+    x = np.asarray(terms, dtype=np.float64)
+    alpha = 1.0 - _check_confidence_level(confidence_level)
+    if not (np.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale must be finite and > 0, got {scale!r}")
+    low = np.asarray(lower, dtype=np.float64)
+    if low.ndim == x.ndim - 1:
+        low = low[..., None]  # one bound per problem
+    np.broadcast_shapes(low.shape, x.shape)
+    if x.shape[-1] < 1 or not np.all(np.isfinite(x)) or not np.all(np.isfinite(low)):
+        raise ValueError("terms and lower must be finite with at least one row")
+    below = x < low - 1e-9 * np.maximum(1.0, np.abs(low))
+    if np.any(below):
+        raise ValueError(
+            f"terms: {int(below.sum()):,} of {x.size:,} values are below their lower bound; "
+            f"first positions: {np.flatnonzero(below.reshape(-1))[:5].tolist()}"
+        )
+    bets = _plug_in_bets(x, alpha, scale)
+    threshold = np.log(1.0 / alpha)
+
+    def rejected(m: np.ndarray) -> np.ndarray:
+        return _log_capital_max(x, low, bets, m) >= threshold
+
+    floor = np.min(np.broadcast_to(low, x.shape), axis=-1)
+    # bracket [lo, hi] with lo rejected (or the trivial floor) and hi not: K(max x) ≤ 1
+    center = np.maximum(np.mean(x, axis=-1), floor)
+    step = np.std(x, axis=-1) / np.sqrt(x.shape[-1]) + 1e-12 * (1.0 + np.abs(center))
+    above = rejected(center)
+    lo = np.where(above, center, floor)
+    hi = np.where(above, np.maximum(np.max(x, axis=-1), center), center)
+    open_ = ~above
+    while np.any(open_):  # exponential search down from the mean: m = x̄ − 2ᵏ se
+        candidate = np.maximum(center - step, floor)
+        hit = rejected(candidate)
+        lo = np.where(open_ & hit, candidate, lo)
+        hi = np.where(open_ & ~hit, candidate, hi)
+        open_ &= ~hit & (candidate > floor)
+        step = 2.0 * step
+    evidence = rejected(lo)  # False only where even the floor is not rejected
+    for _ in range(_BISECTION_STEPS):
+        mid = 0.5 * (lo + hi)
+        hit = rejected(mid) & evidence
+        lo, hi = np.where(hit, mid, lo), np.where(hit, hi, mid)
+    return float(lo) if lo.ndim == 0 else lo
