@@ -55,7 +55,7 @@ class RetrainResult:
     reasons : tuple of str
         The gate's reasons.
     metrics : dict
-        Gate metrics (``challenger_ips_risk``, ``difference_ips_risk_ucb``, ...).
+        Gate metrics (``challenger_risk``, ``risk_difference_ucb``, ...).
     best_params : dict
         Selected hyperparameters.
     mlflow_run_id, experiment_id, flow_run_id, data_fingerprint : str

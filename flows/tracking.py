@@ -184,9 +184,9 @@ def data_fingerprint(path: str | Path) -> str:
 COMPARE_METRICS = (
     "n_rows",
     "validation_ips_risk",
-    "challenger_ips_risk",
-    "champion_ips_risk",
-    "difference_ips_risk_ucb",
+    "challenger_risk",
+    "champion_risk",
+    "risk_difference_ucb",
     "challenger_effective_sample_size",
 )
 

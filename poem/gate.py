@@ -38,13 +38,13 @@ def counterfactual_ab_test(
 
     .. math::
 
-        d_i = \delta_i (r^{chal}_i - r^{champ}_i), \qquad
-        \text{promote} \iff \bar d + t_{1-\alpha} \, s_d/\sqrt{n} < -\text{min\_improvement}
+        \text{promote} \iff U < -\text{min\_improvement}, \qquad
+        P\big(U < R(\text{chal}) - R(\text{champ})\big) \le \alpha \text{ at every } n
 
-    where δᵢ are the logged losses, r_i = π(yᵢ|xᵢ)/pᵢ the importance weights of each policy
-    (r^{champ} ≡ 1 when the champion is the logging policy), s_d the sample standard deviation
-    of the differences and 1 − α the confidence level; the challenger's ESS must also reach
-    ``min_ess`` and no check may have failed.
+    where U is the betting upper confidence bound of :func:`compare_policies` on the
+    importance weights rᵢ = π(yᵢ|xᵢ)/pᵢ of each policy (r^{champ} ≡ 1 when the champion is
+    the logging policy) and the log's loss bounds, and 1 − α the confidence level; the
+    challenger's ESS must also reach ``min_ess`` and no check may have failed.
 
     Parameters
     ----------
@@ -64,8 +64,8 @@ def counterfactual_ab_test(
         Required risk reduction (loss units).
     min_ess : float, default=100.0
         Minimum effective sample size of the challenger's weights.
-    interval : {"t", "normal"}, default="t"
-        Interval method.
+    interval : {"t", "normal", "bootstrap"}, default="t"
+        Method of the reported intervals (the decision uses the betting bound).
     failed_checks : sequence of str, default=()
         Names of data or propensity checks that did not pass; any blocks promotion.
 
@@ -77,6 +77,7 @@ def counterfactual_ab_test(
     References
     ----------
     Swaminathan, A. & Joachims, T. (2015). JMLR 16, arXiv:1502.02362, Eq. (1) (IPS).
+    Waudby-Smith & Ramdas (2024), JRSS-B 86(1), arXiv:2010.09686 (the bound).
     """
     chal_w = importance_weights(challenger.log_action_probability_on(log), log.propensities)
     if champion is None:
@@ -94,6 +95,7 @@ def counterfactual_ab_test(
         clip=clip,
         interval=interval,
         loss_baseline=log.loss_bounds[1],  # translated losses δ − δ_max ≤ 0 (DESIGN §4.1)
+        loss_bounds=log.loss_bounds,
     )
     if failed_checks:
         reasons = tuple(comparison.reasons) + tuple(

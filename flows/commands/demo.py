@@ -169,8 +169,8 @@ def run(args: argparse.Namespace) -> int:
         m = result.metrics
         print(
             f"      challenger v{result.challenger_version} vs champion ({against}): IPS risk "
-            f"{m['challenger_ips_risk']:.3f} vs {m['champion_ips_risk']:.3f}, upper bound of the "
-            f"difference {m['difference_ips_risk_ucb']:+.3f} -> {result.decision}",
+            f"{m['challenger_risk']:.3f} vs {m['champion_risk']:.3f}, upper bound of the "
+            f"difference {m['risk_difference_ucb']:+.3f} -> {result.decision}",
             flush=True,
         )
         results.append(result)

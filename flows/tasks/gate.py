@@ -46,21 +46,8 @@ def gate_candidate(
 
 
 def gate_metrics(comparison: Any) -> dict[str, float]:
-    """Name a comparison's metrics per STYLE §3 (``challenger_ips_risk``, ...)."""
-    out: dict[str, float] = {"gate_promoted": float(comparison.promote)}
-    for role in ("challenger", "champion", "difference"):
-        est = getattr(comparison, role)
-        name = f"{role}_{est.estimator.removesuffix('_difference')}_risk"
-        out |= {
-            name: est.value,
-            f"{name}_lower": est.lower,
-            f"{name}_upper": est.upper,
-            f"{role}_effective_sample_size": est.effective_sample_size,
-        }
-    out[f"difference_{comparison.difference.estimator.removesuffix('_difference')}_risk_ucb"] = (
-        comparison.upper_bound
-    )
-    return out
+    """The gate's MLflow metrics (``PolicyComparison.metrics``: one spelling of the keys)."""
+    return comparison.metrics()
 
 
 @task(name="report-gate", cache_policy=NO_CACHE, **IO_RETRIES)

@@ -22,7 +22,7 @@ from poem.estimators.bounds import _check_confidence_level
 __all__ = ["betting_lower_bound"]
 
 _MAX_BET_FRACTION = 0.5  # κ: a bet never risks more than half the capital (WSR 2024, §5.1)
-_BISECTION_STEPS = 20
+_BISECTION_STEPS = 14
 
 
 def _plug_in_bets(x: np.ndarray, alpha: float, scale: float) -> np.ndarray:
@@ -37,8 +37,11 @@ def _plug_in_bets(x: np.ndarray, alpha: float, scale: float) -> np.ndarray:
     return np.sqrt(2.0 * np.log(1.0 / alpha) / (n * variance))
 
 
-def _log_capital_max(x, lower, bets, m):
-    """maxₜ log Kₜ(m), Kₜ(m) = Πᵢ≤ₜ (1 + λᵢ(m)(xᵢ − m)), λᵢ(m) = min(λ̃ᵢ, κ/(m − Lᵢ))."""
+def _log_capital_max(x, lower, bets, m, mixture):
+    """maxₜ log Kₜ(m), Kₜ(m) = Πᵢ≤ₜ (1 + λᵢ(m)(xᵢ − m)), λᵢ(m) = min(λ̃ᵢ, κ/(m − Lᵢ)).
+
+    With ``mixture`` axis 0 holds strategies and K is the average of their capitals.
+    """
     gap = m[..., None] - lower
     cap = np.where(gap > 0, _MAX_BET_FRACTION / np.where(gap > 0, gap, 1.0), np.inf)
     lam = np.minimum(bets, cap)
@@ -46,11 +49,19 @@ def _log_capital_max(x, lower, bets, m):
     t *= lam
     np.log1p(t, out=t)
     np.cumsum(t, axis=-1, out=t)
+    if mixture:
+        top = np.max(t, axis=0)
+        t = top + np.log(np.mean(np.exp(t - top), axis=0))
     return np.max(t, axis=-1)
 
 
 def betting_lower_bound(
-    terms: Any, lower: Any, confidence_level: float = 0.95, *, scale: float = 1.0
+    terms: Any,
+    lower: Any,
+    confidence_level: float = 0.95,
+    *,
+    scale: float = 1.0,
+    mixture: bool = False,
 ) -> np.ndarray | float:
     r"""One-sided lower confidence bound on the mean of terms bounded below, by betting.
 
@@ -67,7 +78,8 @@ def betting_lower_bound(
     Each factor is ≥ 1 − κ > 0 and has conditional mean 1 at m = μ, so K(μ) is a
     nonnegative martingale and, by Ville's inequality, P(μ̂_LB > μ) ≤ α at every n. Each
     factor is non-increasing in m, so the bound is found by an exponential search down
-    from the mean in steps of the standard error, then 20 halvings (O(n) per step). No upper bound on Xᵢ is needed.
+    from the mean in steps of the standard error, then 14 halvings (O(n) per step). No
+    upper bound on Xᵢ is needed.
 
     Parameters
     ----------
@@ -79,6 +91,12 @@ def betting_lower_bound(
         Probability that the bound holds, in (0, 1), i.e. 1 − α.
     scale : float, default=1.0
         Prior standard deviation s of the terms (only shapes the first bets), > 0.
+    mixture : bool, default=False
+        If True, axis 0 of ``terms`` and ``lower`` indexes S strategies: different terms
+        with the same conditional mean μ (e.g. different control variates). Their capitals
+        are averaged, K = (1/S) Σₛ K⁽ˢ⁾, which is again a nonnegative martingale at μ, so
+        the bound is as valid as one strategy's and close to the best one's (the price is
+        log S in the threshold).
 
     Returns
     -------
@@ -119,15 +137,20 @@ def betting_lower_bound(
     threshold = np.log(1.0 / alpha)
 
     def rejected(m: np.ndarray) -> np.ndarray:
-        return _log_capital_max(x, low, bets, m) >= threshold
+        return _log_capital_max(x, low, bets, m, mixture) >= threshold
 
     floor = np.min(np.broadcast_to(low, x.shape), axis=-1)
+    center = np.mean(x, axis=-1)
+    step = np.std(x, axis=-1) / np.sqrt(x.shape[-1])
+    top = np.max(x, axis=-1)
+    if mixture:
+        floor, center, step, top = floor.min(0), center.max(0), step.min(0), top.max(0)
     # bracket [lo, hi] with lo rejected (or the trivial floor) and hi not: K(max x) ≤ 1
-    center = np.maximum(np.mean(x, axis=-1), floor)
-    step = np.std(x, axis=-1) / np.sqrt(x.shape[-1]) + 1e-12 * (1.0 + np.abs(center))
+    center = np.maximum(center, floor)
+    step = step + 1e-12 * (1.0 + np.abs(center))
     above = rejected(center)
     lo = np.where(above, center, floor)
-    hi = np.where(above, np.maximum(np.max(x, axis=-1), center), center)
+    hi = np.where(above, np.maximum(top, center), center)
     open_ = ~above
     while np.any(open_):  # exponential search down from the mean: m = x̄ − 2ᵏ se
         candidate = np.maximum(center - step, floor)

@@ -8,7 +8,7 @@ without bias (DESIGN §5). The flows only call :func:`compare_policies` and publ
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -19,6 +19,7 @@ from poem.estimators.bounds import (
     _check_option,
     standard_error,
 )
+from poem.estimators.improvement import improvement_lower_bound
 from poem.estimators.ips import (
     ESTIMATORS,
     Estimate,
@@ -30,7 +31,8 @@ from poem.estimators.ips import (
     resolve_loss_baseline,
     shift_estimate,
 )
-from poem.estimators.weights import _check_clip, _check_losses, _check_weights
+from poem.estimators.reliability import interval_flags
+from poem.estimators.weights import _check_clip, _check_losses, _check_values, _check_weights
 
 __all__ = ["PolicyComparison", "compare_policies"]
 
@@ -72,6 +74,43 @@ class PolicyComparison:
         """``"promoted"`` or ``"rejected"``."""
         return "promoted" if self.promote else "rejected"
 
+    @property
+    def estimator(self) -> str:
+        """The gate option (``"ips"``, ``"clipped_ips"`` or ``"snips"``)."""
+        return self.difference.estimator.removesuffix("_difference")
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """Every reliability flag of the reported intervals, prefixed with its estimate."""
+        return tuple(
+            f"{role}: {flag}"
+            for role in ("challenger", "champion", "difference")
+            for flag in getattr(self, role).flags
+        )
+
+    def metrics(self) -> dict[str, float]:
+        """Estimator-independent metric names (the estimator is the ``gate_estimator`` param).
+
+        The one place the gate's metric keys are spelled: ``challenger_risk`` (and
+        ``_lower``/``_upper``), ``champion_risk``, ``risk_difference``,
+        ``risk_difference_ucb`` (the bound that decides), both effective sample sizes,
+        ``gate_promoted`` and ``<role>_interval_flagged`` (1.0 when the interval may
+        undercover).
+        """
+        out: dict[str, float] = {"gate_promoted": float(self.promote)}
+        named = (
+            ("challenger_risk", self.challenger),
+            ("champion_risk", self.champion),
+            ("risk_difference", self.difference),
+        )
+        for name, est in named:
+            out |= {name: est.value, f"{name}_lower": est.lower, f"{name}_upper": est.upper}
+            out[f"{name.removesuffix('_risk')}_interval_flagged"] = float(bool(est.flags))
+        out["risk_difference_ucb"] = self.upper_bound
+        out["challenger_effective_sample_size"] = self.challenger.effective_sample_size
+        out["champion_effective_sample_size"] = self.champion.effective_sample_size
+        return {k: float(v) for k, v in out.items()}
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable summary (nested estimates, bound, decision, reasons, thresholds)."""
         return {
@@ -80,7 +119,10 @@ class PolicyComparison:
             "upper_bound": float(self.upper_bound),
             "min_improvement": float(self.min_improvement),
             "min_ess": float(self.min_ess),
+            "estimator": self.estimator,
             "reasons": list(self.reasons),
+            "flags": list(self.flags),
+            "metrics": self.metrics(),
             "challenger": self.challenger.to_dict(),
             "champion": self.champion.to_dict(),
             "difference": self.difference.to_dict(),
@@ -98,17 +140,19 @@ class PolicyComparison:
             f"## Counterfactual A/B gate: {self.decision}",
             "",
             f"| | estimator | risk | {100 * level:g}% interval ({self.difference.method}) "
-            "| std. error | effective sample size | clipped |",
-            "|---|---|---|---|---|---|---|",
+            "| std. error | effective sample size | clipped | interval reliable |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for label, e in rows:
             lines.append(
                 f"| {label} | {e.estimator} | {e.value:.4g} | [{e.lower:.4g}, {e.upper:.4g}] | "
-                f"{e.std_error:.3g} | {e.effective_sample_size:,.1f} | {e.clipped_fraction:.1%} |"
+                f"{e.std_error:.3g} | {e.effective_sample_size:,.1f} | {e.clipped_fraction:.1%} | "
+                f"{'yes' if e.reliable else 'no (see flags)'} |"
             )
         lines += [
             "",
-            f"One-sided {100 * level:g}% upper confidence bound of the difference: "
+            f"One-sided {100 * level:g}% upper confidence bound of the difference "
+            f"({self.estimator} terms, betting bound valid at every n): "
             f"**{self.upper_bound:.4g}** (promotion needs < {0.0 - self.min_improvement:.4g}); "
             f"n = {self.difference.n:,} rows; "
             f"minimum challenger effective sample size {self.min_ess:,.4g}.",
@@ -117,6 +161,14 @@ class PolicyComparison:
             "",
         ]
         lines += [f"- {reason}" for reason in self.reasons]
+        if self.flags:
+            lines += [
+                "",
+                "Intervals that may cover less than their level (they do not decide; the "
+                "bound above is valid at every n):",
+                "",
+            ]
+            lines += [f"- {flag}" for flag in self.flags]
         return "\n".join(lines) + "\n"
 
 
@@ -141,28 +193,35 @@ def compare_policies(
     interval: str = "t",
     random_state: Any = 0,
     loss_baseline: float = 0.0,
+    loss_bounds: tuple[float, float] | None = None,
+    max_weight: float | None = None,
 ) -> PolicyComparison:
     r"""Paired off-policy comparison of a challenger with the champion, and the gate's decision.
 
     .. math::
 
-        d_i = \delta_i (r^{c}_i - r^{h}_i), \quad \hat\Delta = \bar d, \quad
-        U = \hat\Delta + q_{1-\gamma} \sqrt{\hat V(d)/n}, \quad
+        U = -\hat I_{LB}, \quad
         \text{promote} \iff U < -\epsilon \ \wedge\ n_e(r^c) \ge n_{min}
 
-    where δᵢ is the logged loss, r^c_i and r^h_i the challenger's and champion's importance
-    weights (clipped at M for ``"clipped_ips"``), Δ̂ the estimated risk difference, V̂(d) the
-    sample variance of the dᵢ, q_{1−γ} the one-sided Student-t (n − 1 degrees of freedom) or
-    normal quantile, U the one-sided upper confidence bound, ε the minimum improvement,
-    n_e Kong's effective sample size and n_min its minimum. For ``"snips"`` the dᵢ are the
-    paired delta-method terms r^c_i(δᵢ − R̂^c)/r̄^c − r^h_i(δᵢ − R̂^h)/r̄^h of the
-    two self-normalized estimates and Δ̂ = R̂^c − R̂^h. With ``interval="bootstrap"`` U is the
-    (1 − γ) percentile of the paired bootstrap distribution of Δ̂.
+    where Î_LB is the betting lower confidence bound on R(champion) − R(challenger)
+    (:func:`poem.estimators.improvement.improvement_lower_bound`, valid at every n), U the
+    one-sided (1 − γ) upper confidence bound of R(challenger) − R(champion), ε the minimum
+    improvement, n_e Kong's effective sample size of the challenger's weights r^c and n_min
+    its minimum. The reported point estimates and two-sided intervals are the chosen
+    estimator's (IPS, clipped IPS or SNIPS on δᵢ − c with the ``interval`` method; the
+    difference uses the paired terms dᵢ = (δᵢ − c)(r^c_i − r^h_i), or the paired
+    delta-method terms for SNIPS); they do not decide, and they carry reliability flags
+    (:func:`poem.estimators.reliability.interval_flags`) when they may undercover.
+
+    Guarantee: P(promote) ≤ γ when R(challenger) ≥ R(champion) − ε, at every n, if rows are
+    independent draws from the logging policy with correct propensities, losses lie in
+    ``loss_bounds`` and, unless the champion is the logging policy and the estimator is
+    ``"ips"`` or ``"clipped_ips"``, every importance weight is ≤ ``max_weight``.
 
     Parameters
     ----------
     losses : array-like of shape (n_samples,)
-        Logged losses of the test split, i.e. δᵢ.
+        Logged losses of the test split, in logged order, i.e. δᵢ.
     challenger_weights : array-like of shape (n_samples,)
         Challenger's importance weights, i.e. r^c_i.
     champion_weights : array-like of shape (n_samples,)
@@ -175,19 +234,25 @@ def compare_policies(
     min_ess : float, default=100.0
         Required challenger effective sample size, ≥ 0, i.e. n_min.
     estimator : {"ips", "clipped_ips", "snips"}, default="ips"
-        Estimator of both risks and of their difference.
+        Estimator of both risks, of their difference and of the bound's terms.
     clip : float or None, default=None
-        Weight cap M; required for ``"clipped_ips"`` and rejected otherwise.
+        Weight cap M; required for ``"clipped_ips"`` and rejected otherwise. The bound clips
+        only the challenger's weights (pessimistic); the reported clipped estimates estimate
+        the clipped risks and are flagged when any weight reaches M.
     interval : {"t", "normal", "bootstrap"}, default="t"
-        Interval method.
+        Method of the reported intervals (not of the decision).
     random_state : int, RandomState instance or None, default=0
         Seed of the bootstrap (used only when ``interval="bootstrap"``).
     loss_baseline : float, default=0.0
-        Translation c: every estimate runs on δᵢ − c (c added back to each policy's risk; the
-        difference does not move). The pairs dᵢ = (δᵢ − c)(r^c_i − r^h_i) stay unbiased for
-        R(challenger) − R(champion) for any c because E[r^c_i − r^h_i] = 0; c = δ_max (what
-        :func:`poem.gate.counterfactual_ab_test` passes) makes a challenger that merely avoids
-        the logged actions look worse, not better.
+        Translation c of the reported estimates: they run on δᵢ − c with c added back to
+        each risk (the difference does not move; :func:`poem.gate.counterfactual_ab_test`
+        passes δ_max).
+    loss_bounds : tuple of float or None, default=None
+        (δ_min, δ_max) of the losses, i.e. (a, b); None uses the smallest and largest loss
+        on the log (then it is assumed no loss can lie outside them).
+    max_weight : float or None, default=None
+        Bound B on every importance weight, ≥ 1 (e.g. 1 / the logging policy's smallest
+        propensity); None uses each policy's largest weight on the log.
 
     Returns
     -------
@@ -199,11 +264,14 @@ def compare_policies(
     ValueError
         If lengths differ, weights are non-finite or negative, ``confidence_level`` is not
         in (0, 1), ``min_improvement`` or ``min_ess`` is negative, ``estimator`` or
-        ``interval`` is not an exact option name, or ``clip`` is ≤ 0, missing for or given
-        to the wrong estimator.
+        ``interval`` is not an exact option name, ``clip`` is ≤ 0, missing for or given
+        to the wrong estimator, a loss lies outside ``loss_bounds`` or a weight above
+        ``max_weight``.
 
     References
     ----------
+    Waudby-Smith & Ramdas (2024), Estimating means of bounded random variables by betting,
+    JRSS-B 86(1), arXiv:2010.09686 (the bound).
     Swaminathan & Joachims (2015), JMLR 16, arXiv:1502.02362, Eq. (1) (each risk).
     Owen (2013), Monte Carlo theory, methods and examples, §9.2 (delta method for ratio
     estimates, used for SNIPS).
@@ -216,17 +284,82 @@ def compare_policies(
         raise ValueError(
             f"champion_weights has {wh.size:,} rows but challenger_weights has {wc.size:,}"
         )
+    raw = _check_losses(losses, wc.size, "challenger_weights")
     c = resolve_loss_baseline(loss_baseline, (0.0, 0.0))
-    d = _check_losses(losses, wc.size, "challenger_weights") - c  # translated losses δᵢ − c
+    d = raw - c  # translated losses δᵢ − c (reported estimates only)
     level = _check_confidence_level(confidence_level)
     epsilon = _check_threshold(min_improvement, "min_improvement")
     n_min = _check_threshold(min_ess, "min_ess")
     _check_option(estimator, "estimator", ESTIMATORS)
     _check_option(interval, "interval", INTERVAL_METHODS)
+    bounds = _check_loss_bounds(raw, loss_bounds)
+    bound = _check_max_weight(max_weight, wc, wh)
     kwargs = {"confidence_level": level, "interval": interval, "random_state": random_state}
     challenger = shift_estimate(_dispatch(estimator, d, wc, clip, **kwargs), c)
     champion = shift_estimate(_dispatch(estimator, d, wh, clip, **kwargs), c)
+    lcb = improvement_lower_bound(
+        raw,
+        wc,
+        wh,
+        estimator=estimator,
+        loss_bounds=bounds,
+        max_weight=bound,
+        clip=clip,
+        confidence_level=level,
+    )
+    ucb = -float(lcb)
+    difference = _paired_difference(d, wc, wh, estimator, clip, level, interval, random_state)
+    difference = replace(
+        difference,
+        effective_sample_size=min(challenger.effective_sample_size, champion.effective_sample_size),
+        clipped_fraction=max(challenger.clipped_fraction, champion.clipped_fraction),
+    )
 
+    # A challenger equal to the champion up to floating-point rounding gives a difference of
+    # ~1e-17 with a standard error of ~0; without a noise floor its "bound" would be below 0.
+    noise = 1e3 * np.finfo(np.float64).eps * float(np.mean(np.abs(d) * (np.abs(wc) + np.abs(wh))))
+    improves = bool(ucb < -max(epsilon, noise))
+    enough = bool(challenger.effective_sample_size >= n_min)
+    reasons = (
+        f"{'passed' if improves else 'failed'}: improvement: the one-sided {100 * level:g}% upper "
+        f"confidence bound of R(challenger) - R(champion) ({estimator} terms, betting bound "
+        f"valid at every n) is {ucb:.4g}, "
+        f"{'below' if improves else 'not below'} -min_improvement = {0.0 - epsilon:.4g}",
+        f"{'passed' if enough else 'failed'}: effective sample size: the challenger's is "
+        f"{challenger.effective_sample_size:,.1f} of {d.size:,} rows, "
+        f"{'at least' if enough else 'below'} min_ess = {n_min:,.4g}",
+    )
+    return PolicyComparison(
+        challenger, champion, difference, ucb, improves and enough, reasons, epsilon, n_min
+    )
+
+
+def _check_loss_bounds(losses: np.ndarray, loss_bounds: Any) -> tuple[float, float]:
+    if loss_bounds is None:
+        return float(losses.min()), float(losses.max())
+    lo, hi = (float(v) for v in loss_bounds)
+    if not (np.isfinite(lo) and np.isfinite(hi) and lo <= hi):
+        raise ValueError(f"loss_bounds must be finite with min <= max, got {loss_bounds!r}")
+    _check_values(
+        (losses < lo) | (losses > hi), "losses", f"are outside loss_bounds {lo:g}..{hi:g}"
+    )
+    return lo, hi
+
+
+def _check_max_weight(max_weight: Any, wc: np.ndarray, wh: np.ndarray) -> float | None:
+    if max_weight is None:
+        return None
+    bound = float(max_weight)
+    if not (np.isfinite(bound) and bound >= 1.0):
+        raise ValueError(f"max_weight must be finite and >= 1, got {max_weight!r}")
+    _check_values(
+        np.maximum(wc, wh) > bound * (1 + 1e-12), "weights", f"are above max_weight = {bound:g}"
+    )
+    return bound
+
+
+def _paired_difference(d, wc, wh, estimator, clip, level, interval, random_state) -> Estimate:
+    """The reported paired difference: estimate, two-sided interval and reliability flags."""
     if estimator == "clipped_ips":
         M = _check_clip(clip)
         wc, wh = np.minimum(M, wc), np.minimum(M, wh)
@@ -247,8 +380,8 @@ def compare_policies(
     se = standard_error(terms)
     arrays = (d, wc, wh)
     lower, upper = _interval(statistic, arrays, value, se, d.size, level, interval, random_state)
-    _, ucb = _interval(statistic, arrays, value, se, d.size, level, interval, random_state, "less")
-    difference = Estimate(
+    flags = interval_flags(terms, np.maximum(wc, wh))
+    return Estimate(
         f"{estimator}_difference",
         float(value),
         se,
@@ -256,25 +389,8 @@ def compare_policies(
         upper,
         int(d.size),
         level,
-        min(challenger.effective_sample_size, champion.effective_sample_size),
-        max(challenger.clipped_fraction, champion.clipped_fraction),
+        0.0,
+        0.0,
         interval,
-    )
-
-    # A challenger equal to the champion up to floating-point rounding gives a difference of
-    # ~1e-17 with a standard error of ~0; without a noise floor its "bound" would be below 0.
-    noise = 1e3 * np.finfo(np.float64).eps * float(np.mean(np.abs(d) * (np.abs(wc) + np.abs(wh))))
-    improves = bool(ucb < -max(epsilon, noise))
-    enough = bool(challenger.effective_sample_size >= n_min)
-    reasons = (
-        f"{'passed' if improves else 'failed'}: improvement: the one-sided {100 * level:g}% upper "
-        f"confidence bound of R(challenger) - R(champion) ({estimator}, {interval} interval) "
-        f"is {ucb:.4g}, "
-        f"{'below' if improves else 'not below'} -min_improvement = {0.0 - epsilon:.4g}",
-        f"{'passed' if enough else 'failed'}: effective sample size: the challenger's is "
-        f"{challenger.effective_sample_size:,.1f} of {d.size:,} rows, "
-        f"{'at least' if enough else 'below'} min_ess = {n_min:,.4g}",
-    )
-    return PolicyComparison(
-        challenger, champion, difference, float(ucb), improves and enough, reasons, epsilon, n_min
+        flags,
     )

@@ -21,6 +21,7 @@ from poem.estimators.bounds import (
     confidence_interval,
     standard_error,
 )
+from poem.estimators.reliability import interval_flags
 from poem.estimators.weights import (
     _check_clip,
     _check_losses,
@@ -60,6 +61,9 @@ class Estimate:
         Fraction of rows with rᵢ ≥ M (0 when nothing is clipped).
     method : str
         Interval method: ``"t"``, ``"normal"`` or ``"bootstrap"``.
+    flags : tuple of str
+        Reasons why the interval may cover less than ``confidence_level``
+        (:func:`poem.estimators.reliability.interval_flags`); empty when none applies.
     """
 
     estimator: str
@@ -72,6 +76,10 @@ class Estimate:
     effective_sample_size: float
     clipped_fraction: float
     method: str
+    flags: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "flags", tuple(self.flags))  # a JSON list comes back as a tuple
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable dict of every field (plain ``str``, ``int`` and ``float``)."""
@@ -81,7 +89,13 @@ class Estimate:
                 out[key] = float(value)
             elif isinstance(value, (int, np.integer)):
                 out[key] = int(value)
+        out["flags"] = list(self.flags)
         return out
+
+    @property
+    def reliable(self) -> bool:
+        """True when no reliability flag was raised for the interval."""
+        return not self.flags
 
     def __str__(self) -> str:
         return (
@@ -148,7 +162,10 @@ def _mean_estimate(name, d, w, level, interval, random_state, clipped=0.0) -> Es
         _mean_statistic, (d, w), value, se, d.size, level, interval, random_state
     )
     ess = effective_sample_size(w)
-    return Estimate(name, value, se, lower, upper, int(d.size), level, ess, clipped, interval)
+    flags = interval_flags(u, w, clipped)
+    return Estimate(
+        name, value, se, lower, upper, int(d.size), level, ess, clipped, interval, flags
+    )
 
 
 def ips(
@@ -324,7 +341,8 @@ def snips(
         _ratio_statistic, (d, w), value, se, d.size, level, interval, random_state
     )
     ess = effective_sample_size(w)
-    return Estimate("snips", value, se, lower, upper, int(d.size), level, ess, 0.0, interval)
+    flags = interval_flags(e, w)
+    return Estimate("snips", value, se, lower, upper, int(d.size), level, ess, 0.0, interval, flags)
 
 
 def _dispatch(estimator: str, losses: Any, weights: Any, clip: Any, **kwargs: Any) -> Estimate:

@@ -28,9 +28,9 @@ def test_demo_runs_retrain_twice_and_prints_where_to_look(tmp_path, monkeypatch,
             previous_champion_version=None if first else "1",
             reasons=("passed: x",),
             metrics={
-                "challenger_ips_risk": 0.2,
-                "champion_ips_risk": 0.4,
-                "difference_ips_risk_ucb": -0.1,
+                "challenger_risk": 0.2,
+                "champion_risk": 0.4,
+                "risk_difference_ucb": -0.1,
             },
         )
 

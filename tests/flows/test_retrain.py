@@ -55,7 +55,7 @@ def test_promote_then_reject_then_compare_and_rollback(tmp_path, logs_dir, write
         "1",
         None,
     )
-    assert first.metrics["difference_ips_risk_ucb"] < 0
+    assert first.metrics["risk_difference_ucb"] < 0
     client = _client(tmp_path)
     assert _alias(client, "champion") == "1" and _alias(client, "challenger") == "1"
 

@@ -112,7 +112,7 @@ def test_gate_against_logging_policy_and_blocking_checks(parts, trials):
     metrics = gate_metrics(comparison)
     assert (
         metrics["gate_promoted"] == 1.0
-        and metrics["difference_ips_risk_ucb"] == comparison.upper_bound
+        and metrics["risk_difference_ucb"] == comparison.upper_bound
     )
     blocked = gate_candidate.fn(policy, None, parts.test, gate, ["uniform_weight_mean"])
     assert not blocked.promote and "check did not pass: uniform_weight_mean" in blocked.reasons[-1]

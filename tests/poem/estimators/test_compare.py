@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from poem.estimators import PolicyComparison, compare_policies, ips, snips
+from poem.estimators.betting import betting_lower_bound
 
 LOSSES = np.array([0.0, 1.0, 0.5, 0.25, 1.0])  # tiny_log
 WEIGHTS = np.array([0.5, 2.0, 2.0, 2.0, 0.5])  # hand-chosen target
@@ -20,14 +21,21 @@ def test_paired_ips_difference_by_hand(tiny_log):
     assert result.difference.estimator == "ips_difference"
     assert result.difference.value == pytest.approx(0.25)
     assert result.difference.std_error == pytest.approx(0.25)
-    assert result.upper_bound == pytest.approx(0.25 + T_95_4 * 0.25)
+    assert result.difference.upper == pytest.approx(
+        0.25 + 2.7764451051977987 * 0.25
+    )  # t, two-sided
+    # the decision: betting bound on Xᵢ = (δ_max − δᵢ)(rᵢ − 1) ≥ −1, loss bounds (0, 1) observed
+    terms = (1.0 - tiny_log.losses) * (WEIGHTS - 1.0)
+    assert result.upper_bound == pytest.approx(-betting_lower_bound(terms, -1.0, scale=1.0))
+    assert result.upper_bound == pytest.approx(0.5904, abs=1e-4)
     assert result.challenger == ips(tiny_log.losses, WEIGHTS)
     assert result.champion.value == pytest.approx(0.55)
     assert result.difference.effective_sample_size == pytest.approx(3.92)  # the smaller ESS
     assert not result.promote and result.decision == "rejected"
     assert result.reasons == (
         "failed: improvement: the one-sided 95% upper confidence bound of "
-        "R(challenger) - R(champion) (ips, t interval) is 0.783, not below -min_improvement = 0",
+        "R(challenger) - R(champion) (ips terms, betting bound valid at every n) is 0.5904, "
+        "not below -min_improvement = 0",
         "passed: effective sample size: the challenger's is 3.9 of 5 rows, at least min_ess = 1",
     )
 
@@ -57,7 +65,7 @@ def test_a_a_never_promotes(rng, estimator, clip, interval):
         losses, weights, weights, estimator=estimator, clip=clip, interval=interval, min_ess=0
     )
     assert not result.promote
-    assert result.difference.value == 0.0 and result.upper_bound == 0.0
+    assert result.difference.value == 0.0 and result.upper_bound >= 0.0
     assert result.reasons[0].startswith("failed: improvement")
 
 
@@ -154,7 +162,11 @@ def test_report_and_dict(tiny_log):
     assert md.startswith("## Counterfactual A/B gate: rejected\n")
     assert "| challenger | ips | 0.8 | [" in md and "| champion | ips | 0.55 | [" in md
     assert "| difference (challenger − champion) | ips_difference | 0.25 |" in md
-    assert "**0.783** (promotion needs < -0.01)" in md
+    assert "**0.5904** (promotion needs < -0.01)" in md
+    assert "| challenger | ips | 0.8 | [" in md and "| no (see flags) |" in md
+    assert "- difference: few non-zero terms (rare losses): 4 of 5 rows (< 100)\n" in md
+    assert d["estimator"] == "ips" and d["flags"] == list(result.flags)
+    assert d["metrics"]["risk_difference_ucb"] == pytest.approx(result.upper_bound)
     assert "**Decision: rejected**" in md
     for reason in result.reasons:
         assert f"- {reason}\n" in md
@@ -277,11 +289,12 @@ def test_loss_baseline_moves_each_risk_but_not_the_difference():
     assert plain.difference.value == pytest.approx(np.mean(losses * (wc - 1.0)))
 
 
-def test_translated_gate_rejects_a_challenger_that_avoids_the_logged_actions():
-    # Positive losses: putting no mass on logged actions makes plain IPS ≈ 0 ("better");
-    # with δ − δ_max the same challenger is estimated at δ_max and is rejected.
+def test_gate_rejects_a_challenger_that_avoids_the_logged_actions_whatever_the_baseline():
+    # Positive losses: putting no mass on logged actions makes plain IPS ≈ 0 ("better"); the
+    # bound's terms are translated by δ_max whatever the reported baseline, so it is rejected.
     rng = np.random.default_rng(6)
     losses = rng.random(2000)
     avoid = np.full(2000, 1e-3)
-    assert compare_policies(losses, avoid, np.ones(2000), min_ess=1).promote
-    assert not compare_policies(losses, avoid, np.ones(2000), min_ess=1, loss_baseline=1.0).promote
+    for baseline in (0.0, 1.0):
+        result = compare_policies(losses, avoid, np.ones(2000), min_ess=1, loss_baseline=baseline)
+        assert not result.promote and result.upper_bound > 0.4

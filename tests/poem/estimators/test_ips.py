@@ -111,7 +111,12 @@ def test_estimate_to_dict_is_plain():
         "effective_sample_size",
         "clipped_fraction",
         "method",
+        "flags",
     }
+    assert d["flags"] == [
+        "few non-zero terms (rare losses): 2 of 3 rows (< 100)",
+        "skewed terms: |skewness|/sqrt(n) = 0.30 > 0.25",
+    ]
     assert type(d["n"]) is int and type(d["value"]) is float
     assert Estimate(**d) == est
     assert "ips = 0.8333" in str(est)

@@ -1,0 +1,87 @@
+"""Reliability flags of the t / normal / bootstrap intervals the library reports.
+
+Those intervals rest on a normal approximation of a mean of per-row terms. With heavy-tailed
+importance weights or rare non-zero losses they cover far less than their level (measured
+53–81 % at 95 %, DESIGN §4.2); an interval that may undercover says so, with the reason,
+and the reason travels with the :class:`~poem.estimators.ips.Estimate` into the gate report,
+MLflow and ``check``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from poem.estimators.weights import effective_sample_size
+
+__all__ = ["MIN_ESS_FRACTION", "MIN_NONZERO_TERMS", "MAX_SKEWNESS_RATIO", "interval_flags"]
+
+MIN_ESS_FRACTION = 0.1  # Kong's ESS below this fraction of n: heavy-tailed weights
+MIN_NONZERO_TERMS = 100  # fewer non-zero terms: rare losses (or rare support)
+MAX_SKEWNESS_RATIO = 0.25  # |skewness| / √n above this: the normal approximation is off
+
+
+def interval_flags(terms: Any, weights: Any, clipped_fraction: float = 0.0) -> tuple[str, ...]:
+    r"""Reasons why a normal-approximation interval of a mean of terms may undercover.
+
+    .. math::
+
+        n_e = \frac{(\sum_i r_i)^2}{\sum_i r_i^2}, \quad
+        k = \#\{i : u_i \ne 0\}, \quad
+        \hat\gamma = \frac{m_3}{m_2^{3/2}}, \quad m_k = \frac1n \sum_i (u_i - \bar u)^k
+
+    where uᵢ are the per-row terms whose mean is the estimate, rᵢ the importance weights,
+    n_e Kong's effective sample size, k the number of non-zero terms, m_k the central moments
+    and γ̂ the skewness.
+    A flag is raised when n_e < 0.1 n (weight tail), k < 100 (rare losses) or
+    |γ̂|/√n > 0.25 (the leading Edgeworth term of the coverage error of a mean is
+    proportional to γ/√n), and when any weight was clipped (the interval then covers the
+    clipped risk, not the risk).
+
+    Parameters
+    ----------
+    terms : array-like of shape (n_samples,)
+        Per-row terms of the estimate, i.e. uᵢ.
+    weights : array-like of shape (n_samples,)
+        Importance weights behind them, i.e. rᵢ.
+    clipped_fraction : float, default=0.0
+        Fraction of weights at the clip M.
+
+    Returns
+    -------
+    tuple of str
+        One sentence per reason; empty when none applies.
+
+    References
+    ----------
+    Hall (1992), The bootstrap and Edgeworth expansion, Springer, §2.4 (coverage error of
+    the t interval, leading term ∝ skewness/√n).
+    Kong (1992), Technical Report 348, University of Chicago (effective sample size).
+    """
+    u = np.asarray(terms, dtype=np.float64)
+    n = u.size
+    flags = []
+    ess = effective_sample_size(weights)
+    if ess < MIN_ESS_FRACTION * n:
+        flags.append(
+            f"weight tail: effective sample size {ess:,.1f} of {n:,} rows "
+            f"({ess / n:.1%} < {MIN_ESS_FRACTION:.0%})"
+        )
+    nonzero = int(np.count_nonzero(u))
+    if nonzero < MIN_NONZERO_TERMS:
+        flags.append(
+            f"few non-zero terms (rare losses): {nonzero:,} of {n:,} rows (< {MIN_NONZERO_TERMS})"
+        )
+    centred = u - u.mean()
+    spread = float(np.mean(centred**2))
+    if spread > 0:
+        ratio = abs(float(np.mean(centred**3)) / spread**1.5) / np.sqrt(n)
+        if ratio > MAX_SKEWNESS_RATIO:
+            flags.append(f"skewed terms: |skewness|/sqrt(n) = {ratio:.2f} > {MAX_SKEWNESS_RATIO}")
+    if clipped_fraction > 0:
+        flags.append(
+            f"clipped: {clipped_fraction:.1%} of weights reach the clip, so the interval "
+            "covers the clipped risk, not the risk"
+        )
+    return tuple(flags)
