@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.special import stdtrit
 
 from poem.estimators import clipped_ips, ips, snips
 from poem.estimators.compare import compare_policies
@@ -40,7 +41,10 @@ from poem.estimators.weights import suggested_clip
 K, D, N_CONTEXTS = 5, 5, 2_000
 ALPHA = 0.05
 MIN_ESS = 100.0
-CHUNK = 2_000_000  # replicate rows per vectorised chunk
+CHUNK = 2_000_000
+PEAK, FAR = 2.0, 1.5  # heavy-tailed: logger peakedness, targets' distance from it
+RARE_CONTRAST, SPREAD = 1.0, 0.1  # rare-loss: loss contrast, challengers' noise
+OLD_RULE = "t (old rule)"  # one-sided t on (δ_max − δᵢ)(r^c_i − r^h_i): not valid, for reference  # replicate rows per vectorised chunk
 
 
 def _softmax(z: np.ndarray) -> np.ndarray:
@@ -101,24 +105,31 @@ def make_settings(seed: int) -> dict[str, Setting]:
     log_uniform = 0.25 * noise[0]
     log_h = -0.6 * score + 0.5 * noise[1]
     near = {"logger": around(log_uniform, 0.4, 0.3), "policy": around(log_h, 0.4, 0.3)}
+    rare = {"logger": around(log_uniform, 0.4, SPREAD), "policy": around(log_h, 0.4, SPREAD)}
     uniform = _softmax(log_uniform)
-    # peaked logger (exploration floor 0.4 %); H, and the challengers, far from it
-    peaked = 0.98 * _softmax(2.5 * noise[0] + 1.0 * score) + 0.02 / K
+    # peaked logger with an exploration floor of 2 % per action (weights ≤ 50); H and the
+    # challengers far from it
+    peaked = 0.9 * _softmax(PEAK * noise[0] + score) + 0.1 / K
+    log_far = log_h - FAR * noise[0]  # H moved away from the actions π₀ prefers
     far = {
-        "logger": (_softmax(-0.9 * score + 0.4 * noise[4]), _softmax(0.9 * score + 0.4 * noise[5])),
-        "policy": around(log_h, 0.4, 0.3),
+        "logger": (
+            _softmax(-FAR * noise[0] - score + 0.3 * noise[4]),
+            _softmax(-FAR * noise[0] + score + 0.3 * noise[5]),
+        ),
+        "policy": around(log_far, 0.4, 0.3),
     }
-    rare_mu = 0.01 * mu / np.mean(np.sum(uniform * mu, axis=1))
+    contrast = 1.0 / (1.0 + np.exp(-RARE_CONTRAST * score))
+    rare_mu = 0.01 * contrast / np.mean(np.sum(uniform * contrast, axis=1))
     return {
         "near-uniform": Setting("near-uniform", mu, uniform, _softmax(log_h), near),
-        "heavy-tailed": Setting("heavy-tailed", mu, peaked, _softmax(log_h), far),
-        "rare-loss": Setting("rare-loss", rare_mu, uniform, _softmax(log_h), near),
+        "heavy-tailed": Setting("heavy-tailed", mu, peaked, _softmax(log_far), far),
+        "rare-loss": Setting("rare-loss", rare_mu, uniform, _softmax(log_h), rare),
     }
 
 
 def _decisions(setting, rng, reps, n, challenger, champion, clip):
     """Promotion indicator per replicate and gate option (vectorised in chunks of logs)."""
-    out = {e: [] for e in GATE_ESTIMATORS}
+    out = {e: [] for e in (*GATE_ESTIMATORS, OLD_RULE)}
     per_chunk = max(1, CHUNK // n)
     for start in range(0, reps, per_chunk):
         m = min(per_chunk, reps - start)
@@ -137,6 +148,9 @@ def _decisions(setting, rng, reps, n, challenger, champion, clip):
                 confidence_level=1 - ALPHA,
             )
             out[estimator].append((lcb > 0) & (ess >= MIN_ESS))
+        x = (1.0 - losses) * (wc - wh)
+        t_lcb = x.mean(1) - stdtrit(n - 1, 1 - ALPHA) * x.std(1, ddof=1) / np.sqrt(n)
+        out[OLD_RULE].append((t_lcb > 0) & (ess >= MIN_ESS))
     return {e: np.concatenate(v) for e, v in out.items()}
 
 
@@ -220,7 +234,7 @@ def main() -> None:
                     rates = {e: float(v.mean()) for e, v in promoted.items()}
                     print(
                         f"{champ_name:9s} {label:10s} {n:6d} {s.ess_fraction(challenger):6.3f}  "
-                        + "  ".join(f"{rates[e]:12.3f}" for e in GATE_ESTIMATORS),
+                        + "  ".join(f"{rates[e]:12.3f}" for e in (*GATE_ESTIMATORS, OLD_RULE)),
                         flush=True,
                     )
                     results["cells"].append(

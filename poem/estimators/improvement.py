@@ -47,15 +47,16 @@ def improvement_terms(
 
         X_i = \big[c^h_i + (\delta_i - c^h_i)\, r^h_i\big]
               - \big[c^c_i + (\delta_i - c^c_i)\, \tilde r^c_i\big], \qquad
-        L_i = \min_{\delta \in [a, b],\ \tilde r^c \in [0, B_c],\ r^h \in [l_h, B_h]} X_i
+        L_i = \min_{\delta \in [a, b],\ \tilde r^c - r^h \in [D_{lo}, D_{hi}],\
+              r^h \in [l_h, B_h]} X_i
 
     where δᵢ ∈ [a, b] is the logged loss, r^h_i and r^c_i the champion's and challenger's
     importance weights, and the baselines c are fixed before row i is seen:
 
     - ``"ips"``: c^c = c^h = b (translation by δ_max, DESIGN §4.1) and r̃^c = r^c, so
-      Xᵢ = (b − δᵢ)(r^c_i − r^h_i) has mean R(champion) − R(challenger) exactly, and
-      Lᵢ = −(b − a)·B_h: with the logging policy as champion (r^h ≡ 1) the terms are
-      ≥ −(b − a) whatever the challenger's weights — no weight bound is assumed;
+      Xᵢ = (b − δᵢ)(r^c_i − r^h_i) has mean R(champion) − R(challenger) exactly and
+      Lᵢ = −(b − a)·max(0, −D_lo). With the logging policy as champion (r^h ≡ 1) D ≥ −1,
+      so Xᵢ ≥ −(b − a) whatever the challenger's weights: no weight bound is assumed;
     - ``"clipped_ips"``: as ``"ips"`` with r̃^c = min(M, r^c). Because b − δᵢ ≥ 0, clipping
       only the challenger's weights can only lower Xᵢ: the mean is ≤ the improvement, so the
       bound stays valid (pessimistic, never optimistic). The champion is never clipped, which
@@ -63,15 +64,15 @@ def improvement_terms(
     - ``"snips"``: c^c_i and c^h_i are each policy's self-normalized estimate on the rows
       before i (starting at b). Any baseline fixed before row i keeps the conditional mean at
       R(champion) − R(challenger) (E[r] = 1); the SNIPS ones make (δ − c) r small where
-      losses are rare, at the price of needing the challenger's weights bounded by B_c.
-      Its range can then be wide, so the ``"ips"`` terms are returned beside them
-      (leading axis of length 2) and the bound averages the two capital processes
-      (``mixture=True`` in :func:`~poem.estimators.betting.betting_lower_bound`).
+      losses are rare, at the price of a range that depends on the weights. The ``"ips"``
+      terms are returned beside them (leading axis of length 2) and the bound averages the
+      two capital processes (``mixture=True`` in
+      :func:`~poem.estimators.betting.betting_lower_bound`), so it is close to the better one.
 
-    B_h = l_h = 1 when the champion is the logging policy (all its weights are 1); otherwise
-    l_h = 0 and B_h = ``max_weight``. B_c = ``max_weight`` (for ``"clipped_ips"``
-    min(M, max_weight)). With ``max_weight=None`` each policy's B is its largest weight on
-    the log: the assumption is then that no weight the log did not show is larger.
+    Ranges: with ``max_weight=B``, D = r̃^c − r^h ∈ [−B, B] and r^h ∈ [0, B]; with
+    ``max_weight=None`` they are the smallest and largest values on the log (the assumption
+    is then that the log shows the extreme weights). When the champion is the logging policy
+    (every r^h = 1), r^h ∈ [1, 1] and D_lo = −1 in both cases.
 
     Parameters
     ----------
@@ -87,8 +88,8 @@ def improvement_terms(
         (δ_min, δ_max) with δ_min < δ_max, i.e. (a, b).
     max_weight : float or None, default=None
         Bound on every importance weight the policies can have on this logging policy
-        (e.g. 1 / its smallest propensity), ≥ 1, i.e. B; None: each policy's largest
-        weight on the log (per log along the leading axes).
+        (e.g. 1 / its smallest propensity), ≥ 1, i.e. B; None: the ranges the log shows
+        (per log along the leading axes).
     clip : float or None, default=None
         Cap M of the challenger's weights for ``"clipped_ips"``.
 
@@ -111,31 +112,40 @@ def improvement_terms(
     d = np.asarray(losses, dtype=np.float64)
     rc = np.asarray(challenger_weights, dtype=np.float64)
     rh = np.asarray(champion_weights, dtype=np.float64)
-    logger = bool(np.all(rh == 1.0))
-    if max_weight is None:
-        bound = np.max(rc, axis=-1, keepdims=True)
-        lo_h, hi_h = (1.0, 1.0) if logger else (0.0, np.max(rh, axis=-1, keepdims=True))
-    else:
-        bound = float(max_weight)
-        lo_h, hi_h = (1.0, 1.0) if logger else (0.0, bound)
+    if estimator == "clipped_ips":
+        rc = np.minimum(float(clip), rc)
+    lo_d, hi_d, lo_h, hi_h = _ranges(rc, rh, max_weight)
+    ips_terms = (b - d) * (rc - rh)  # (b − δᵢ)(r^c_i − r^h_i)
+    ips_lower = -(b - a) * np.maximum(0.0, -lo_d)
     if estimator in ("ips", "clipped_ips"):
-        if estimator == "clipped_ips":
-            rc = np.minimum(float(clip), rc)
-        terms = (b - d) * (rc - rh)  # (b − δᵢ)(r^c_i − r^h_i)
-        return terms, -(b - a) * hi_h * np.ones(d.shape[:-1] + (1,))
+        return ips_terms, ips_lower * np.ones(d.shape[:-1] + (1,))
     cc = _predictable_snips(d, rc, b)
     ch = np.ones_like(d) * _predictable_snips(d, rh, b)
+    # X = (c^h − c^c) + (c^c − δ) D + (c^c − c^h) r^h with D = r^c − r^h: bilinear in
+    # (δ, D), so its minimum over the box is at a corner
     terms = (ch + (d - ch) * rh) - (cc + (d - cc) * rc)
-    ips_terms = (b - d) * (rc - rh)  # the "ips" strategy, mixed in (see the docstring)
-    # X is piecewise linear in δ with kinks at the baselines: its minimum over the box of
-    # (δ, r^c, r^h) is at δ ∈ {a, b, c^c, c^h} with each weight at an end of its range
-    lower = np.full(d.shape, np.inf)
-    for delta in (a, b, cc, ch):
-        champ = np.minimum((delta - ch) * lo_h, (delta - ch) * hi_h)
-        chal = np.minimum(0.0, (cc - delta) * bound)
-        lower = np.minimum(lower, ch - cc + champ + chal)
-    ips_lower = np.full(lower.shape, -(b - a) * hi_h)
-    return np.stack([ips_terms, terms]), np.stack([ips_lower, lower])
+    corner = np.minimum(
+        np.minimum((cc - a) * lo_d, (cc - a) * hi_d), np.minimum((cc - b) * lo_d, (cc - b) * hi_d)
+    )
+    champ = np.minimum((cc - ch) * lo_h, (cc - ch) * hi_h)
+    lower = (ch - cc) + corner + champ
+    return np.stack([ips_terms, terms]), np.stack([ips_lower * np.ones_like(lower), lower])
+
+
+def _ranges(rc: np.ndarray, rh: np.ndarray, max_weight: float | None):
+    """[D_lo, D_hi] of D = r^c − r^h and [l_h, B_h] of r^h (see :func:`improvement_terms`)."""
+    logger = bool(np.all(rh == 1.0))
+    if max_weight is not None:
+        bound = float(max_weight)
+        if logger:
+            return -1.0, bound - 1.0, 1.0, 1.0
+        return -bound, bound, 0.0, bound
+    diff = rc - rh
+    hi_d = np.max(diff, axis=-1, keepdims=True)
+    if logger:  # D = r^c − 1 ≥ −1 holds whatever the log shows
+        return -1.0, hi_d, 1.0, 1.0
+    lo_d = np.min(diff, axis=-1, keepdims=True)
+    return lo_d, hi_d, 0.0, np.max(rh, axis=-1, keepdims=True)
 
 
 def improvement_lower_bound(
@@ -157,8 +167,8 @@ def improvement_lower_bound(
     :func:`improvement_terms` and 1 − α the confidence level. Assumptions: rows are
     independent draws from the logging policy, the propensities are correct, losses lie in
     ``loss_bounds`` and — except for ``"ips"``/``"clipped_ips"`` with the logging policy
-    as champion — every importance weight is ≤ ``max_weight`` (by default: ≤ the largest
-    weight of the same policy on the log).
+    as champion — the weights stay within ``max_weight`` (by default: within the ranges
+    the log shows, see :func:`improvement_terms`).
 
     Parameters
     ----------

@@ -74,9 +74,9 @@ def interval_flags(terms: Any, weights: Any, clipped_fraction: float = 0.0) -> t
             f"few non-zero terms (rare losses): {nonzero:,} of {n:,} rows (< {MIN_NONZERO_TERMS})"
         )
     centred = u - u.mean()
-    spread = float(np.mean(centred**2))
-    if spread > 0:
-        ratio = abs(float(np.mean(centred**3)) / spread**1.5) / np.sqrt(n)
+    spread = float(np.mean(centred**2)) ** 1.5
+    if spread > 0:  # (0 also when the terms' spread underflows)
+        ratio = abs(float(np.mean(centred**3)) / spread) / np.sqrt(n)
         if ratio > MAX_SKEWNESS_RATIO:
             flags.append(f"skewed terms: |skewness|/sqrt(n) = {ratio:.2f} > {MAX_SKEWNESS_RATIO}")
     if clipped_fraction > 0:
