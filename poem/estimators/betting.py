@@ -3,7 +3,8 @@
 The gate (DESIGN §5) must keep its false-promotion rate ≤ α at finite n, where t intervals
 on skewed, heavy-tailed paired terms do not (measured 9–25 % at α = 5 %). A capital process
 that bets on the sign of Xᵢ − m is a nonnegative martingale when m is the true mean, so by
-Ville's inequality it exceeds 1/α with probability ≤ α; every m at which it does is rejected.
+Ville's inequality it ever reaches 1/α with probability ≤ α; every m at which it does is
+rejected.
 Only a *lower* bound Lᵢ on each term is needed (no upper bound, no variance assumption):
 the capital stays positive because each bet is capped at κ/(m − Lᵢ).
 
@@ -22,7 +23,7 @@ from poem.estimators.bounds import _check_confidence_level
 __all__ = ["betting_lower_bound"]
 
 _MAX_BET_FRACTION = 0.5  # κ: a bet never risks more than half the capital (WSR 2024, §5.1)
-_BISECTION_STEPS = 14
+_REFINE_STEPS = 8
 
 
 def _plug_in_bets(x: np.ndarray, alpha: float, scale: float) -> np.ndarray:
@@ -44,9 +45,8 @@ def _log_capital_max(x, lower, bets, m, mixture):
     """
     gap = m[..., None] - lower
     cap = np.where(gap > 0, _MAX_BET_FRACTION / np.where(gap > 0, gap, 1.0), np.inf)
-    lam = np.minimum(bets, cap)
     t = x - m[..., None]
-    t *= lam
+    t *= np.minimum(bets, cap)
     np.log1p(t, out=t)
     np.cumsum(t, axis=-1, out=t)
     if mixture:
@@ -76,9 +76,11 @@ def betting_lower_bound(
     (fixed, or computed from rows < i only), σ̂²ᵢ₋₁ the running variance of rows < i
     (prior s² = ``scale``²), κ = 1/2, n the number of rows and 1 − α the confidence level.
     Each factor is ≥ 1 − κ > 0 and has conditional mean 1 at m = μ, so K(μ) is a
-    nonnegative martingale and, by Ville's inequality, P(μ̂_LB > μ) ≤ α at every n. Each
+    nonnegative martingale with mean 1 and, by Ville's inequality, P(μ̂_LB > μ) ≤ α at
+    every n (it even bounds the chance that the capital ever reaches 1/α). Each
     factor is non-increasing in m, so the bound is found by an exponential search down
-    from the mean in steps of the standard error, then 14 halvings (O(n) per step). No
+    from the mean in steps of the standard error, then 8 Illinois regula-falsi steps on
+    maxₜ log Kₜ (O(n) each; the returned m is always one whose capital reached 1/α). No
     upper bound on Xᵢ is needed.
 
     Parameters
@@ -136,8 +138,8 @@ def betting_lower_bound(
     bets = _plug_in_bets(x, alpha, scale)
     threshold = np.log(1.0 / alpha)
 
-    def rejected(m: np.ndarray) -> np.ndarray:
-        return _log_capital_max(x, low, bets, m, mixture) >= threshold
+    def excess(m: np.ndarray) -> np.ndarray:  # ≥ 0 iff m is rejected
+        return _log_capital_max(x, low, bets, m, mixture) - threshold
 
     floor = np.min(np.broadcast_to(low, x.shape), axis=-1)
     center = np.mean(x, axis=-1)
@@ -145,23 +147,34 @@ def betting_lower_bound(
     top = np.max(x, axis=-1)
     if mixture:
         floor, center, step, top = floor.min(0), center.max(0), step.min(0), top.max(0)
-    # bracket [lo, hi] with lo rejected (or the trivial floor) and hi not: K(max x) ≤ 1
+    # bracket [lo, hi]: excess(lo) ≥ 0 > excess(hi) (Kₙ(max x) ≤ 1), or lo = floor
     center = np.maximum(center, floor)
-    step = step + 1e-12 * (1.0 + np.abs(center))
-    above = rejected(center)
-    lo = np.where(above, center, floor)
+    step = 2.5 * step + 1e-12 * (1.0 + np.abs(center))
+    f_center = excess(center)
+    above = f_center >= 0
+    lo, f_lo = np.where(above, center, floor), np.where(above, f_center, -np.inf)
     hi = np.where(above, np.maximum(top, center), center)
+    f_hi = np.where(above, excess(hi) if np.any(above) else f_center, f_center)
     open_ = ~above
-    while np.any(open_):  # exponential search down from the mean: m = x̄ − 2ᵏ se
+    while np.any(open_):  # exponential search down from the mean: m = x̄ − 2.5·2ᵏ se
         candidate = np.maximum(center - step, floor)
-        hit = rejected(candidate)
-        lo = np.where(open_ & hit, candidate, lo)
-        hi = np.where(open_ & ~hit, candidate, hi)
+        f = excess(candidate)
+        hit = f >= 0
+        lo, f_lo = np.where(open_ & hit, candidate, lo), np.where(open_ & hit, f, f_lo)
+        hi, f_hi = np.where(open_ & ~hit, candidate, hi), np.where(open_ & ~hit, f, f_hi)
         open_ &= ~hit & (candidate > floor)
         step = 2.0 * step
-    evidence = rejected(lo)  # False only where even the floor is not rejected
-    for _ in range(_BISECTION_STEPS):
-        mid = 0.5 * (lo + hi)
-        hit = rejected(mid) & evidence
-        lo, hi = np.where(hit, mid, lo), np.where(hit, hi, mid)
+    evidence = f_lo >= 0  # False only where even the floor is not rejected
+    side = np.zeros(lo.shape)
+    for _ in range(_REFINE_STEPS):  # Illinois regula falsi on the bracket, lo always rejected
+        m = hi - f_hi * (hi - lo) / (f_hi - f_lo)
+        inside = np.isfinite(m) & (m > lo) & (m < hi)
+        m = np.where(inside, m, 0.5 * (lo + hi))
+        f = excess(m)
+        hit = (f >= 0) & evidence
+        lo, f_lo = np.where(hit, m, lo), np.where(hit, f, f_lo)
+        hi, f_hi = np.where(hit, hi, m), np.where(hit, f_hi, f)
+        f_hi = np.where(hit & (side > 0), 0.5 * f_hi, f_hi)
+        f_lo = np.where(~hit & (side < 0), 0.5 * f_lo, f_lo)
+        side = np.where(hit, 1.0, -1.0)
     return float(lo) if lo.ndim == 0 else lo

@@ -1,0 +1,75 @@
+"""The betting lower confidence bound (:mod:`poem.estimators.betting`)."""
+
+import numpy as np
+import pytest
+
+from poem.estimators.betting import betting_lower_bound
+
+
+def _capital(x, lower, m, alpha=0.05, scale=1.0):
+    """maxₜ Kₜ(m) written out row by row (independent of the vectorised code)."""
+    n, log_k, best = len(x), 0.0, 0.0
+    mean_sum, squares = 0.0, 0.0
+    for i, xi in enumerate(x):
+        variance = (scale**2 + squares) / (i + 1)
+        bet = np.sqrt(2 * np.log(1 / alpha) / (n * variance))
+        if m > lower:
+            bet = min(bet, 0.5 / (m - lower))
+        log_k += np.log1p(bet * (xi - m))
+        best = max(best, log_k)
+        mean_sum += xi
+        squares += (xi - mean_sum / (i + 2)) ** 2
+    return np.exp(best)
+
+
+def test_bound_is_where_the_capital_reaches_one_over_alpha():
+    x = np.array([-0.5, 0.0, 0.5, 0.75, 0.0])
+    bound = betting_lower_bound(x, -1.0)
+    assert bound == pytest.approx(-0.5904, abs=1e-4)
+    assert _capital(x, -1.0, bound) >= 20.0 * (1 - 1e-9)
+    assert _capital(x, -1.0, bound + 1e-3) < 20.0
+    assert betting_lower_bound(x, -1.0, 0.5) > bound  # a lower level gives a higher bound
+
+
+def test_vectorised_equals_one_at_a_time_and_mixture_of_copies_equals_one():
+    rng = np.random.default_rng(1)
+    x = rng.exponential(size=(4, 300)) - 0.8
+    together = betting_lower_bound(x, -0.8)
+    assert together.shape == (4,)
+    for row, value in zip(x, together, strict=True):
+        assert betting_lower_bound(row, -0.8) == pytest.approx(value)
+    mixed = betting_lower_bound(np.stack([x, x]), np.full((2, 4, 300), -0.8), mixture=True)
+    np.testing.assert_allclose(mixed, together, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("n", [20, 200])
+def test_coverage_for_nonnegative_heavy_tailed_terms(n):
+    # lognormal(0, 1.5): mean e^1.125 = 3.08, skewness 33
+    rng = np.random.default_rng(2)
+    x = rng.lognormal(0.0, 1.5, size=(1000, n))
+    bound = betting_lower_bound(x, 0.0)
+    miss = np.mean(bound > np.exp(1.5**2 / 2))
+    assert miss <= 0.05 + 2 * np.sqrt(0.05 * 0.95 / 1000)
+    assert np.all(bound >= 0.0) and np.mean(bound) > 0.4  # valid, not trivial
+
+
+def test_no_evidence_gives_the_lower_bound_itself():
+    assert betting_lower_bound(np.array([-1.0, -1.0, -1.0]), -1.0) == -1.0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"terms": [0.0, -2.0, -3.0]},
+            r"terms: 2 of 3 values are below their lower bound; first positions: \[1, 2\]",
+        ),
+        ({"terms": [0.0, np.nan]}, r"terms and lower must be finite"),
+        ({"confidence_level": 1.0}, r"confidence_level must be in \(0, 1\), got 1.0"),
+        ({"scale": 0.0}, r"scale must be finite and > 0, got 0.0"),
+    ],
+)
+def test_bad_arguments(kwargs, message):
+    arguments = {"terms": [0.0, 1.0], "lower": -1.0} | kwargs
+    with pytest.raises(ValueError, match=message):
+        betting_lower_bound(**arguments)
