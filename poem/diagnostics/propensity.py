@@ -23,6 +23,7 @@ import numpy as np
 
 from poem.data import LoggedBandit
 from poem.estimators.bounds import confidence_interval, standard_error
+from poem.estimators.reliability import interval_flags
 from poem.estimators.weights import (
     clipped_fraction,
     effective_sample_size,
@@ -348,13 +349,15 @@ def _uniform_weight_check(log: LoggedBandit, t: PropensityThresholds) -> Propens
         "fail": "far from 1: propensities are not the logger's probabilities (wrong scale "
         "or deterministic)",
     }
+    flags = interval_flags(w, w)  # the CI may undercover: say why (DESIGN §4.2)
+    caveat = f"; the CI may undercover ({'; '.join(flags)})" if flags else ""
     return PropensityCheck(
         "uniform_weight",
         status,
         mean,
         f"mean weight of the uniform policy {mean:.3g}, {t.confidence_level:.0%} CI "
         f"[{lo:.3g}, {hi:.3g}] "
-        f"(expected 1): {verdict[status]}",
+        f"(expected 1): {verdict[status]}{caveat}",
         details,
     )
 
