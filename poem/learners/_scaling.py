@@ -91,11 +91,13 @@ class FeatureScaling:
 def fit_feature_scaling(inputs: Any, n_features: int, fit_intercept: bool) -> FeatureScaling:
     r"""Centres and scales of prepared inputs (module docstring).
 
-    .. math:: m_j = \bar x_j,\; s_j = \mathrm{sd}(x_j) \quad\text{or}\quad
-              m_j = 0,\; s_j = \sqrt{\overline{x_j^2}}
+    .. math:: m_j = \bar x_j,\; s_j = \sqrt{d'}\,\mathrm{sd}(x_j) \quad\text{or}\quad
+              m_j = 0,\; s_j = \sqrt{d'}\sqrt{\overline{x_j^2}}
 
-    where x̄_j is the column mean over the n rows (the first form for dense inputs with an
-    intercept, the second otherwise).
+    where x̄_j is the column mean over the n rows and d' the number of non-constant columns
+    (the first form for dense inputs with an intercept, the second otherwise). The factor √d'
+    makes the mean squared norm of a standardized row 1, the intercept's own, so one step
+    size moves the scores as much through the weights as through the intercept whatever d.
 
     Parameters
     ----------
@@ -123,7 +125,9 @@ def fit_feature_scaling(inputs: Any, n_features: int, fit_intercept: bool) -> Fe
     else:
         mean = np.zeros(n_features)
         scale = np.sqrt(np.mean(np.square(np.asarray(X, dtype=np.float64)), axis=0))
-    scale = np.where(scale > 1e-12 * max(1.0, float(np.max(scale, initial=0.0))), scale, 1.0)
+    varying = scale > 1e-12 * max(1.0, float(np.max(scale, initial=0.0)))
+    # mean squared row norm 1 (the intercept's): Σ_j E[z_j²] = 1 over the d' varying columns
+    scale = np.where(varying, scale * np.sqrt(max(1, int(varying.sum()))), 1.0)
     return FeatureScaling(mean, scale, bool(fit_intercept))
 
 

@@ -188,7 +188,7 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
     l2_penalty : float, default=0.0
         L2 penalty μ ≥ 0, i.e. μ.
     max_iter : int, default=200
-        Maximum epochs (adagrad) or iterations (lbfgs).
+        Maximum iterations (lbfgs), and epochs (adagrad) unless ``max_epochs`` is set.
     tol : float, default=1e-6
         Convergence tolerance on the gradient norm and the relative objective change.
     learning_rate : float, default=1.0
@@ -210,6 +210,9 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
         (adagrad only; about half the cost per epoch, see ``poem.learners._adagrad.adagrad``).
     chunk_size : int or None, default=None
         Rows per chunk for full-batch statistics (bounded memory for large n; same result).
+    max_epochs : int or None, default=None
+        Maximum AdaGrad epochs (None: ``max_iter``); lets one configuration, e.g. a search
+        over ``solver``, give each solver its own budget.
     standardize : bool, default=True
         Optimise over standardized features (centred and scaled when dense with an intercept,
         scaled only otherwise; :mod:`poem.learners._scaling`) and fold the transform back
@@ -272,6 +275,7 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
         majorize_every=None,
         progressive=False,
         chunk_size=None,
+        max_epochs=None,
         standardize=True,
         warm_start="zeros",
     ):
@@ -292,6 +296,7 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
         self.majorize_every = majorize_every
         self.progressive = progressive
         self.chunk_size = chunk_size
+        self.max_epochs = max_epochs
         self.standardize = standardize
         self.warm_start = warm_start
 
@@ -325,6 +330,8 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
             check_scalar(self.majorize_every, "majorize_every", Integral, min_val=1)
         if self.chunk_size is not None:
             check_scalar(self.chunk_size, "chunk_size", Integral, min_val=1)
+        if self.max_epochs is not None:
+            check_scalar(self.max_epochs, "max_epochs", Integral, min_val=1)
         if isinstance(self.warm_start, str) and self.warm_start != "zeros":
             raise ValueError(
                 "warm_start must be 'zeros', an array, a StochasticPolicy or a fitted "
@@ -395,11 +402,11 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
             clip=clip,
             variance_penalty=lam,
             l2_penalty=float(self.l2_penalty),
-            max_iter=int(self.max_iter),
             tol=float(self.tol),
             chunk_size=self.chunk_size,
             coef0=coef0,
         )
+        epochs = self.max_iter if self.max_epochs is None else self.max_epochs
         actions_arr = np.asarray(log.actions)
         if self.solver == "adagrad":
             seed = check_random_state(self.random_state).randint(2**31 - 1)
@@ -414,13 +421,23 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
                 majorize_every=self.majorize_every,
                 progressive=bool(self.progressive),
                 random_state=np.random.default_rng(seed),
+                max_iter=int(epochs),
                 **common,
             )
         else:
-            result = lbfgs(family, inputs, actions_arr, scaled, log.propensities, **common)
+            result = lbfgs(
+                family,
+                inputs,
+                actions_arr,
+                scaled,
+                log.propensities,
+                max_iter=int(self.max_iter),
+                **common,
+            )
         if not result.converged:
             remedy = (
-                "increase max_iter, raise tol or lower learning_rate"
+                f"increase {'max_iter' if self.max_epochs is None else 'max_epochs'}, raise tol "
+                "or lower learning_rate"
                 if self.solver == "adagrad"
                 else "increase max_iter, raise tol or add l2_penalty"
             )
