@@ -36,13 +36,15 @@ def test_fold_back_gives_the_same_scores(sparse, intercept):
     np.testing.assert_allclose(scaling.from_raw(raw), coef, atol=1e-12)
     Z = np.asarray(Z[:, :3].toarray() if sparse else Z[:, :3])
     spread = Z.std(axis=0) if scaling.centred else np.sqrt(np.mean(Z**2, axis=0))
-    np.testing.assert_allclose(spread, 1.0, rtol=1e-9)  # sd (centred) or root mean square
+    # sd (centred) or root mean square 1/√d: a standardized row has mean squared norm 1
+    np.testing.assert_allclose(spread, 1.0 / np.sqrt(3), rtol=1e-9)
 
 
 def test_constant_columns_keep_unit_scale_and_dense_like_sparse_is_centred():
     X = np.hstack([np.zeros((10, 1)), np.arange(10.0)[:, None] + 100.0])
     scaling = fit_feature_scaling(np.hstack([X, np.ones((10, 1))]), 2, True)
     assert scaling.scale[0] == 1.0 and scaling.mean[1] == pytest.approx(104.5)
+    assert scaling.scale[1] == pytest.approx(np.arange(10.0).std())  # d' = 1 varying column
     X[:2, 0] = 1.0
     Z, scaling = standardize(sp.csr_matrix(np.hstack([X, np.ones((10, 1))])), 2, True)
     assert not sp.issparse(Z) and scaling.centred  # 12 of 20 features non-zero: dense
