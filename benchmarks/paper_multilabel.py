@@ -10,29 +10,22 @@ skyline's fit seconds measured in the same process.
 
 Usage (from the repo root)::
 
-    python benchmarks/paper_multilabel.py --runs 10 --json benchmarks/results/multilabel.json
+    python benchmarks/paper_multilabel.py --datasets yeast tmc2007 emotions medical --runs 10
     python benchmarks/paper_multilabel.py --datasets yeast --paper-regime
     python benchmarks/paper_multilabel.py --train a.svm --test b.svm        # any LibSVM pair
     python benchmarks/paper_multilabel.py --train a.arff --test b.arff --n-labels 22
 
-Selection (defaults): λ = c·λ* with c on a 1-2-5 grid from 10⁻⁶ to 1 (19 values; the
-transition from "no penalty" to "stay at h₀" lies between c = 0.01 and 0.1 on Yeast, which a
-decade grid steps over), chosen by the SNIPS estimate of each fitted policy on the validation log
-(``--scoring snips``; ``--scoring ips`` is DESIGN §9's unbiased IPS). Why SNIPS: the policies
-worth selecting are far from h₀ (median validation ESS 10–40 of 1,500 rows), and with losses
-translated to [−1, 0] the IPS estimate is dominated by the noise of the mean weight (1/n)Σrᵢ —
-the propensity overfitting of Swaminathan & Joachims (NIPS 2015, "The Self-Normalized Estimator
-for Counterfactual Learning"), which self-normalization cancels. The rule was chosen on seeds
-0–9 and confirmed on three fresh seed sets (the README quotes them). Two guards apply before the
-score: the validation effective sample size is at least 1% of the validation rows
-(``--min-ess-fraction``, the team's ``min_ess_fraction_fail``), and the training objective is
-J(w) < −10⁻⁶ (J ≥ 0 means the fit is no better than a policy that avoids every logged action,
-u = 0: AdaGrad from w = 0 under a large λ ends there). When no trial passes the ESS guard, the
-one with the largest ESS is taken (``select_trial``: scores resting on a handful of rows are not
-trusted; on TMC2007 SNIPS at ESS ≈ 1 otherwise picks a diverged fit); when none passes the J
-guard, all trials are ranked. Every trial's validation scores (IPS on raw and on translated losses, SNIPS), ESS,
-training objective and test loss are stored, and the selection-rule sensitivity table recomputes
-the results under the other rules (test losses are never used to select).
+One source of truth: the POEM rows use exactly the flow's default training and search settings,
+read from the repo-root ``mlflow.yml`` by :func:`flow_defaults` (``training.params`` with the
+log's family and each solver; ``search.grid``, ``search.scoring``, ``search.min_ess_fraction``);
+the IPS rows are the same learners with λ = 0 (the grid without ``variance_scale``). There is no
+benchmark-only learning setting and no per-data-set value: the AdaGrad step size works on
+standardized features inside the learner. ``training.params.warm_start: champion`` starts from
+h₀'s coefficients (before any promotion the champion is the logging policy);
+``--paper-regime`` keeps w₀ = 0 and drops the intercept. ``--set training.params.KEY=VALUE`` /
+``--set search.KEY=VALUE`` (YAML values) exist for experiments; the published tables use none.
+Test losses never select anything: selection is :func:`poem.learners.select_trial` on the
+validation log, as in the flow.
 """
 
 from __future__ import annotations
@@ -45,18 +38,16 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import yaml
 from scipy import stats
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.linear_model import LogisticRegression
 from threadpoolctl import threadpool_limits
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from poem.datasets import SupervisedDataset, load_dataset  # noqa: E402
-from poem.estimators.ips import evaluate_policy  # noqa: E402
+from poem.datasets import DATASETS, SupervisedDataset, load_dataset, load_files  # noqa: E402
 from poem.learners import POEM, search_hyperparameters, select_trial  # noqa: E402
-from poem.policies import expected_hamming_loss  # noqa: E402
 from poem.simulate import (  # noqa: E402
     fit_logging_policy,
     map_loss,
@@ -64,22 +55,17 @@ from poem.simulate import (  # noqa: E402
     true_expected_loss,
 )
 
-ZERO = (
-    1e-6  # |J| below this is a numerical zero: every uᵢ ≈ 0 (the policy avoids the logged actions)
-)
-# AdaGrad η per data set, chosen on the tuning seeds (0–9 Yeast, 0–3 TMC2007) by test loss; results
-# are reported on other seeds. η = 100 diverges on TMC2007's binary features, η = 1 is too slow
-# for 2 epochs on both.
-LEARNING_RATE = {"yeast": 100.0, "tmc2007": 10.0}
-# 1-2-5 grid of c = λ/λ* over [1e-6, 1]
-C_GRID = [float(f"{m}e{k}") for k in range(-6, 0) for m in (1, 2, 5)] + [1.0]
-METHODS = ("h0", "IPS(S)", "POEM(S)", "IPS(B)", "POEM(B)", "skyline")
+MULTILABEL_SETS = tuple(d for d in DATASETS if d != "digits")
+METHODS = ("h0", "IPS(S)", "POEM(S)", "IPS(B)", "POEM(B)", "IPS", "POEM", "skyline")
+# the flow's search: one selection over the trials of every solver in search.grid.solver
+COMBINED = {"IPS": ("IPS(S)", "IPS(B)"), "POEM": ("POEM(S)", "POEM(B)")}
 LEARNERS = {
     "IPS(S)": ("adagrad", False),
     "POEM(S)": ("adagrad", True),
     "IPS(B)": ("lbfgs", False),
     "POEM(B)": ("lbfgs", True),
 }
+SEARCH_ONLY = ("variance_scale", "variance_penalty")  # grid keys that make POEM differ from IPS
 # Swaminathan & Joachims (2015), Table 3 (expected loss), Table 5 (MAP), Table 4 (seconds).
 PAPER = {
     "yeast": {
@@ -125,13 +111,13 @@ def parse_args(argv=None):
         "--data-dir",
         type=Path,
         default=REPO_ROOT.parent / "shared" / "data",
-        help="folder holding yeast/ and tmc2007/",
+        help="folder holding yeast/, tmc2007/ and mulan/",
     )
     p.add_argument(
         "--datasets",
         nargs="+",
-        default=["yeast", "tmc2007"],
-        choices=["yeast", "tmc2007"],
+        default=["yeast", "tmc2007", "emotions", "medical"],
+        choices=list(MULTILABEL_SETS),
         help="data sets from --data-dir (ignored with --train/--test)",
     )
     p.add_argument(
@@ -152,7 +138,7 @@ def parse_args(argv=None):
     p.add_argument(
         "--paper-regime",
         action="store_true",
-        help="phi = x (x) y exactly: no intercept for h0 and the learners",
+        help="phi = x (x) y exactly: no intercept for h0 and the learners, w0 = 0",
     )
     p.add_argument(
         "--fraction", type=float, default=0.05, help="fraction of the training set for h0"
@@ -162,56 +148,14 @@ def parse_args(argv=None):
         "--validation-fraction", type=float, default=0.25, help="share of the log held out"
     )
     p.add_argument(
-        "--c-grid",
-        type=float,
-        nargs="+",
-        default=C_GRID,
-        help="multipliers c of lambda* searched for POEM",
+        "--config", type=Path, default=REPO_ROOT / "mlflow.yml", help="the flow's config file"
     )
     p.add_argument(
-        "--l2", type=float, nargs="+", default=[0.0], help="L2 penalties searched (all learners)"
-    )
-    p.add_argument("--clip", default="p90/p10", help="clip rule or number")
-    p.add_argument(
-        "--learning-rate",
-        type=float,
-        default=None,
-        help="AdaGrad step size eta (default: per data set, LEARNING_RATE; 100 for --train/--test)",
-    )
-    p.add_argument("--batch-size", type=int, default=300, help="AdaGrad minibatch size")
-    p.add_argument(
-        "--epochs", type=int, default=2, help="AdaGrad epochs (max_iter of the S solvers)"
-    )
-    p.add_argument(
-        "--majorization",
-        choices=["progressive", "full"],
-        default="full",
-        help="AdaGrad re-majorizes on each epoch's progressive statistics or on a full pass",
-    )
-    p.add_argument(
-        "--keep-uninformative",
-        action="store_true",
-        help="also select trials whose training objective J(w) >= 0 (no better than a "
-        "policy avoiding every logged action, u = 0); excluded by default",
-    )
-    p.add_argument(
-        "--majorize-every", type=int, default=None, help="re-majorize every k minibatches"
-    )
-    p.add_argument("--lbfgs-iter", type=int, default=50, help="max_iter of the L-BFGS solvers")
-    p.add_argument("--tol", type=float, default=1e-5, help="solver tolerance")
-    p.add_argument(
-        "--scoring",
-        choices=["ips", "snips"],
-        default="snips",
-        help="validation estimator that selects the hyperparameters (DESIGN §9: ips; see the "
-        "module docstring for why snips is the default)",
-    )
-    p.add_argument(
-        "--min-ess-fraction",
-        type=float,
-        default=0.01,
-        help="selection ranks trials whose validation ESS is below this fraction of the "
-        "validation rows after all others (0 disables the guard)",
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="experiments only: override a flow default, e.g. --set training.params.max_iter=3",
     )
     p.add_argument(
         "--threads", type=int, default=1, help="BLAS threads for every fit (skyline included)"
@@ -222,48 +166,78 @@ def parse_args(argv=None):
     return args
 
 
-def load_pair(train: Path, test: Path, n_labels: int | None) -> SupervisedDataset:
-    """A supervised multilabel data set from a LibSVM or MULAN-ARFF train/test pair."""
-    if train.suffix.lower() == ".arff":
-        from poem.io.arff import load_mulan_arff
+def flow_defaults(config: Path, overrides: list[str] = ()) -> dict:
+    """The flow's default training and search settings (the one place that reads them).
 
-        if n_labels is None:
-            raise SystemExit("--n-labels is required for ARFF files")
-        X_tr, Y_tr = load_mulan_arff(train, n_labels=n_labels)
-        X_te, Y_te = load_mulan_arff(test, n_labels=n_labels)
-    else:
-        from poem.io.libsvm import load_libsvm_multilabel
+    Returns ``{"params", "grid", "scoring", "min_ess_fraction"}`` from ``config`` (the repo-root
+    ``mlflow.yml``) through :func:`flows.config.load_config`; ``overrides`` are
+    ``section.key[.key]=yaml`` strings for experiments.
+    """
+    from flows.config import load_config
 
-        X_tr, Y_tr = load_libsvm_multilabel(train, n_labels=n_labels)
-        X_te, Y_te = load_libsvm_multilabel(test, n_features=X_tr.shape[1], n_labels=Y_tr.shape[1])
-    names = tuple(f"f{j}" for j in range(X_tr.shape[1]))
-    return SupervisedDataset(
-        train.stem, "multilabel", X_tr, Y_tr, X_te, Y_te, names, int(Y_tr.shape[1])
-    )
+    cfg = load_config(config)
+    out = {
+        "params": dict(cfg.training.params),
+        "grid": {k: list(v) for k, v in cfg.search.grid.items()},
+        "scoring": cfg.search.scoring,
+        "min_ess_fraction": cfg.search.min_ess_fraction,
+    }
+    for item in overrides:
+        key, _, value = item.partition("=")
+        section, _, name = key.partition(".")
+        target = {"training": out["params"], "search": out}[section]
+        if name.startswith("params."):
+            name = name[len("params.") :]
+        if name.startswith("grid."):
+            target, name = out["grid"], name[len("grid.") :]
+        target[name] = yaml.safe_load(value)
+    if cfg.training.learner != "poem":
+        raise SystemExit(f"{config}: training.learner is {cfg.training.learner!r}, not 'poem'")
+    return out
 
 
-def fit_skyline(ds: SupervisedDataset) -> tuple[list, float]:
-    """One default ``LogisticRegression`` per label on the full training set, and its seconds."""
-    Y = np.asarray(ds.Y_train)
+def fit_skyline(ds: SupervisedDataset, intercept: bool) -> tuple[object, float]:
+    """The supervised skyline: h₀'s model on the full training set, and its fit seconds."""
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        models = [LogisticRegression().fit(ds.X_train, Y[:, j]) for j in range(Y.shape[1])]
-    return models, time.perf_counter() - start
+        warnings.filterwarnings("ignore", message="h0: .* constant")  # reported with h0
+        model = fit_logging_policy(ds, fraction=1.0, fit_intercept=intercept, random_state=0)
+    return model, time.perf_counter() - start
 
 
-def one_run(ds: SupervisedDataset, run: int, args) -> dict:
+def learner_setup(defaults: dict, solver: str, penalised: bool, seed: int, args, h0) -> tuple:
+    """Template estimator and grid of one row: the flow's defaults with this row's solver."""
+    params = dict(defaults["params"])
+    params.update(policy="multilabel", solver=solver, random_state=seed)
+    warm = params.get("warm_start", "zeros")
+    if args.paper_regime:
+        params.update(fit_intercept=False, warm_start="zeros")
+    elif warm == "champion":  # before any promotion the champion is the logging policy
+        params["warm_start"] = h0
+    grid = dict(defaults["grid"])
+    grid.pop("solver", None)  # one row per solver; the combined rows select across them
+    if not penalised:
+        for key in SEARCH_ONLY:
+            grid.pop(key, None)
+        grid["variance_penalty"] = [0.0]
+    return POEM(**params), grid
+
+
+def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
     """Every method on one simulated log; losses on the supervised test set."""
     seed = args.seed + run
     intercept = not args.paper_regime
-    h0 = fit_logging_policy(
-        ds.X_train,
-        ds.Y_train,
-        family="multilabel",
-        fraction=args.fraction,
-        fit_intercept=intercept,
-        random_state=seed,
-    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UserWarning)
+        h0 = fit_logging_policy(
+            ds.X_train,
+            ds.Y_train,
+            family="multilabel",
+            fraction=args.fraction,
+            fit_intercept=intercept,
+            random_state=seed,
+        )
     log = supervised_to_bandit(
         ds.X_train, ds.Y_train, h0, n_replays=args.replays, random_state=seed
     )
@@ -275,104 +249,85 @@ def one_run(ds: SupervisedDataset, run: int, args) -> dict:
             "loss": true_expected_loss(h0, ds.X_test, ds.Y_test),
             "map_loss": map_loss(h0, ds.X_test, ds.Y_test),
             "seconds": 0.0,
-        }
+            "constant_labels": len(h0.metadata["constant_labels"]),
+        },
+        "warnings": sorted({str(w.message).split(":")[0] for w in caught}),
     }
-    min_ess = args.min_ess_fraction * valid.n_rows
+    min_ess = defaults["min_ess_fraction"] * valid.n_rows
     out["n_validation"] = valid.n_rows
+    searched = {}
     for name, (solver, penalised) in LEARNERS.items():
-        template = POEM(
-            policy="multilabel",
-            solver=solver,
-            clip=args.clip,
-            fit_intercept=intercept,
-            tol=args.tol,
-            random_state=seed,
-            learning_rate=args.learning_rate or LEARNING_RATE.get(ds.name, 100.0),
-            batch_size=args.batch_size,
-            majorize_every=args.majorize_every,
-            progressive=args.majorization == "progressive",
-            max_iter=args.epochs if solver == "adagrad" else args.lbfgs_iter,
-        )
-        grid = {"l2_penalty": list(args.l2)}
-        grid.update(
-            {"variance_penalty": ["calibrated"], "variance_scale": list(args.c_grid)}
-            if penalised
-            else {"variance_penalty": [0.0]}
-        )
+        template, grid = learner_setup(defaults, solver, penalised, seed, args, h0)
         result = search_hyperparameters(
             template,
             train,
             valid,
             grid,
-            scoring=args.scoring,
+            scoring=defaults["scoring"],
             min_effective_sample_size=min_ess,
             keep_estimators=True,
         )
-        best_index = result.best_index
-        informative = [i for i, t in enumerate(result.trials) if t.objective < -ZERO]
-        if not args.keep_uninformative and informative and best_index not in informative:
-            pick = select_trial(
-                [result.trials[i] for i in informative],
-                args.scoring,
-                min_effective_sample_size=min_ess,
-            )
-            best_index = informative[pick]
-        chosen = result.trials[best_index]
+        searched[name] = result.trials
+        chosen = result.best_trial
         best = chosen.estimator  # fitted on the training part of the log
         out[name] = {
             "loss": true_expected_loss(best.policy_, ds.X_test, ds.Y_test),
             "map_loss": map_loss(best.policy_, ds.X_test, ds.Y_test),
             "seconds": float(np.mean([t.seconds for t in result.trials])),
-            "validation_ips": chosen.ips.value,
-            "selected": {
-                k: v for k, v in chosen.params.items() if k in ("variance_scale", "l2_penalty")
-            },
+            "selected": {k: v for k, v in chosen.params.items() if k in grid},
             "n_iter": best.n_iter_,
             "converged": best.converged_,
             # every trial, for the selection-rule sensitivity table (test losses never select)
             "trials": [
                 {
-                    "params": {
-                        k: v for k, v in t.params.items() if k in ("variance_scale", "l2_penalty")
-                    },
+                    "params": {k: v for k, v in t.params.items() if k in grid},
                     "test_loss": true_expected_loss(t.estimator.policy_, ds.X_test, ds.Y_test),
-                    "ips_translated": evaluate_policy(
-                        t.estimator.policy_, valid, loss_baseline="max"
-                    ).value,
+                    "ips": t.ips.value,
                     "snips": t.snips.value,
-                    "ips_raw": evaluate_policy(t.estimator.policy_, valid, loss_baseline=0.0).value,
                     "ess": t.effective_sample_size,
                     "seconds": t.seconds,
                     "n_iter": t.n_iter,
+                    "converged": t.converged,
                     "objective": t.objective,
                 }
                 for t in result.trials
             ],
         }
-    models, seconds = fit_skyline(ds)
-    marg = np.column_stack([m.predict_proba(ds.X_test)[:, 1] for m in models])
-    Y_test = np.asarray(ds.Y_test)
+    solvers = defaults["grid"].get("solver", [defaults["params"].get("solver", "adagrad")])
+    for name, rows in COMBINED.items():  # what the flow's search selects
+        pool = [(row, t) for row in rows if LEARNERS[row][0] in solvers for t in searched[row]]
+        row, chosen = pool[
+            select_trial(
+                [t for _, t in pool], scoring=defaults["scoring"], min_effective_sample_size=min_ess
+            )
+        ]
+        out[name] = {
+            "loss": true_expected_loss(chosen.estimator.policy_, ds.X_test, ds.Y_test),
+            "map_loss": map_loss(chosen.estimator.policy_, ds.X_test, ds.Y_test),
+            "seconds": float(np.mean([t.seconds for _, t in pool])),
+            "selected": {"solver": LEARNERS[row][0], **chosen.params},
+            "n_iter": chosen.n_iter,
+            "converged": chosen.converged,
+        }
+    sky, seconds = fit_skyline(ds, intercept)
     out["skyline"] = {
-        "loss": float(np.mean(np.sum((marg > 0.5) != Y_test, axis=1))),
-        "expected_loss": float(np.mean(expected_hamming_loss(marg, Y_test))),
-        "map_loss": float(np.mean(np.sum((marg > 0.5) != Y_test, axis=1))),
+        "loss": map_loss(sky, ds.X_test, ds.Y_test),
+        "expected_loss": true_expected_loss(sky, ds.X_test, ds.Y_test),
+        "map_loss": map_loss(sky, ds.X_test, ds.Y_test),
         "seconds": seconds,
     }
     return out
 
 
-RULES = {  # post-hoc selection rules over the recorded trials: (score, ESS guard, J < 0 guard)
-    f"{key}{'+ess1%' if ess else ''}{'+J<0' if guard else ''}": (key, ess, guard)
-    for key in ("ips_raw", "ips_translated", "snips")
-    for ess in (0.0, 0.01)
-    for guard in (False, True)
+RULES = {  # post-hoc selection rules over the recorded trials: (score, ESS guard)
+    f"{key}{'+ess1%' if ess else ''}": (key, ess) for key in ("ips", "snips") for ess in (0.0, 0.01)
 }
 
 
 def sensitivity(runs: list[dict]) -> dict:
     """Mean test loss and POEM-vs-IPS p-values had each validation rule selected the trial."""
     out = {}
-    for rule, (key, ess_fraction, guard) in RULES.items():
+    for rule, (key, ess_fraction) in RULES.items():
         per = {}
         for name in LEARNERS:
             chosen = []
@@ -382,31 +337,26 @@ def sensitivity(runs: list[dict]) -> dict:
                 for i, t in enumerate(trials):  # select_trial's order: thin trials by ESS
                     thin = t["ess"] < ess_fraction * r["n_validation"]
                     score = t[key] if np.isfinite(t[key]) else np.inf
-                    uninformative = (
-                        guard
-                        and t["objective"] >= -ZERO
-                        and any(u["objective"] < -ZERO for u in trials)
-                    )
-                    ranks.append((uninformative, thin, -t["ess"] if thin else score, i))
+                    ranks.append((thin, -t["ess"] if thin else score, i))
                 chosen.append(trials[min(ranks)[-1]]["test_loss"])
             per[name] = chosen
         out[rule] = {
             "loss": {k: float(np.mean(v)) for k, v in per.items()},
             "p_value": {
-                kind: float(
-                    stats.ttest_rel(
-                        per[f"POEM({kind})"], per[f"IPS({kind})"], alternative="less"
-                    ).pvalue
-                )
-                if len(runs) > 1
-                else float("nan")
-                for kind in ("S", "B")
+                kind: one_tailed(per[f"POEM({kind})"], per[f"IPS({kind})"]) for kind in ("S", "B")
             },
         }
     return out
 
 
-def summarise(ds_name: str, runs: list[dict], args, wall: float) -> dict:
+def one_tailed(a, b) -> float:
+    """p-value of the paired one-tailed t-test mean(a) < mean(b) (NaN for one run or a = b)."""
+    if len(a) < 2 or np.allclose(a, b):
+        return float("nan")
+    return float(stats.ttest_rel(a, b, alternative="less").pvalue)
+
+
+def summarise(ds_name: str, runs: list[dict], args, wall: float, defaults: dict) -> dict:
     """Means over runs, gap closed, paired one-tailed t-tests and the speed ratio."""
     methods = {}
     sky = float(np.mean([r["skyline"]["loss"] for r in runs]))
@@ -423,25 +373,28 @@ def summarise(ds_name: str, runs: list[dict], args, wall: float) -> dict:
         }
         if name == "skyline":
             entry["expected_loss"] = float(np.mean([r[name]["expected_loss"] for r in runs]))
-        if name in LEARNERS:
+        if name in LEARNERS or name in COMBINED:
             entry["selected"] = [r[name]["selected"] for r in runs]
             entry["converged"] = [bool(r[name]["converged"]) for r in runs]
         methods[name] = entry
-    p_value = {}
-    for kind in ("S", "B"):
-        a, b = methods[f"POEM({kind})"]["per_run"], methods[f"IPS({kind})"]["per_run"]
-        p_value[kind] = (
-            float(stats.ttest_rel(a, b, alternative="less").pvalue)
-            if len(runs) > 1
-            else float("nan")
-        )
+    p_value, p_h0 = {}, {}
+    for kind, (poem_row, ips_row) in {
+        "S": ("POEM(S)", "IPS(S)"),
+        "B": ("POEM(B)", "IPS(B)"),
+        "default": ("POEM", "IPS"),
+    }.items():
+        a = methods[poem_row]["per_run"]
+        p_value[kind] = one_tailed(a, methods[ips_row]["per_run"])
+        p_h0[kind] = one_tailed(a, methods["h0"]["per_run"])
     ratio = methods["POEM(S)"]["seconds"] / methods["skyline"]["seconds"]
     return {
         "dataset": ds_name,
         "regime": "paper" if args.paper_regime else "default",
         "runs": len(runs),
+        "seeds": [args.seed, args.seed + len(runs) - 1],
         "methods": methods,
         "p_value": p_value,
+        "p_value_vs_h0": p_h0,
         "speed": {
             "poem_s_seconds_per_validation_run": methods["POEM(S)"]["seconds"],
             "skyline_fit_seconds": methods["skyline"]["seconds"],
@@ -449,10 +402,11 @@ def summarise(ds_name: str, runs: list[dict], args, wall: float) -> dict:
         },
         "paper": PAPER.get(ds_name),
         "wall_seconds": wall,
+        "constant_labels_in_h0_sample": [r["h0"]["constant_labels"] for r in runs],
         "selection_sensitivity": sensitivity(runs),
         "trials": {name: [r[name]["trials"] for r in runs] for name in LEARNERS},
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "adagrad_learning_rate": args.learning_rate or LEARNING_RATE.get(ds_name, 100.0),
+        "flow_defaults": {k: v for k, v in defaults.items()},
     }
 
 
@@ -461,7 +415,7 @@ def markdown(res: dict) -> str:
     paper = res["paper"] or {}
     rows = [
         f"### {res['dataset']} ({res['regime']} regime, {res['runs']} runs, "
-        f"AdaGrad eta {res['adagrad_learning_rate']:g})",
+        f"seeds {res['seeds'][0]}–{res['seeds'][1]}, flow defaults)",
         "",
         "| method | expected loss (± sd) | MAP loss | gap closed | s / validation run "
         "| paper loss | paper s |",
@@ -483,8 +437,10 @@ def markdown(res: dict) -> str:
     sp = res["speed"]
     rows += [
         "",
-        f"p (one-tailed paired t, POEM < IPS): S = {res['p_value']['S']:.3g}, "
-        f"B = {res['p_value']['B']:.3g}",
+        "p (one-tailed paired t), POEM < IPS: "
+        + ", ".join(f"{k} {v:.3g}" for k, v in res["p_value"].items())
+        + "; POEM < h0: "
+        + ", ".join(f"{k} {v:.3g}" for k, v in res["p_value_vs_h0"].items()),
         f"speed: POEM(S) {sp['poem_s_seconds_per_validation_run']:.3f} s per validation run "
         "vs skyline fit "
         f"{sp['skyline_fit_seconds']:.3f} s (ratio {sp['ratio']:.2f}; paper 1.53 on Yeast)",
@@ -503,14 +459,45 @@ def markdown(res: dict) -> str:
     return "\n".join(rows)
 
 
+def summary_table(results: list[dict]) -> str:
+    """One row per data set: losses, gap closed by the flow's POEM, p-values, speed."""
+    rows = [
+        "### Summary: POEM and IPS = the flow's default search (no per-data-set value)",
+        "",
+        "| data set | runs | "
+        + " | ".join(k if k != "skyline" else "skyline (MAP)" for k in METHODS)
+        + " | gap closed POEM | p POEM<h0 | p POEM<IPS | POEM(S) s / skyline s |",
+        "|---" * (len(METHODS) + 6) + "|",
+    ]
+    gaps = []
+    for res in results:
+        m = res["methods"]
+        gap = m["POEM"]["gap_closed"]
+        gaps.append(gap)
+        sp_ = res["speed"]
+        rows.append(
+            f"| {res['dataset']} | {res['runs']} | "
+            + " | ".join(f"{m[k]['loss']:.3f}" for k in METHODS)
+            + f" | {gap:.1%} | {res['p_value_vs_h0']['default']:.2g} | "
+            f"{res['p_value']['default']:.2g} | "
+            f"{sp_['poem_s_seconds_per_validation_run']:.3f} / "
+            f"{sp_['skyline_fit_seconds']:.3f} = {sp_['ratio']:.2f} |"
+        )
+    rows += ["", f"mean gap closed by POEM: {np.mean(gaps):.1%}"]
+    return "\n".join(rows)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    defaults = flow_defaults(args.config, args.set)
+    print(f"flow defaults ({args.config}): {json.dumps(defaults)}", file=sys.stderr)
     if args.train is not None:
-        sets = [("custom", lambda: load_pair(args.train, args.test, args.n_labels))]
+        sets = [("custom", lambda: load_files(args.train, args.test, n_labels=args.n_labels))]
     else:
         sets = [
             (name, lambda name=name: load_dataset(name, args.data_dir)) for name in args.datasets
         ]
+    results = []
     for _, loader in sets:
         ds = loader()
         start = time.perf_counter()
@@ -525,24 +512,24 @@ def main(argv=None) -> int:
             path.parent.mkdir(parents=True, exist_ok=True)
         with threadpool_limits(limits=args.threads):
             for run in range(args.runs):
-                runs.append(one_run(ds, run, args))
+                runs.append(one_run(ds, run, args, defaults))
                 r = runs[-1]
                 print(
                     f"[{ds.name} run {run}] "
-                    + ", ".join(f"{m} {r[m]['loss']:.3f}" for m in METHODS),
+                    + ", ".join(f"{m} {r[m]['loss']:.3f}" for m in METHODS)
+                    + (f" ({'; '.join(r['warnings'])})" if r["warnings"] else ""),
                     file=sys.stderr,
                     flush=True,
                 )
                 if path is not None:  # partial results after every run
-                    path.write_text(
-                        json.dumps(
-                            summarise(ds.name, runs, args, time.perf_counter() - start), indent=2
-                        )
-                    )
-        res = summarise(ds.name, runs, args, time.perf_counter() - start)
+                    partial = summarise(ds.name, runs, args, time.perf_counter() - start, defaults)
+                    path.write_text(json.dumps(partial, indent=2))
+        res = summarise(ds.name, runs, args, time.perf_counter() - start, defaults)
+        results.append(res)
         print(markdown(res) + "\n", flush=True)
         if path is not None:
             path.write_text(json.dumps(res, indent=2))
+    print(summary_table(results), flush=True)
     return 0
 
 

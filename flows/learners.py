@@ -11,7 +11,15 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["LEARNERS", "build_learner", "learner_class", "learner_param_names"]
+__all__ = [
+    "LEARNERS",
+    "build_learner",
+    "learner_class",
+    "learner_param_names",
+    "resolve_warm_start",
+]
+
+CHAMPION = "champion"  # training.params.warm_start value: start at the champion's coefficients
 
 # config name -> "module:Class"
 LEARNERS: dict[str, str] = {
@@ -41,8 +49,39 @@ def learner_param_names(name: str) -> set[str]:
     return {p for p in sig.parameters if p != "self"}
 
 
+def resolve_warm_start(params: Mapping[str, Any], champion: Any, log: Any) -> dict[str, Any]:
+    """Replace ``warm_start: champion`` by the champion policy, or ``"zeros"`` without one.
+
+    The champion is used only when it fits the log (same family, feature and action counts);
+    before any promotion (the logging policy is the champion but its coefficients are not in
+    the registry) or after a schema change the fit starts at w₀ = 0.
+    """
+    out = dict(params)
+    if out.get("warm_start") != CHAMPION:
+        return out
+    family = getattr(champion, "family", None)
+    fits = family is not None and (family.name, family.n_features, family.n_actions) == (
+        log.family,
+        log.n_features,
+        log.n_actions,
+    )
+    out["warm_start"] = champion if fits else "zeros"
+    return out
+
+
 def build_learner(
-    name: str, params: Mapping[str, Any], overrides: Mapping[str, Any] | None = None
+    name: str,
+    params: Mapping[str, Any],
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    champion: Any = None,
+    log: Any = None,
 ) -> Any:
-    """Build an unfitted estimator with the fixed ``params``, then the trial ``overrides``."""
-    return learner_class(name)(**{**dict(params), **dict(overrides or {})})
+    """Build an unfitted estimator with the fixed ``params``, then the trial ``overrides``.
+
+    ``warm_start: champion`` is resolved against ``log`` by :func:`resolve_warm_start`.
+    """
+    merged = {**dict(params), **dict(overrides or {})}
+    if merged.get("warm_start") == CHAMPION:
+        merged = resolve_warm_start(merged, champion, log)
+    return learner_class(name)(**merged)

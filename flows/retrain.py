@@ -82,7 +82,7 @@ class RetrainResult:
         return f"decision={self.decision} champion={self.champion_version or 'logging-policy'}"
 
 
-def _search(parts: Any, cfg: Any, data_key: str) -> list[Any]:
+def _search(parts: Any, cfg: Any, data_key: str, champion: Any, champion_key: Any) -> list[Any]:
     """Submit every grid point, at most ``search.max_workers`` at a time."""
     trial = search_trial.with_options(
         cache_expiration=timedelta(hours=cfg.search.cache_expiration_hours)
@@ -99,6 +99,8 @@ def _search(parts: Any, cfg: Any, data_key: str) -> list[Any]:
                 cfg.search.confidence_level,
                 data_key,
                 code_fingerprint(),
+                champion,
+                champion_key,
             )
             for params in grid[start : start + cfg.search.max_workers]
         ]
@@ -146,11 +148,11 @@ def retrain(config_path: str | Path, logs: str | Path | None = None) -> RetrainR
         parts = split_logs(log, cfg.data.split, run)
         # trial cache key: same files, same reading/check settings => same train/validation logs
         data_key = f"{fingerprint}:{cfg.data.model_dump_json()}:{cfg.checks.model_dump_json()}"
-        trials = _search(parts, cfg, data_key)
+        champion_version, champion = load_champion(cfg.tracking)  # also warm_start: champion
+        trials = _search(parts, cfg, data_key, champion, champion_version)
         best = select_best(trials, cfg.search)
         record_search(trials, best, run)
-        policy = train_policy(parts, cfg.training, trials[best].params, run)
-        champion_version, champion = load_champion(cfg.tracking)
+        policy = train_policy(parts, cfg.training, trials[best].params, run, champion)
         blocking = [c.name for c in propensity.warnings] if cfg.checks.block_on_warnings else []
         comparison = gate_candidate(policy, champion, parts.test, cfg.gate, blocking)
         report_gate(comparison, champion_version, run)

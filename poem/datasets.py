@@ -11,6 +11,12 @@
 ``"tmc2007"``
     ``<data_dir>/tmc2007/tmc2007-500-{train,test}.arff`` (MULAN sparse ARFF): multilabel,
     500 binary word features (the paper used 30438), 22 labels, 21519 / 7077 rows.
+``"emotions"``
+    ``<data_dir>/mulan/emotions-{train,test}.arff`` (MULAN ARFF): multilabel, 72 dense audio
+    features, 6 labels, 391 / 202 rows.
+``"medical"``
+    ``<data_dir>/mulan/medical-{train,test}.arff`` (MULAN sparse ARFF): multilabel, 1449
+    binary word features, 45 labels (several rare), 333 / 645 rows.
 
 The real data sets are never downloaded or guessed: ``data_dir`` must be given.
 """
@@ -31,10 +37,11 @@ from poem.io.libsvm import load_libsvm_multilabel
 
 __all__ = ["DATASETS", "SupervisedDataset", "load_dataset", "load_files"]
 
-DATASETS = ("digits", "yeast", "tmc2007")
+DATASETS = ("digits", "yeast", "tmc2007", "emotions", "medical")
 _DIGITS_TEST_SIZE = 1.0 / 3.0
 _YEAST = {"n_features": 103, "n_labels": 14}
 _TMC2007_LABELS = 22
+_MULAN_LABELS = {"emotions": 6, "medical": 45}  # label counts of the MULAN sets
 
 
 @dataclass(frozen=True, eq=False)
@@ -109,11 +116,11 @@ def load_dataset(
 
     Parameters
     ----------
-    name : {"digits", "yeast", "tmc2007"}
+    name : {"digits", "yeast", "tmc2007", "emotions", "medical"}
         Which data set.
     data_dir : str or Path or None, default=None
-        Folder holding ``yeast/`` and ``tmc2007/`` (the shared data folder). Required for
-        ``"yeast"`` and ``"tmc2007"``; ignored for ``"digits"``, which ships with scikit-learn.
+        Folder holding ``yeast/``, ``tmc2007/`` and ``mulan/`` (the shared data folder).
+        Required for every set but ``"digits"``, which ships with scikit-learn.
     random_state : int, default=0
         Seed of the stratified digits train/test split (the other data sets come split).
 
@@ -143,6 +150,14 @@ def load_dataset(
         raise FileNotFoundError(f"data_dir {data_dir} is not a folder (pass --data-dir)")
     if name == "yeast":
         return _load_yeast(data_dir / "yeast")
+    if name in _MULAN_LABELS:
+        folder = data_dir / "mulan"
+        return load_files(
+            folder / f"{name}-train.arff",
+            folder / f"{name}-test.arff",
+            n_labels=_MULAN_LABELS[name],
+            name=name,
+        )
     return _load_tmc2007(data_dir / "tmc2007")
 
 

@@ -15,10 +15,12 @@ A supervised data set D* = {(xᵢ, y*ᵢ)} becomes logged bandit feedback in thr
 from __future__ import annotations
 
 import hashlib
+import warnings
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
+from scipy.special import logit
 from sklearn.linear_model import LogisticRegression
 from sklearn.utils import check_random_state
 
@@ -61,11 +63,13 @@ def fit_logging_policy(
     K the number of classes and τ the temperature. The paper's temperature multiplier
     w₀ ↦ α·w₀ (§6, Fig. 3) is τ = 1/α: τ < 1 gives a more deterministic logger.
 
-    A label that is constant in the subsample (or a class that is absent from it) gets one
-    pseudo-example with x = 0 carrying the missing value. Its gradient with respect to the
-    feature weights is zero, so without an intercept the fit is exactly the L2-regularised
-    one-class solution; with an intercept it acts as one pseudo-count on the intercept, so
-    the label keeps a small probability instead of an infinite log-odds.
+    Rare labels and classes get a well-defined, smoothed policy instead of a crash, and one
+    ``UserWarning`` names them (they are also listed in ``metadata``). A label that is
+    constant in the subsample (k = 0 or k = m positives of m rows) gets w_l = 0 and the
+    Laplace-smoothed intercept logit((k + ½)/(m + 1)), i.e. σ_l = (k + ½)/(m + 1) on every
+    context (σ_l = ½ without an intercept). A class absent from the subsample gets one
+    pseudo-example with x = 0: with an intercept it acts as one pseudo-count, so the class
+    keeps a small probability instead of an infinite negative log-odds.
 
     Parameters
     ----------
@@ -132,6 +136,18 @@ def fit_logging_policy(
     else:
         coef, pseudo = _fit_multinomial(X_fit, Y[rows], n_actions, fit_intercept)
         pseudo_key = "absent_classes"
+    if pseudo:
+        kind = "label(s) constant" if family == "multilabel" else "class(es) absent"
+        warnings.warn(
+            f"h0: {len(pseudo)} {kind} in the {m} sampled rows: {pseudo}; "
+            + (
+                "they get w = 0 and the Laplace-smoothed rate (k + 1/2)/(m + 1)"
+                if family == "multilabel"
+                else "they get one pseudo-example each (a small smoothed probability)"
+            ),
+            UserWarning,
+            stacklevel=2,
+        )
     policy_family = make_family(family, X.shape[1], n_actions, fit_intercept)
     metadata = {
         "role": "logging_policy",
@@ -420,17 +436,25 @@ def _with_pseudo_rows(X: Any, y: np.ndarray, missing: list[int]) -> tuple[Any, n
 
 
 def _fit_per_label(X: Any, Y: np.ndarray, fit_intercept: bool) -> tuple[np.ndarray, list[int]]:
-    """One L2 logistic regression per label; rows (q, d [+1]) with the intercept last."""
-    q = Y.shape[1]
+    r"""One L2 logistic regression per label; rows (q, d [+1]) with the intercept last.
+
+    A label that is constant in the sample (k = 0 or k = n positives of n rows) has no
+    logistic-regression fit; it gets w_l = 0 and the Laplace-smoothed intercept
+    b_l = logit((k + ½)/(n + 1)), so σ_l = (k + ½)/(n + 1) on every context (0.5 without
+    an intercept, where w_l = 0 is the only context-free choice).
+    """
+    n, q = Y.shape
     coef = np.zeros((q, X.shape[1] + int(fit_intercept)))
     constant: list[int] = []
     for label in range(q):
         y = Y[:, label]
-        missing = [v for v in (0, 1) if not np.any(y == v)]
-        if missing:
+        k = int(y.sum())
+        if k in (0, n):
             constant.append(label)
-        X_l, y_l = _with_pseudo_rows(X, y, missing)
-        model = LogisticRegression(fit_intercept=fit_intercept, **_LOGREG).fit(X_l, y_l)
+            if fit_intercept:
+                coef[label, -1] = float(logit((k + 0.5) / (n + 1.0)))
+            continue
+        model = LogisticRegression(fit_intercept=fit_intercept, **_LOGREG).fit(X, y)
         coef[label, : X.shape[1]] = model.coef_[0]
         if fit_intercept:
             coef[label, -1] = model.intercept_[0]

@@ -27,7 +27,7 @@ from flows.tracking import TrackedRun, create_nested_run, log_artifact, log_json
 from poem.diagnostics.search_plot import plot_search
 from poem.learners.search import Trial, run_trial, select_trial
 
-TRIAL_CACHE = (INPUTS - "train_log" - "validation_log") + TASK_SOURCE
+TRIAL_CACHE = (INPUTS - "train_log" - "validation_log" - "champion") + TASK_SOURCE
 
 
 @cache
@@ -54,13 +54,16 @@ def search_trial(
     confidence_level: float,
     data_key: str,
     code_key: str,
+    champion: Any = None,
+    champion_key: str | None = None,
 ) -> Trial:
     """Fit one configuration on train, score it on validation (``run_trial``).
 
-    ``data_key`` and ``code_key`` are unused in the body: they are the cache key's stand-ins
-    for the logs (excluded from it) and for the learning code (:func:`code_fingerprint`).
+    ``data_key``, ``code_key`` and ``champion_key`` are unused in the body: they are the cache
+    key's stand-ins for the logs, the learning code (:func:`code_fingerprint`) and the
+    champion policy (a ``warm_start: champion`` start), which are excluded from it.
     """
-    estimator = build_learner(learner, fixed_params)
+    estimator = build_learner(learner, fixed_params, champion=champion, log=train_log)
     return run_trial(
         estimator, params, train_log, validation_log, confidence_level=confidence_level
     )

@@ -17,11 +17,17 @@ _FITTED = ("objective_", "n_iter_", "converged_", "clip_", "variance_penalty_", 
 
 
 @task(name="train-policy", cache_policy=NO_CACHE, on_completion=[stage_done])
-def train_policy(parts: LogSplit, training: TrainingConfig, params: dict, run: TrackedRun) -> Any:
-    """Fit the learner with ``params`` on ``training.refit_on``; log the fitted diagnostics."""
-    estimator = build_learner(training.learner, training.params, params).fit(
-        parts.refit_log(training.refit_on)
-    )
+def train_policy(
+    parts: LogSplit, training: TrainingConfig, params: dict, run: TrackedRun, champion: Any = None
+) -> Any:
+    """Fit the learner with ``params`` on ``training.refit_on``; log the fitted diagnostics.
+
+    ``champion`` (the registry's champion policy or None) is the start of
+    ``warm_start: champion``.
+    """
+    log = parts.refit_log(training.refit_on)
+    estimator = build_learner(training.learner, training.params, params, champion=champion, log=log)
+    estimator.fit(log)
     fitted = {
         f"train_{name.rstrip('_')}": getattr(estimator, name)
         for name in _FITTED

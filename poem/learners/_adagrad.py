@@ -84,6 +84,7 @@ def adagrad(
     majorize_every: int | None = None,
     random_state: np.random.Generator | None = None,
     chunk_size: int | None = None,
+    coef0: np.ndarray | None = None,
     initial_accumulator: float = 1.0,
     progressive: bool = False,
 ) -> SolverResult:
@@ -98,15 +99,16 @@ def adagrad(
 
     where B_t is a minibatch of b rows, n the training-set size, (A, B) the majorizer
     coefficients of Prop. 4 at the last majorization point, λ the variance penalty, μ the L2
-    penalty, h the AdaGrad history (element-wise) and η the learning rate. Starts at w = 0
-    (the uniform policy). Re-majorizes on the full training set after every epoch and, when
-    ``majorize_every`` is set, every that many minibatches. The history starts at h = 1 as in
-    Alg. 1 (line 14), so early steps are plain SGD steps of size η. When an epoch raises the
-    full-batch objective J, η is halved and ½ then ¼ of the epoch's displacement are tried (one
-    full pass each); if neither lowers J the epoch is rejected (the MM descent property of
-    Prop. 4 only holds inside the majorizer's region of validity); rejected epochs do not count
-    towards ``max_iter``. Stopping is on ‖∇J‖₂ ≤ tol, on the relative decrease of J over an
-    accepted epoch ≤ tol, or on η falling below 10⁻³ of its initial value.
+    penalty, h the AdaGrad history (element-wise) and η the learning rate. Starts at w₀
+    (``coef0``; default 0, the uniform policy). Re-majorizes on the full training set after
+    every epoch and, when ``majorize_every`` is set, every that many minibatches. The history
+    starts at h = 1 as in Alg. 1 (line 14), so early steps are plain SGD steps of size η. When
+    an epoch raises the full-batch objective J, η is halved and ½ then ¼ of the epoch's
+    displacement are tried (one full pass each); if neither lowers J the epoch is rejected (the
+    MM descent property of Prop. 4 only holds inside the majorizer's region of validity);
+    rejected epochs do not count towards ``max_iter``. Stopping is on ‖∇J‖₂ ≤ tol, on the
+    relative decrease of J over an accepted epoch ≤ tol, or on η falling below 10⁻³ of its
+    initial value.
 
     Parameters
     ----------
@@ -141,6 +143,8 @@ def adagrad(
         Source of the minibatch shuffles.
     chunk_size : int or None, default=None
         Row chunk for the full-batch statistics (bounded memory; same result).
+    coef0 : ndarray of shape ``family.coef_shape`` or None, default=None
+        Starting point w₀ (None: w₀ = 0, the uniform policy); the first majorization is at w₀.
     initial_accumulator : float, default=1.0
         Initial AdaGrad history h₀ (Alg. 1 line 14 uses 1; 0 gives the textbook AdaGrad).
     progressive : bool, default=False
@@ -170,7 +174,7 @@ def adagrad(
             w, family, inputs, actions, scaled_losses, propensities, clip, chunk_size=chunk_size
         )
 
-    w = np.zeros(family.coef_shape)
+    w = np.zeros(family.coef_shape) if coef0 is None else np.array(coef0, dtype=np.float64)
     h = np.full(family.coef_shape, float(initial_accumulator))  # Alg. 1 line 14: h ← 1
     stats = full(w)
     value, grad = crm_objective_from_statistics(stats, w, variance_penalty, l2_penalty)

@@ -31,8 +31,9 @@ def lbfgs(
     max_iter: int = 200,
     tol: float = 1e-6,
     chunk_size: int | None = None,
+    coef0: np.ndarray | None = None,
 ) -> SolverResult:
-    r"""Minimise the CRM objective J(w) with L-BFGS-B from w = 0 (Eq. 10/12).
+    r"""Minimise the CRM objective J(w) with L-BFGS-B from w₀ (default 0; Eq. 10/12).
 
     .. math::
 
@@ -66,6 +67,8 @@ def lbfgs(
         Passed as scipy's ``gtol`` (projected-gradient norm) and ``ftol`` (relative change).
     chunk_size : int or None, default=None
         Row chunk for the statistics (bounded memory; same result).
+    coef0 : ndarray of shape ``family.coef_shape`` or None, default=None
+        Starting point w₀ (None: w₀ = 0, the uniform policy).
 
     Returns
     -------
@@ -90,7 +93,7 @@ def lbfgs(
 
     result = minimize(
         fun,
-        np.zeros(int(np.prod(shape))),
+        np.zeros(int(np.prod(shape))) if coef0 is None else np.ravel(coef0).astype(np.float64),
         jac=True,
         method="L-BFGS-B",
         options={"maxiter": int(max_iter), "gtol": tol, "ftol": tol},

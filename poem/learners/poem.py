@@ -27,10 +27,11 @@ from poem.estimators.weights import suggested_clip
 from poem.learners._adagrad import SolverResult, adagrad
 from poem.learners._lbfgs import lbfgs
 from poem.learners._prediction import PolicyPredictionMixin, check_shared_params
+from poem.learners._scaling import standardize
 from poem.policies._base import check_serving_params
 from poem.policies.stochastic import StochasticPolicy, family_from_log
 
-__all__ = ["POEM", "calibrated_variance_penalty", "resolve_clip"]
+__all__ = ["POEM", "calibrated_variance_penalty", "initial_coef", "resolve_clip"]
 
 POLICIES = ("discrete", "multilabel", "candidates")
 SOLVERS = ("adagrad", "lbfgs")
@@ -105,6 +106,58 @@ def calibrated_variance_penalty(scaled_losses: np.ndarray) -> float:
     return float(-np.mean(d) / np.sqrt(var / d.size))
 
 
+def initial_coef(warm_start: Any, family: Any) -> np.ndarray | None:
+    """Raw-space starting coefficients w₀ of a ``warm_start`` value (None for ``"zeros"``).
+
+    Parameters
+    ----------
+    warm_start : "zeros", array-like, StochasticPolicy or fitted estimator
+        See :class:`POEM`.
+    family : PolicyFamily
+        The family being fitted.
+
+    Returns
+    -------
+    ndarray of shape ``family.coef_shape`` or None
+        w₀, or None for the paper's w₀ = 0.
+
+    Raises
+    ------
+    ValueError
+        If the starting policy's family, feature count or action count differs from the
+        log's, or an array has the wrong shape or non-finite values.
+    """
+    if isinstance(warm_start, str) and warm_start == "zeros":
+        return None
+    policy = getattr(warm_start, "policy_", warm_start)
+    if isinstance(policy, StochasticPolicy):
+        other = policy.family
+        theirs = (other.name, other.n_features, other.n_actions)
+        ours = (family.name, family.n_features, family.n_actions)
+        if theirs != ours:
+            raise ValueError(
+                "warm_start policy is incompatible with the log: (family, n_features, "
+                f"n_actions) = {theirs}, the log has {ours}"
+            )
+        coef = np.asarray(policy.coef, dtype=np.float64) / policy.temperature
+        if other.fit_intercept == family.fit_intercept:
+            return coef
+        if family.fit_intercept:  # start with a zero intercept
+            return np.concatenate([coef, np.zeros((*coef.shape[:-1], 1))], axis=-1)
+        raise ValueError(
+            "warm_start policy has an intercept but fit_intercept=False; fit with "
+            "fit_intercept=True or start from 'zeros'"
+        )
+    coef = np.asarray(warm_start, dtype=np.float64)
+    if coef.shape != family.coef_shape:
+        raise ValueError(
+            f"warm_start array must have shape {family.coef_shape} (coef_), got {coef.shape}"
+        )
+    if not np.all(np.isfinite(coef)):
+        raise ValueError("warm_start array contains non-finite values")
+    return coef
+
+
 class POEM(PolicyPredictionMixin, BaseEstimator):
     r"""Policy Optimizer for Exponential Models (Swaminathan & Joachims 2015).
 
@@ -115,7 +168,8 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
         u_i = \delta'_i \min(M, \pi_w(y_i|x_i)/p_i)
 
     where δ'ᵢ are scaled losses, pᵢ propensities, M the clip, λ the variance penalty and μ
-    the L2 penalty (Eq. 10/12). Optimisation starts at w = 0 (the uniform policy).
+    the L2 penalty (Eq. 10/12). Optimisation starts at w₀ = 0 (the uniform policy) unless
+    ``warm_start`` gives another w₀.
 
     Parameters
     ----------
@@ -134,7 +188,7 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
     l2_penalty : float, default=0.0
         L2 penalty μ ≥ 0, i.e. μ.
     max_iter : int, default=200
-        Maximum epochs (adagrad) or iterations (lbfgs).
+        Maximum iterations (lbfgs), and epochs (adagrad) unless ``max_epochs`` is set.
     tol : float, default=1e-6
         Convergence tolerance on the gradient norm and the relative objective change.
     learning_rate : float, default=1.0
@@ -156,6 +210,21 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
         (adagrad only; about half the cost per epoch, see ``poem.learners._adagrad.adagrad``).
     chunk_size : int or None, default=None
         Rows per chunk for full-batch statistics (bounded memory for large n; same result).
+    max_epochs : int or None, default=None
+        Maximum AdaGrad epochs (None: ``max_iter``); lets one configuration, e.g. a search
+        over ``solver``, give each solver its own budget.
+    standardize : bool, default=True
+        Optimise over standardized features (centred and scaled when dense with an intercept,
+        scaled only otherwise; :mod:`poem.learners._scaling`) and fold the transform back
+        into raw-space ``coef_``, so one η fits every feature scale. Discrete and multilabel
+        families only (candidate-set features are used as given).
+    warm_start : "zeros", array-like, StochasticPolicy or fitted estimator, default="zeros"
+        Starting point w₀: ``"zeros"`` is the paper's w₀ = 0 (the uniform policy); an array
+        of shape ``family_.coef_shape`` is raw-space coefficients; a policy (e.g. the logger
+        h₀ or the production champion) or a fitted learner (its ``policy_``) starts at its
+        coefficients divided by its temperature, i.e. at its served distribution without
+        floor. A policy without an intercept gets a zero intercept. The variance
+        majorization then starts at w₀ (its V₀, A, B), i.e. w₀.
 
     Attributes
     ----------
@@ -206,6 +275,9 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
         majorize_every=None,
         progressive=False,
         chunk_size=None,
+        max_epochs=None,
+        standardize=True,
+        warm_start="zeros",
     ):
         self.policy = policy
         self.solver = solver
@@ -224,6 +296,9 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
         self.majorize_every = majorize_every
         self.progressive = progressive
         self.chunk_size = chunk_size
+        self.max_epochs = max_epochs
+        self.standardize = standardize
+        self.warm_start = warm_start
 
     # -- validation ------------------------------------------------------------------------------
     def _validate_params(self) -> None:
@@ -255,7 +330,14 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
             check_scalar(self.majorize_every, "majorize_every", Integral, min_val=1)
         if self.chunk_size is not None:
             check_scalar(self.chunk_size, "chunk_size", Integral, min_val=1)
-        for name in ("fit_intercept", "progressive"):
+        if self.max_epochs is not None:
+            check_scalar(self.max_epochs, "max_epochs", Integral, min_val=1)
+        if isinstance(self.warm_start, str) and self.warm_start != "zeros":
+            raise ValueError(
+                "warm_start must be 'zeros', an array, a StochasticPolicy or a fitted "
+                f"estimator, got {self.warm_start!r}"
+            )
+        for name in ("fit_intercept", "progressive", "standardize"):
             if not isinstance(getattr(self, name), bool | np.bool_):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
 
@@ -304,6 +386,12 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
         family = family_from_log(log, fit_intercept=bool(self.fit_intercept))
         check_serving_params(self.temperature, self.exploration_floor, family.max_exploration_floor)
         inputs = family.inputs_from_log(log)
+        scaling = None
+        if self.standardize and family.name != "candidates":
+            inputs, scaling = standardize(inputs, family.n_features, family.fit_intercept)
+        coef0 = initial_coef(self.warm_start, family)
+        if coef0 is not None and scaling is not None:
+            coef0 = scaling.from_raw(coef0)
         scaled = log.scaled_losses()
         clip = resolve_clip(self.clip, log.propensities)
         if self.variance_penalty == "calibrated":
@@ -314,10 +402,11 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
             clip=clip,
             variance_penalty=lam,
             l2_penalty=float(self.l2_penalty),
-            max_iter=int(self.max_iter),
             tol=float(self.tol),
             chunk_size=self.chunk_size,
+            coef0=coef0,
         )
+        epochs = self.max_iter if self.max_epochs is None else self.max_epochs
         actions_arr = np.asarray(log.actions)
         if self.solver == "adagrad":
             seed = check_random_state(self.random_state).randint(2**31 - 1)
@@ -332,13 +421,23 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
                 majorize_every=self.majorize_every,
                 progressive=bool(self.progressive),
                 random_state=np.random.default_rng(seed),
+                max_iter=int(epochs),
                 **common,
             )
         else:
-            result = lbfgs(family, inputs, actions_arr, scaled, log.propensities, **common)
+            result = lbfgs(
+                family,
+                inputs,
+                actions_arr,
+                scaled,
+                log.propensities,
+                max_iter=int(self.max_iter),
+                **common,
+            )
         if not result.converged:
             remedy = (
-                "increase max_iter, raise tol or lower learning_rate"
+                f"increase {'max_iter' if self.max_epochs is None else 'max_epochs'}, raise tol "
+                "or lower learning_rate"
                 if self.solver == "adagrad"
                 else "increase max_iter, raise tol or add l2_penalty"
             )
@@ -349,8 +448,9 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
                 ConvergenceWarning,
                 stacklevel=2,
             )
+        coef = result.coef if scaling is None else scaling.to_raw(result.coef)
         self.family_ = family
-        self.coef_ = result.coef
+        self.coef_ = coef
         self.n_features_in_ = int(log.n_features)
         self.n_iter_ = int(result.n_iter)
         self.objective_ = float(result.objective)
@@ -360,7 +460,7 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
         self.clipped_fraction_ = result.n_clipped / log.n_rows
         self.policy_ = StochasticPolicy(
             family,
-            result.coef,
+            coef,
             temperature=float(self.temperature),
             exploration_floor=float(self.exploration_floor),
             metadata={
@@ -369,6 +469,7 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
                 "clip": clip if np.isfinite(clip) else None,
                 "variance_penalty": lam,
                 "l2_penalty": float(self.l2_penalty),
+                "warm_start": "zeros" if coef0 is None else "given",
                 "feature_names": log.feature_names,
             },
         )

@@ -48,7 +48,7 @@ def test_digits_split_is_seeded(digits):
             "mnist",
             None,
             ValueError,
-            r"name must be one of \('digits', 'yeast', 'tmc2007'\), got 'mnist'",
+            r"name must be one of \('digits', 'yeast', 'tmc2007', 'emotions', 'medical'\), got 'mnist'",
         ),
         (
             "yeast",
@@ -147,3 +147,18 @@ def test_tmc2007_matches_sources(shared_data_dir):
     assert data.X_train.shape == (21519, 500) and data.X_test.shape == (7077, 500)
     assert data.Y_train.shape == (21519, 22) and data.Y_test.shape == (7077, 22)
     assert len(data.feature_names) == 500
+
+
+@pytest.mark.shared_data
+@pytest.mark.parametrize(
+    ("name", "shape", "n_labels", "never_positive"),
+    [("emotions", (391, 72), 6, 0), ("medical", (333, 1449), 45, 7)],
+)
+def test_mulan_sets_match_sources(shared_data_dir, name, shape, n_labels, never_positive):
+    if not (shared_data_dir / "mulan").is_dir():
+        pytest.skip("mulan/ is absent")
+    data = load_dataset(name, shared_data_dir)
+    assert (data.name, data.family, data.n_labels) == (name, "multilabel", n_labels)
+    assert data.X_train.shape == shape and data.Y_train.shape == (shape[0], n_labels)
+    # rare labels: 7 of medical's 45 never occur in its training part
+    assert int((np.asarray(data.Y_train).sum(axis=0) == 0).sum()) == never_positive

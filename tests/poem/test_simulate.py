@@ -1,7 +1,6 @@
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from scipy.optimize import minimize
 from scipy.special import expit, softmax
 from sklearn.linear_model import LogisticRegression
 
@@ -63,31 +62,45 @@ def test_two_classes_map_to_a_two_row_softmax(discrete_data):
     np.testing.assert_allclose(h0.predict_proba(X), reference.predict_proba(X), atol=1e-4)
 
 
-def test_constant_label_gets_a_pseudo_example(multilabel_data):
+@pytest.mark.parametrize("value", [0, 1])
+def test_constant_label_gets_the_laplace_smoothed_rate(multilabel_data, value):
     X, Y = multilabel_data
     Y = Y.copy()
-    Y[:, 1] = 0
-    h0 = fit_logging_policy(X, Y, family="multilabel", fraction=1.0)
+    Y[:, 1] = value
+    with pytest.warns(
+        UserWarning, match=r"h0: 1 label\(s\) constant in the 120 sampled rows: \[1\]"
+    ):
+        h0 = fit_logging_policy(X, Y, family="multilabel", fraction=1.0)
     assert h0.metadata["constant_labels"] == [1]
-    assert h0.predict_proba(X)[:, 1].max() < 0.05  # one pseudo-count against 120 zeros
-    # without intercept the pseudo-row x = 0 has no gradient, so w is the optimum of the
-    # one-class L2 problem Σ log(1 + exp(w·xᵢ)) + ½‖w‖² (C = 1), solved here independently
-    h0 = fit_logging_policy(X, Y, family="multilabel", fraction=1.0, fit_intercept=False)
-    exact = minimize(
-        lambda w: (np.logaddexp(0, X @ w).sum() + 0.5 * w @ w, X.T @ expit(X @ w) + w),
-        np.zeros(4),
-        jac=True,
-        method="L-BFGS-B",
-        options={"gtol": 1e-10},
-    ).x
-    np.testing.assert_allclose(h0.coef[1], exact, atol=1e-3)
-    assert np.abs(exact).max() > 0.05  # the test would notice w = 0
+    rate = (120 * value + 0.5) / 121  # (k + ½)/(n + 1)
+    np.testing.assert_allclose(h0.predict_proba(X)[:, 1], rate, rtol=1e-12)
+    np.testing.assert_array_equal(h0.coef[1, :4], 0.0)
+    # the other labels are the ordinary fits
+    reference = LogisticRegression(C=1.0, max_iter=1000).fit(X, Y[:, 0])
+    np.testing.assert_allclose(h0.coef[0, :4], reference.coef_[0], atol=1e-4)
+    with pytest.warns(UserWarning, match=r"constant .*\[1\]"):
+        h0 = fit_logging_policy(X, Y, family="multilabel", fraction=1.0, fit_intercept=False)
+    np.testing.assert_array_equal(h0.coef[1], 0.0)  # no intercept: σ = ½, the only choice
+
+
+def test_rare_labels_in_a_small_sample_do_not_crash(multilabel_data):
+    X, Y = multilabel_data
+    Y = np.hstack([Y, np.zeros((120, 2), dtype=np.int64)])
+    Y[7, 3] = 1  # label 3 occurs once, label 4 never
+    with pytest.warns(UserWarning, match=r"h0: \d+ label\(s\) constant in the 6 sampled rows"):
+        h0 = fit_logging_policy(X, Y, family="multilabel", fraction=0.05, random_state=0)
+    assert 4 in h0.metadata["constant_labels"]
+    log = supervised_to_bandit(X, Y, h0, n_replays=2, random_state=0)
+    assert np.all((log.propensities > 0) & (log.propensities <= 1))
 
 
 def test_absent_class_keeps_a_small_probability(discrete_data):
     X, y = discrete_data
     y = np.where(y == 0, 1, y)  # class 0 never observed, K still 4 from y.max()
-    h0 = fit_logging_policy(X, y, family="discrete", fraction=1.0)
+    with pytest.warns(
+        UserWarning, match=r"h0: 1 class\(es\) absent in the 150 sampled rows: \[0\]"
+    ):
+        h0 = fit_logging_policy(X, y, family="discrete", fraction=1.0)
     assert h0.metadata["absent_classes"] == [0]
     assert h0.coef.shape == (4, 4)
     assert h0.predict_proba(X)[:, 0].max() < 0.05
@@ -118,7 +131,8 @@ def test_dataset_argument_uses_its_training_part(discrete_data):
     from_arrays = fit_logging_policy(X, y, family="discrete", fraction=0.5, random_state=0)
     np.testing.assert_array_equal(from_data.coef, from_arrays.coef)
     wider = SupervisedDataset("toy", "discrete", X, y, X[:10], y[:10], ("a", "b", "c"), 5)
-    h0 = fit_logging_policy(wider, fraction=1.0)
+    with pytest.warns(UserWarning, match=r"absent .*: \[4\]"):
+        h0 = fit_logging_policy(wider, fraction=1.0)
     assert h0.coef.shape == (5, 4) and h0.metadata["absent_classes"] == [4]
     with pytest.raises(
         ValueError, match=r"family='multilabel' differs from the data set's family 'discrete'"
