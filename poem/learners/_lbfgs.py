@@ -6,16 +6,21 @@ module only adapts the parameter array to scipy's flat vector.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from scipy.optimize import minimize
 
 from poem.learners._adagrad import SolverResult
-from poem.learners.objective import crm_objective_from_statistics, crm_statistics
+from poem.learners.objective import (
+    CRMStatistics,
+    crm_objective_from_statistics,
+    crm_statistics,
+)
 from poem.policies._base import PolicyFamily
 
-__all__ = ["lbfgs"]
+__all__ = ["lbfgs", "lbfgs_statistics"]
 
 
 def lbfgs(
@@ -79,29 +84,68 @@ def lbfgs(
     ----------
     Swaminathan, A. & Joachims, T. (2015). JMLR 16, arXiv:1502.02362, Eq. (12), §6 (POEM(B)).
     """
-    shape = family.coef_shape
+
+    def statistics(w: np.ndarray) -> CRMStatistics:
+        return crm_statistics(
+            w, family, inputs, actions, scaled_losses, propensities, clip, chunk_size=chunk_size
+        )
+
+    return lbfgs_statistics(
+        statistics,
+        np.zeros(family.coef_shape) if coef0 is None else np.asarray(coef0, dtype=np.float64),
+        variance_penalty=variance_penalty,
+        l2_penalty=l2_penalty,
+        max_iter=max_iter,
+        tol=tol,
+    )
+
+
+def lbfgs_statistics(
+    statistics: Callable[[np.ndarray], CRMStatistics],
+    coef0: np.ndarray,
+    *,
+    variance_penalty: float,
+    l2_penalty: float = 0.0,
+    max_iter: int = 200,
+    tol: float = 1e-6,
+) -> SolverResult:
+    """:func:`lbfgs` on any source of the full-batch statistics (the map-reduce seam, DESIGN §8).
+
+    Parameters
+    ----------
+    statistics : callable
+        ``statistics(w)`` returns the :class:`~poem.learners.objective.CRMStatistics` of the
+        whole training set at w — computed in memory, or as a sum of per-partition statistics
+        (:mod:`poem.learners.partitioned`); J(w) and ∇J(w) follow exactly (Eq. 10/12).
+    coef0 : ndarray
+        Starting point w₀; its shape is the parameters' shape.
+    variance_penalty, l2_penalty, max_iter, tol
+        As in :func:`lbfgs`.
+
+    Returns
+    -------
+    SolverResult
+        Final w, iterations, J(w), ‖∇J(w)‖, convergence flag and clipped-row count.
+    """
+    shape = np.shape(coef0)
     last: dict[str, Any] = {}
 
     def fun(flat: np.ndarray) -> tuple[float, np.ndarray]:
         w = flat.reshape(shape)
-        stats = crm_statistics(
-            w, family, inputs, actions, scaled_losses, propensities, clip, chunk_size=chunk_size
-        )
+        stats = statistics(w)
         value, grad = crm_objective_from_statistics(stats, w, variance_penalty, l2_penalty)
         last.update(stats=stats, value=value, grad=grad)
         return value, grad.ravel()
 
     result = minimize(
         fun,
-        np.zeros(int(np.prod(shape))) if coef0 is None else np.ravel(coef0).astype(np.float64),
+        np.ravel(coef0).astype(np.float64),
         jac=True,
         method="L-BFGS-B",
         options={"maxiter": int(max_iter), "gtol": tol, "ftol": tol},
     )
     w = result.x.reshape(shape)
-    fun(
-        result.x
-    )  # statistics at the returned point (the last evaluation may be a line-search trial)
+    fun(result.x)  # statistics at the returned point (the last evaluation may be a trial)
     converged = bool(result.status == 0)
     return SolverResult(
         w,

@@ -132,6 +132,17 @@ class PolicyFamily(ABC):
         return int(inputs.shape[0])
 
     @staticmethod
+    def row_slice(inputs: Any, start: int, stop: int) -> Any:
+        """Contiguous rows ``start:stop`` of prepared inputs (a view for arrays and CSR)."""
+        if sp.issparse(inputs):  # scipy's row slicing copies; share data and indices instead
+            lo, hi = int(inputs.indptr[start]), int(inputs.indptr[stop])
+            return sp.csr_matrix(
+                (inputs.data[lo:hi], inputs.indices[lo:hi], inputs.indptr[start : stop + 1] - lo),
+                shape=(stop - start, inputs.shape[1]),
+            )
+        return inputs[start:stop]
+
+    @staticmethod
     def subset(inputs: Any, rows: np.ndarray) -> Any:
         """Rows of prepared inputs (minibatches)."""
         return inputs[rows]
@@ -152,6 +163,17 @@ class PolicyFamily(ABC):
             ``v`` of shape (n_samples, m) it returns the m products stacked, shape
             ``(m, *coef_shape)``, from one pass over the inputs.
         """
+
+    def prob_and_vjp(
+        self, coef: np.ndarray, inputs: Any, actions: np.ndarray
+    ) -> tuple[np.ndarray, Callable[[np.ndarray], np.ndarray]]:
+        """Training probabilities π_w(yᵢ|xᵢ) (α = 1, ε = 0) and the VJP of their logarithm.
+
+        What the CRM statistics need (the weight rᵢ = πᵢ / pᵢ, never log π); families override
+        it when they can skip the logarithm. Defaults to ``exp`` of :meth:`log_prob_and_vjp`.
+        """
+        log_p, vjp = self.log_prob_and_vjp(coef, inputs, actions)
+        return np.exp(log_p), vjp
 
     @abstractmethod
     def action_probability(

@@ -82,6 +82,12 @@ class CandidateFamily(PolicyFamily):
         """Candidate sets of the given rows."""
         return inputs.take(rows)
 
+    @staticmethod
+    def row_slice(inputs: Any, start: int, stop: int) -> CandidateSets:
+        """Candidate sets of rows ``start:stop`` (the features are a view)."""
+        lo, hi = int(inputs.offsets[start]), int(inputs.offsets[stop])
+        return CandidateSets(inputs.features[lo:hi], inputs.offsets[start : stop + 1] - lo)
+
     def _log_proba(
         self, coef: np.ndarray, inputs: CandidateSets, temperature: float = 1.0
     ) -> np.ndarray:

@@ -13,7 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from scipy.special import log_softmax, softmax
+import scipy.sparse as sp
+from scipy.special import softmax
 
 from poem.policies._base import PolicyFamily, check_serving_params
 
@@ -41,25 +42,72 @@ class DiscreteFamily(PolicyFamily):
     def _scores(self, coef: np.ndarray, X: Any) -> np.ndarray:
         return np.asarray(X @ coef.T)
 
+    @staticmethod
+    def _scores_t(coef: np.ndarray, X: Any) -> np.ndarray:
+        """Scores transposed, shape (K, n), a fresh C-contiguous array.
+
+        ``coef @ Xᵀ`` rather than ``(X @ coefᵀ)ᵀ``: for a tall X and a few actions OpenBLAS
+        runs this orientation several times faster, and the per-row softmax then works on K
+        contiguous vectors of length n.
+        """
+        if sp.issparse(X):
+            return np.ascontiguousarray(np.asarray(X @ coef.T).T)
+        return np.asarray(coef @ X.T, order="C")
+
+    def _shifted_scores(self, coef: np.ndarray, X: Any, actions: np.ndarray) -> tuple:
+        """Scores minus each row's maximum, (K, n), and the flat index of the logged entries."""
+        S = self._scores_t(coef, X)
+        S -= S.max(axis=0)
+        return S, actions * S.shape[1] + np.arange(S.shape[1])  # flat index of S[yᵢ, i]
+
+    def _vjp(
+        self, E: np.ndarray, total: np.ndarray, inputs: Any, actions: np.ndarray
+    ) -> Callable[[np.ndarray], np.ndarray]:
+        """V ↦ Σᵢ Vᵢⱼ (e_{yᵢ} − πᵢ) ⊗ xᵢ for each column j, with πᵢ = Eᵢ / totalᵢ (never formed)."""
+
+        def vjp(v: np.ndarray) -> np.ndarray:
+            V = v.reshape(v.shape[0], -1)  # (n, m)
+            X, Ek, tot, acts = inputs, E, total, actions
+            nonzero = V[:, 0] != 0
+            for j in range(1, V.shape[1]):
+                nonzero |= V[:, j] != 0
+            keep = np.flatnonzero(nonzero)
+            if keep.size <= V.shape[0] // 2:  # rows with v = 0 add nothing: skip them
+                X = inputs[keep] if sp.issparse(inputs) else np.take(inputs, keep, axis=0)
+                Ek, tot, acts, V = E[:, keep], total[keep], actions[keep], V[keep]
+            m, (K, n) = V.shape[1], Ek.shape
+            GT = np.empty((m, K, n))  # C order: the flat view below is a view
+            np.multiply(Ek[None, :, :], (V.T / -tot)[:, None, :], out=GT)  # −vᵢ πᵢ, transposed
+            flat = GT.reshape(m, K * n)
+            logged = acts * n + np.arange(n)
+            for j in range(m):
+                flat[j, logged] += V[:, j]  # + vᵢ e_{yᵢ}; one logged action per row
+            out = np.asarray(GT.reshape(m * K, n) @ X).reshape(m, K, -1)  # one pass over X
+            return out[0] if v.ndim == 1 else out
+
+        return vjp
+
     def log_prob_and_vjp(
         self, coef: np.ndarray, inputs: Any, actions: np.ndarray
     ) -> tuple[np.ndarray, Callable[[np.ndarray], np.ndarray]]:
         """Log π_w(yᵢ|xᵢ) = s_{i,yᵢ} − logsumexp_k s_{ik}; ∇ = (e_{yᵢ} − πᵢ) ⊗ xᵢ."""
-        rows = np.arange(actions.shape[0])
-        log_p_all = log_softmax(self._scores(coef, inputs), axis=1)
-        log_p = log_p_all[rows, actions]
+        actions = np.asarray(actions, dtype=np.intp)
+        E, logged = self._shifted_scores(coef, inputs, actions)
+        log_p = E.ravel()[logged]
+        np.exp(E, out=E)
+        total = E.sum(axis=0)
+        log_p -= np.log(total)  # log-softmax, as scipy.special.log_softmax
+        return log_p, self._vjp(E, total, inputs, actions)
 
-        P = np.exp(log_p_all)
-
-        def vjp(v: np.ndarray) -> np.ndarray:
-            V = v.reshape(v.shape[0], -1)  # (n, m)
-            G = -P[:, None, :] * V[:, :, None]  # (n, m, K)
-            G[rows, :, actions] += V
-            out = np.asarray(inputs.T @ G.reshape(G.shape[0], -1))  # (d, m·K): one pass over X
-            out = out.reshape(out.shape[0], V.shape[1], -1).transpose(1, 2, 0)  # (m, K, d)
-            return out[0] if v.ndim == 1 else out
-
-        return log_p, vjp
+    def prob_and_vjp(
+        self, coef: np.ndarray, inputs: Any, actions: np.ndarray
+    ) -> tuple[np.ndarray, Callable[[np.ndarray], np.ndarray]]:
+        """π_w(yᵢ|xᵢ) = E_{i,yᵢ} / Σₖ E_{ik}, no logarithm; VJP as in ``log_prob_and_vjp``."""
+        actions = np.asarray(actions, dtype=np.intp)
+        E, logged = self._shifted_scores(coef, inputs, actions)
+        np.exp(E, out=E)
+        total = E.sum(axis=0)
+        return E.ravel()[logged] / total, self._vjp(E, total, inputs, actions)
 
     def predict_proba(
         self,

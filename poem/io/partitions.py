@@ -1,0 +1,97 @@
+"""A canonical Parquet log as row partitions: one Parquet row group each (DESIGN §8).
+
+:func:`log_partitions` lists the pieces of a log (every row group of every file, in the order
+:func:`poem.io.parquet.read_frame` concatenates them) without reading any rows;
+:func:`read_partition` reads one piece into a :class:`~poem.data.LoggedBandit` with the log's
+declared metadata. Any scheduler can map :func:`read_partition` over the pieces (a Dask
+cluster does, in :mod:`poem._dask`); concatenating the pieces gives the whole log.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from poem.data import LoggedBandit
+from poem.io.log_format import METADATA_KEY, frame_to_log
+from poem.io.parquet import list_log_files
+
+__all__ = ["LogPartition", "log_partitions", "read_partition"]
+
+
+@dataclass(frozen=True)
+class LogPartition:
+    """One row group of one Parquet file of a log.
+
+    Attributes
+    ----------
+    path : str
+        The Parquet file.
+    row_group : int
+        Row-group index within the file.
+    n_rows : int
+        Rows in the row group (from the file footer).
+    """
+
+    path: str
+    row_group: int
+    n_rows: int
+
+
+def log_partitions(path: str | Path) -> list[LogPartition]:
+    """Every row group of every Parquet file of a log, in read order (footers only).
+
+    Parameters
+    ----------
+    path : str or Path
+        A ``*.parquet`` file or a (date-partitioned) directory of them.
+
+    Returns
+    -------
+    list of LogPartition
+        Files with zero row groups give no partition; row groups with zero rows are kept.
+    """
+    pieces = []
+    for f in list_log_files(path):
+        meta = pq.ParquetFile(f).metadata
+        pieces += [
+            LogPartition(str(f), g, meta.row_group(g).num_rows) for g in range(meta.num_row_groups)
+        ]
+    return pieces
+
+
+def read_partition(
+    partition: LogPartition, *, family: str | None = None, **overrides: Any
+) -> LoggedBandit | None:
+    """Read one partition into a :class:`~poem.data.LoggedBandit` (None when it has no rows).
+
+    Parameters
+    ----------
+    partition : LogPartition
+        The piece to read.
+    family : str or None, default=None
+        Expected family (as in :func:`poem.io.parquet.read_log`).
+    **overrides
+        Passed to :func:`~poem.io.log_format.frame_to_log`.
+
+    Returns
+    -------
+    LoggedBandit or None
+        The partition's rows, validated like a whole log; None for zero rows.
+    """
+    if partition.n_rows == 0:
+        return None
+    table = pq.ParquetFile(partition.path).read_row_group(partition.row_group)
+    raw = (table.schema.metadata or {}).get(METADATA_KEY.encode())
+    frame = table.replace_schema_metadata(None).to_pandas(
+        types_mapper=lambda t: pd.ArrowDtype(t) if pa.types.is_list(t) else None
+    )
+    if raw is not None:
+        frame.attrs[METADATA_KEY] = json.loads(raw)
+    return frame_to_log(frame, family=family, **overrides)
