@@ -48,6 +48,8 @@ from poem.io.requests import (
     EVENT_ID,
     UNSEEDED,
     InvalidRequestError,
+    check_score_range,
+    check_served_propensities,
     group_candidates,
     parse_event_ids,
     parse_features,
@@ -62,6 +64,7 @@ __all__ = [
     "StochasticPolicyModel",
     "example_request",
     "feature_names_of",
+    "guard_scoring_server",
     "invalid_request",
     "log_policy_model",
     "model_signature",
@@ -77,6 +80,39 @@ _REGISTERED_META = (
 def invalid_request(message: str) -> MlflowException:
     """Build the exception every request-validation failure raises (HTTP 400 when served)."""
     return MlflowException(message, error_code=INVALID_PARAMETER_VALUE)
+
+
+def guard_scoring_server() -> None:
+    """Make ``mlflow models serve`` answer HTTP 400, not 500, for bodies it cannot parse.
+
+    The scoring server parses the JSON body before the model sees it
+    (``mlflow.pyfunc.scoring_server._parse_json_data``, MLflow 3.17) and turns only
+    ``JSONDecodeError`` into a 400: an integer literal over 4,300 digits (``ValueError``),
+    JSON nested tens of thousands deep (``RecursionError``) or a ``dataframe_split`` of the
+    wrong shape (``TypeError``...) become HTTP 500. When the scoring server is the process
+    loading this model, its JSON stage is wrapped so any such failure is a 400 naming the
+    error. A no-op elsewhere (``mlflow.pyfunc.load_model`` in a notebook or the flow).
+    """
+    import sys
+
+    server = sys.modules.get("mlflow.pyfunc.scoring_server")
+    original = getattr(server, "_parse_json_data", None)
+    if original is None or getattr(original, "_poem_guard", False):
+        return
+
+    def parse_json_data(data: Any, metadata: Any, input_schema: Any) -> Any:
+        try:
+            return original(data, metadata, input_schema)
+        except MlflowException:
+            raise
+        except (ValueError, TypeError, KeyError, IndexError, RecursionError, OverflowError) as exc:
+            raise invalid_request(
+                f"the request body is not a valid scoring request ({type(exc).__name__}: "
+                f"{str(exc)[:200]})"
+            ) from None
+
+    parse_json_data._poem_guard = True  # type: ignore[attr-defined]
+    server._parse_json_data = parse_json_data
 
 
 def feature_names_of(policy: StochasticPolicy) -> list[str]:
@@ -135,6 +171,7 @@ class StochasticPolicyModel(mlflow.pyfunc.PythonModel):
         MlflowException
             Wrapping :class:`~poem.io.artifact.ArtifactError` (file named, checksum reported).
         """
+        guard_scoring_server()
         directory = Path(context.artifacts[ARTIFACT_KEY])
         try:
             self.policy = load_policy(directory)
@@ -186,6 +223,7 @@ class StochasticPolicyModel(mlflow.pyfunc.PythonModel):
             if model_input.shape[0] == 0:
                 raise InvalidRequestError("the request has no rows")
             X = parse_features(model_input, self.feature_names)
+            check_score_range(X, self.policy.coef, self.policy.temperature)
             if self.family_name == "candidates":
                 ids = parse_event_ids(model_input, required=True)
                 inputs, event_ids = group_candidates(X, ids, self.policy.exploration_floor)
@@ -201,7 +239,12 @@ class StochasticPolicyModel(mlflow.pyfunc.PythonModel):
         rng = np.random.default_rng(seed)
         now = _dt.datetime.now(_dt.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
         kw = {"temperature": policy.temperature, "exploration_floor": policy.exploration_floor}
-        actions, propensities = family.sample(policy.coef, inputs, rng, **kw)
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported just below
+            actions, propensities = family.sample(policy.coef, inputs, rng, **kw)
+        try:
+            propensities = check_served_propensities(propensities)
+        except InvalidRequestError as exc:
+            raise invalid_request(str(exc)) from exc
         map_actions = family.predict(policy.coef, inputs)
         out = {
             "event_id": event_ids,
