@@ -114,7 +114,7 @@ def test_event_ids_are_passed_through_or_generated(champion):
             "1 of 2 request row(s) have feature values so large that the policy's scores overflow "
             "(rows 1",
         ),
-        ({"dataframe_split": {"columns": FEATURES, "data": 5}}, "not a valid scoring request"),
+        ({"dataframe_split": {"columns": FEATURES, "data": 5}}, "not a valid dataframe"),
     ],
     ids=[
         "missing-column",

@@ -73,7 +73,7 @@ def test_promote_then_reject_then_compare_and_rollback(tmp_path, logs_dir, write
     assert (dataset.dataset.name, dataset.dataset.digest) == ("good", first.data_fingerprint[:32])
     version_1 = client.get_model_version(MODEL, "1")
     (output,) = parent.outputs.model_outputs  # the run's "Logged models"
-    assert version_1.tags["model_location"].endswith(f"/models/{output.model_id}")
+    assert version_1.tags["model_location"].endswith(f"/models/{output.model_id}/artifacts")
     assert {"policy_sha256", "model_code_sha256", "gated_against"} <= set(version_1.tags)
     assert (version_1.tags["promotion"], version_1.tags["gated_against"]) == (
         "done",
