@@ -124,14 +124,29 @@ def _initialise_store(uri: str) -> None:
         client.search_registered_models(max_results=1)  # registry tables (same database)
 
 
+# Bounded HTTP behaviour towards a remote tracking server (MLflow's defaults retry 7 times with
+# a 120 s timeout: minutes before an unreachable server is reported). Explicit MLFLOW_HTTP_*
+# environment variables win.
+HTTP_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "15",
+}
+
+
 def client_for(tracking: TrackingConfig) -> MlflowClient:
     """Return a client for the configured tracking store and model registry.
 
     A local sqlite store is created or migrated under :func:`store_lock` the first time
-    this process opens it, so concurrent runs on a fresh store cannot corrupt it.
+    this process opens it, so concurrent runs on a fresh store cannot corrupt it. For an
+    ``http(s)://`` server the request retries and timeout are bounded (:data:`HTTP_DEFAULTS`,
+    unless set in the environment), so an unreachable server is an error within ~35 s.
     """
     if tracking.uri.startswith("sqlite:"):
         _initialise_store(tracking.uri)
+    elif tracking.uri.startswith(("http://", "https://")):
+        for key, value in HTTP_DEFAULTS.items():
+            os.environ.setdefault(key, value)
     return MlflowClient(tracking_uri=tracking.uri, registry_uri=tracking.uri)
 
 

@@ -61,6 +61,8 @@ def is_transient_io_error(task: Any, task_run: Any, state: Any) -> bool:
     if isinstance(exc, OSError) and exc.errno in _PERMANENT_ERRNOS:
         return False
     if isinstance(exc, MlflowException):
+        if "failed with exception" in exc.message and exc.message.startswith("API request to"):
+            return False  # MLflow's HTTP client already retried (flows.tracking.HTTP_DEFAULTS)
         return exc.error_code not in _PERMANENT_MLFLOW_ERRORS
     return isinstance(exc, OSError)
 

@@ -185,6 +185,7 @@ def test_validate_and_quarantine_reconcile(logs_dir, run):
         (OSError(errno.EACCES, "Permission denied"), False),
         (OSError(errno.ENOSPC, "No space left on device"), False),
         (OSError(errno.EIO, "I/O error"), True),
+        (MlflowException("API request to http://x failed with exception Max retries"), False),
         (MlflowException("no", error_code=RESOURCE_DOES_NOT_EXIST), False),
         (ValueError("bad"), False),
     ],
@@ -213,3 +214,20 @@ def test_trial_cache_key_includes_the_learning_code(prefect_harness, parts):
     assert again.result().ips.value == first.result().ips.value
     key = code_fingerprint()
     assert len(key) == 64 and int(key, 16) >= 0 and code_fingerprint() == key
+
+
+def test_an_unreachable_tracking_server_is_an_error_within_seconds(monkeypatch):
+    import socket
+    import time
+
+    for key in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT"):
+        monkeypatch.delenv(key, raising=False)
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    tracking = TrackingConfig(uri=f"http://127.0.0.1:{port}")
+    started = time.monotonic()
+    with pytest.raises(MlflowException, match=r"API request to .* failed with exception") as info:
+        ensure_experiment(client_for(tracking), tracking)
+    assert time.monotonic() - started < 60  # MLflow's defaults: 7 retries, minutes
+    assert is_transient_io_error(None, None, SimpleNamespace(data=info.value)) is False
