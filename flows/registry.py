@@ -214,8 +214,14 @@ def version_tags(
     n_rows: int,
     champion_version: str | None = None,
 ) -> dict[str, Any]:
-    """Tags of a new version: data fingerprint, flow run, gate decision, reasons and estimates."""
+    """Tags of a new version: data fingerprint, flow run, gate decision, reasons and estimates.
+
+    The gate's verdict goes in ``gate_decision``; ``gated_against`` names the champion it was
+    compared with (``champion_version``, or ``logging-policy``); a passed gate also gets
+    ``promotion=pending`` until :func:`promote` has moved the alias.
+    """
     tags: dict[str, Any] = {
+        GATED_AGAINST_TAG: champion_version or LOGGING_POLICY,
         "data_fingerprint": data_fingerprint,
         "prefect_flow_run_id": flow_run_id,
         "n_rows": n_rows,
