@@ -141,6 +141,34 @@ def _model_version(model_dir: Path) -> str:
     return "unregistered"
 
 
+def _registered_digest(model_dir: Path) -> str | None:
+    """The ``policy_sha256`` tag of the registered version being loaded (``models:/`` URIs).
+
+    MLflow writes ``registered_model_meta`` (name, version) beside ``MLmodel`` when it loads a
+    registered model; the digest is then read from the registry, outside the artifact. None for
+    a model loaded from a path, or a version registered without the tag.
+    """
+    meta = model_dir / _REGISTERED_META
+    if not meta.is_file():
+        return None
+    fields = {}
+    for line in meta.read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip().strip("'\"")
+    if {fields.get("model_name"), fields.get("model_version")} & {None, "", "null"}:
+        return None
+    try:
+        version = mlflow.MlflowClient().get_model_version(
+            fields["model_name"], fields["model_version"]
+        )
+    except MlflowException as exc:
+        raise ArtifactError(
+            f"cannot read the registered digest of {fields['model_name']!r} version "
+            f"{fields['model_version']} ({exc})"
+        ) from exc
+    return version.tags.get("policy_sha256")
+
+
 class StochasticPolicyModel(mlflow.pyfunc.PythonModel):
     """Pyfunc wrapper that samples decisions from a stochastic policy and reports propensities.
 
@@ -174,7 +202,8 @@ class StochasticPolicyModel(mlflow.pyfunc.PythonModel):
         guard_scoring_server()
         directory = Path(context.artifacts[ARTIFACT_KEY])
         try:
-            self.policy = load_policy(directory)
+            expected = _registered_digest(directory.parent.parent)
+            self.policy = load_policy(directory, expected_digest=expected)
         except ArtifactError as exc:
             raise MlflowException(f"cannot load the served policy: {exc}") from exc
         self.model_version = _model_version(directory.parent.parent)

@@ -258,6 +258,17 @@ def test_registered_digests_catch_edits_in_the_artifact_store(store, tracking, t
     spec_path.write_text(json.dumps(spec))
     with pytest.raises(ArtifactError, match="modified after registration"):
         load_version_policy(client, tracking, version)
+    import mlflow
+
+    previous = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
+    mlflow.set_tracking_uri(tracking.uri)
+    mlflow.set_registry_uri(tracking.uri)
+    try:  # the served model checks the registry's digest too
+        with pytest.raises(Exception, match="cannot load the served policy.*after registration"):
+            mlflow.pyfunc.load_model(f"models:/poem-policy/{version}")
+    finally:
+        mlflow.set_tracking_uri(previous[0])
+        mlflow.set_registry_uri(previous[1])
 
     other = add(gated(), real=True)
     code = _model_folder(client, other) / "code" / "poem" / "__init__.py"
