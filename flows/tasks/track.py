@@ -39,10 +39,14 @@ def start_tracking(cfg: PipelineConfig, fingerprint: str, flow_run_id: str) -> T
         "decision": "running",
     }
     run_id = start_run(client, experiment_id, run_name(cfg.data.path), tags)
-    describe_run(client, run_id, description=f"retrain on `{cfg.data.path}` (running)")
-    log_params(client, run_id, {**cfg.flat_params(), "gate_estimator": cfg.gate.estimator})
-    log_text(client, run_id, cfg.to_yaml(), "config/resolved.yml")
-    log_dataset_input(client, run_id, cfg.data.path, fingerprint, "training")
+    try:  # e.g. a read-only artifact folder: the run must not stay RUNNING
+        describe_run(client, run_id, description=f"retrain on `{cfg.data.path}` (running)")
+        log_params(client, run_id, {**cfg.flat_params(), "gate_estimator": cfg.gate.estimator})
+        log_text(client, run_id, cfg.to_yaml(), "config/resolved.yml")
+        log_dataset_input(client, run_id, cfg.data.path, fingerprint, "training")
+    except BaseException:
+        finish_run(client, run_id, "FAILED")
+        raise
     return TrackedRun(cfg.tracking, experiment_id, run_id)
 
 

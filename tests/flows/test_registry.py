@@ -222,6 +222,10 @@ def test_stale_running_runs_are_closed_as_killed(store, tracking):
     assert client.get_run(stale).info.status == "KILLED"
     assert "ended without closing the run" in client.get_run(stale).data.tags["poem.stale"]
     assert client.get_run(alive).info.status == "RUNNING"
+    from flows.tracking import recent_runs
+
+    decisions = {r["run_id"]: r["decision"] for r in recent_runs(client, tracking)}
+    assert decisions[stale] == "killed"  # and `compare` shows it so
 
 
 def test_incompatible_champion_is_found_from_its_tags(store, tracking):

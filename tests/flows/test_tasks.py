@@ -231,3 +231,27 @@ def test_an_unreachable_tracking_server_is_an_error_within_seconds(monkeypatch):
         ensure_experiment(client_for(tracking), tracking)
     assert time.monotonic() - started < 60  # MLflow's defaults: 7 retries, minutes
     assert is_transient_io_error(None, None, SimpleNamespace(data=info.value)) is False
+
+
+def test_a_read_only_artifact_folder_fails_once_and_leaves_no_running_run(
+    tmp_path, logs_dir, monkeypatch
+):
+    import flows.tasks.track as track
+    from flows.config import PipelineConfig
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(track, "log_text", read_only)
+    tracking = TrackingConfig(
+        uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+        artifact_location=(tmp_path / "mlartifacts").as_uri(),
+        experiment="ro",
+    )
+    cfg = PipelineConfig(tracking=tracking, data=DataConfig(path=str(logs_dir / "good")))
+    with pytest.raises(OSError, match="Read-only") as info:
+        track.start_tracking.fn(cfg, "fingerprint", "flow-run")
+    assert is_transient_io_error(None, None, SimpleNamespace(data=info.value)) is False
+    client = client_for(tracking)
+    (run,) = client.search_runs([client.get_experiment_by_name("ro").experiment_id])
+    assert run.info.status == "FAILED"
