@@ -48,6 +48,8 @@ from poem.io.requests import (
     EVENT_ID,
     UNSEEDED,
     InvalidRequestError,
+    check_score_range,
+    check_served_propensities,
     group_candidates,
     parse_event_ids,
     parse_features,
@@ -62,6 +64,7 @@ __all__ = [
     "StochasticPolicyModel",
     "example_request",
     "feature_names_of",
+    "guard_scoring_server",
     "invalid_request",
     "log_policy_model",
     "model_signature",
@@ -77,6 +80,39 @@ _REGISTERED_META = (
 def invalid_request(message: str) -> MlflowException:
     """Build the exception every request-validation failure raises (HTTP 400 when served)."""
     return MlflowException(message, error_code=INVALID_PARAMETER_VALUE)
+
+
+def guard_scoring_server() -> None:
+    """Make ``mlflow models serve`` answer HTTP 400, not 500, for bodies it cannot parse.
+
+    The scoring server parses the JSON body before the model sees it
+    (``mlflow.pyfunc.scoring_server._parse_json_data``, MLflow 3.17) and turns only
+    ``JSONDecodeError`` into a 400: an integer literal over 4,300 digits (``ValueError``),
+    JSON nested tens of thousands deep (``RecursionError``) or a ``dataframe_split`` of the
+    wrong shape (``TypeError``...) become HTTP 500. When the scoring server is the process
+    loading this model, its JSON stage is wrapped so any such failure is a 400 naming the
+    error. A no-op elsewhere (``mlflow.pyfunc.load_model`` in a notebook or the flow).
+    """
+    import sys
+
+    server = sys.modules.get("mlflow.pyfunc.scoring_server")
+    original = getattr(server, "_parse_json_data", None)
+    if original is None or getattr(original, "_poem_guard", False):
+        return
+
+    def parse_json_data(data: Any, metadata: Any, input_schema: Any) -> Any:
+        try:
+            return original(data, metadata, input_schema)
+        except MlflowException:
+            raise
+        except (ValueError, TypeError, KeyError, IndexError, RecursionError, OverflowError) as exc:
+            raise invalid_request(
+                f"the request body is not a valid scoring request ({type(exc).__name__}: "
+                f"{str(exc)[:200]})"
+            ) from None
+
+    parse_json_data._poem_guard = True  # type: ignore[attr-defined]
+    server._parse_json_data = parse_json_data
 
 
 def feature_names_of(policy: StochasticPolicy) -> list[str]:
@@ -103,6 +139,34 @@ def _model_version(model_dir: Path) -> str:
             if key.strip() == "model_id" and value.strip():
                 return value.strip()
     return "unregistered"
+
+
+def _registered_digest(model_dir: Path) -> str | None:
+    """The ``policy_sha256`` tag of the registered version being loaded (``models:/`` URIs).
+
+    MLflow writes ``registered_model_meta`` (name, version) beside ``MLmodel`` when it loads a
+    registered model; the digest is then read from the registry, outside the artifact. None for
+    a model loaded from a path, or a version registered without the tag.
+    """
+    meta = model_dir / _REGISTERED_META
+    if not meta.is_file():
+        return None
+    fields = {}
+    for line in meta.read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip().strip("'\"")
+    if {fields.get("model_name"), fields.get("model_version")} & {None, "", "null"}:
+        return None
+    try:
+        version = mlflow.MlflowClient().get_model_version(
+            fields["model_name"], fields["model_version"]
+        )
+    except MlflowException as exc:
+        raise ArtifactError(
+            f"cannot read the registered digest of {fields['model_name']!r} version "
+            f"{fields['model_version']} ({exc})"
+        ) from exc
+    return version.tags.get("policy_sha256")
 
 
 class StochasticPolicyModel(mlflow.pyfunc.PythonModel):
@@ -135,9 +199,11 @@ class StochasticPolicyModel(mlflow.pyfunc.PythonModel):
         MlflowException
             Wrapping :class:`~poem.io.artifact.ArtifactError` (file named, checksum reported).
         """
+        guard_scoring_server()
         directory = Path(context.artifacts[ARTIFACT_KEY])
         try:
-            self.policy = load_policy(directory)
+            expected = _registered_digest(directory.parent.parent)
+            self.policy = load_policy(directory, expected_digest=expected)
         except ArtifactError as exc:
             raise MlflowException(f"cannot load the served policy: {exc}") from exc
         self.model_version = _model_version(directory.parent.parent)
@@ -186,6 +252,7 @@ class StochasticPolicyModel(mlflow.pyfunc.PythonModel):
             if model_input.shape[0] == 0:
                 raise InvalidRequestError("the request has no rows")
             X = parse_features(model_input, self.feature_names)
+            check_score_range(X, self.policy.coef, self.policy.temperature)
             if self.family_name == "candidates":
                 ids = parse_event_ids(model_input, required=True)
                 inputs, event_ids = group_candidates(X, ids, self.policy.exploration_floor)
@@ -201,7 +268,12 @@ class StochasticPolicyModel(mlflow.pyfunc.PythonModel):
         rng = np.random.default_rng(seed)
         now = _dt.datetime.now(_dt.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
         kw = {"temperature": policy.temperature, "exploration_floor": policy.exploration_floor}
-        actions, propensities = family.sample(policy.coef, inputs, rng, **kw)
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported just below
+            actions, propensities = family.sample(policy.coef, inputs, rng, **kw)
+        try:
+            propensities = check_served_propensities(propensities)
+        except InvalidRequestError as exc:
+            raise invalid_request(str(exc)) from exc
         map_actions = family.predict(policy.coef, inputs)
         out = {
             "event_id": event_ids,

@@ -5,7 +5,24 @@
   ``challenger`` alias.
 - ``champion`` moves only in :func:`promote`, the flow's last step; the replaced champion
   gets ``previous-champion`` and the new version records it in the tag ``replaced_champion``.
-- :func:`rollback` moves ``champion`` back along that chain.
+- :func:`rollback` moves ``champion`` back along that chain (or forward, with ``--to``).
+
+Consistency under concurrency and kills (the promotion protocol)
+----------------------------------------------------------------
+- A version the gate passed is registered with ``promotion=pending`` and ``gated_against``
+  (the champion it was compared with, or ``logging-policy``).
+- :func:`promote` runs under :func:`flows.tracking.store_lock` and is a compare-and-set: it
+  moves ``champion`` only if the champion is still the one the version was gated against;
+  otherwise it tags ``promotion=superseded`` and raises :class:`PromotionConflict`. So at most
+  one version is promoted per champion generation, and each was gated against the one it
+  replaced.
+- Order inside the lock: tag ``replaced_champion``; move ``champion`` (the commit point); move
+  ``previous-champion``; tag ``promotion=done``. ``previous-champion`` never equals
+  ``champion``.
+- :func:`repair_promotions` (run at the start of every flow run) finishes what a killed
+  promotion left: after the commit point it completes the remaining steps, before it it tags
+  ``promotion=interrupted``.
+- A version the gate rejected is never promoted, and :func:`rollback` refuses it unless forced.
 
 The registered model is the serving pyfunc of :mod:`deploy.pyfunc` around the policy folder
 (``policy.npz`` + ``policy.json`` with its SHA-256, :mod:`poem.io.artifact`), logged by
@@ -14,24 +31,35 @@ The registered model is the serving pyfunc of :mod:`deploy.pyfunc` around the po
 
 from __future__ import annotations
 
+import hashlib
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import mlflow
 from mlflow import MlflowClient
+from mlflow.entities import LoggedModelOutput
 from mlflow.exceptions import MlflowException
 
 from flows.config import TrackingConfig
-from poem.io.artifact import load_policy
+from flows.tracking import store_lock
+from poem.io.artifact import ArtifactError, artifact_digest, load_policy, save_policy
 
 __all__ = [
     "LoggedPolicy",
+    "PromotionConflict",
+    "PromotionRefused",
     "RollbackError",
+    "RollbackResult",
     "alias_version",
+    "check_champion_compatible",
+    "repair_promotions",
     "load_version_policy",
     "version_tags",
     "log_policy_model",
+    "model_code_digest",
+    "verify_model_version",
     "promote",
     "register_version",
     "rollback",
@@ -39,19 +67,89 @@ __all__ = [
 
 POLICY_URI_TAG = "policy_uri"
 REPLACED_TAG = "replaced_champion"
+GATED_AGAINST_TAG = "gated_against"
+PROMOTION_TAG = "promotion"
+DECISION_TAG = "gate_decision"
+LOGGING_POLICY = "logging-policy"
+POLICY_DIGEST_TAG = "policy_sha256"
+CODE_DIGEST_TAG = "model_code_sha256"
+MODEL_LOCATION_TAG = "model_location"
 
 
 class RollbackError(RuntimeError):
-    """There is no champion, or no earlier champion to return to."""
+    """There is no champion, or no earlier champion to return to, or the target is refused."""
+
+
+class PromotionConflict(RuntimeError):
+    """The champion moved after the challenger was gated against it; nothing was promoted."""
+
+
+class PromotionRefused(RuntimeError):
+    """The version was rejected by the gate and cannot become champion."""
+
+
+class IncompatibleChampionError(ValueError):
+    """The champion's policy cannot score this log (other family or feature count)."""
+
+
+@dataclass(frozen=True)
+class RollbackResult:
+    """Outcome of :func:`rollback`: the version demoted, the new champion, and the direction."""
+
+    demoted: str
+    champion: str
+    direction: str  # "back" (to an older version) or "forward"
 
 
 @dataclass(frozen=True)
 class LoggedPolicy:
-    """Where a logged policy model lives: registry source, logged-model id, policy folder URI."""
+    """Where a logged policy model lives, and the tags its registered version gets.
+
+    ``tags`` hold the policy's family and sizes and the digests of the policy folder
+    (:func:`poem.io.artifact.artifact_digest`) and of the model code MLflow imports at load.
+    """
 
     model_uri: str
     model_id: str | None
     policy_uri: str
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+def model_code_digest(model_dir: str | Path) -> str:
+    """SHA-256 over everything MLflow imports or obeys when it loads the model folder.
+
+    That is ``MLmodel`` (loader and code paths), the models-from-code file it names
+    (``model_code_path``) and every file under ``code/`` (the shipped ``poem`` package),
+    by relative name and bytes; byte-code caches are skipped.
+
+    Raises
+    ------
+    poem.io.artifact.ArtifactError
+        If ``MLmodel`` or the code file it names is missing.
+    """
+    import yaml
+
+    model_dir = Path(model_dir)
+    try:
+        mlmodel = yaml.safe_load((model_dir / "MLmodel").read_text())
+        code_file = Path(str(mlmodel["flavors"]["python_function"]["model_code_path"])).name
+    except (OSError, KeyError, TypeError, yaml.YAMLError) as exc:
+        raise ArtifactError(f"{model_dir}/MLmodel: no models-from-code file ({exc})") from exc
+    files = [model_dir / "MLmodel", model_dir / code_file]
+    if (model_dir / "code").is_dir():
+        files += sorted(
+            p
+            for p in (model_dir / "code").rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+        )
+    digest = hashlib.sha256()
+    for path in files:
+        if not path.is_file():
+            raise ArtifactError(f"{path}: model file missing")
+        data = path.read_bytes()
+        digest.update(f"{path.relative_to(model_dir).as_posix()}\0{len(data)}\0".encode())
+        digest.update(data)
+    return digest.hexdigest()
 
 
 def log_policy_model(
@@ -80,22 +178,50 @@ def log_policy_model(
     LoggedPolicy
         The model URI to register and the URI of the policy folder inside it.
     """
-    from deploy.pyfunc import ARTIFACT_KEY
-    from deploy.pyfunc import log_policy_model as log_serving_model
+    import deploy.pyfunc as serving
 
     mlflow.set_tracking_uri(tracking.uri)  # log_model resolves its store from the global URI
     model = client.create_logged_model(experiment_id, name="policy", source_run_id=run_id)
-    info = log_serving_model(policy, "policy", model_id=model.model_id)
+    with tempfile.TemporaryDirectory(prefix="poem-policy-") as tmp:
+        folder = Path(tmp) / serving.ARTIFACT_KEY
+        save_policy(policy, folder)
+        info = serving.log_policy_model(folder, "policy", model_id=model.model_id)
+        logged = mlflow.artifacts.download_artifacts(
+            artifact_uri=model.artifact_location, dst_path=f"{tmp}/model"
+        )
+        tags = {
+            POLICY_DIGEST_TAG: artifact_digest(folder),
+            CODE_DIGEST_TAG: model_code_digest(logged),
+            MODEL_LOCATION_TAG: model.artifact_location,
+            "policy_family": policy.family.name,
+            "n_features": str(policy.family.n_features),
+            "n_actions": str(policy.family.n_actions),
+        }
+    client.log_outputs(run_id, [LoggedModelOutput(model.model_id, step=0)])  # run's models tab
     return LoggedPolicy(
-        info.model_uri, model.model_id, f"{model.artifact_location}/artifacts/{ARTIFACT_KEY}"
+        info.model_uri,
+        model.model_id,
+        f"{model.artifact_location}/artifacts/{serving.ARTIFACT_KEY}",
+        tags,
     )
 
 
 def version_tags(
-    comparison: Any, *, data_fingerprint: str, flow_run_id: str, n_rows: int
+    comparison: Any,
+    *,
+    data_fingerprint: str,
+    flow_run_id: str,
+    n_rows: int,
+    champion_version: str | None = None,
 ) -> dict[str, Any]:
-    """Tags of a new version: data fingerprint, flow run, gate decision, reasons and estimates."""
+    """Tags of a new version: data fingerprint, flow run, gate decision, reasons and estimates.
+
+    The gate's verdict goes in ``gate_decision``; ``gated_against`` names the champion it was
+    compared with (``champion_version``, or ``logging-policy``); a passed gate also gets
+    ``promotion=pending`` until :func:`promote` has moved the alias.
+    """
     tags: dict[str, Any] = {
+        GATED_AGAINST_TAG: champion_version or LOGGING_POLICY,
         "data_fingerprint": data_fingerprint,
         "prefect_flow_run_id": flow_run_id,
         "n_rows": n_rows,
@@ -108,6 +234,8 @@ def version_tags(
         tags[f"{role}_risk"] = (
             f"{est.value:.6g} [{est.lower:.6g}, {est.upper:.6g}] ({est.estimator})"
         )
+    if comparison.promote:
+        tags[PROMOTION_TAG] = "pending"
     return tags
 
 
@@ -118,12 +246,24 @@ def register_version(
     run_id: str,
     tags: dict[str, Any],
 ) -> str:
-    """Create a model version with ``tags`` and point the ``challenger`` alias at it."""
+    """Create a model version with ``tags`` and point the ``challenger`` alias at it.
+
+    Besides ``tags`` the version records where its policy folder is, the policy's family
+    and sizes (for :func:`check_champion_compatible`) and the digests of the policy and of
+    the model code (checked by :func:`load_version_policy` and :func:`verify_model_version`).
+    """
     try:
         client.get_registered_model(tracking.registered_model)
     except MlflowException:
-        client.create_registered_model(tracking.registered_model)
-    all_tags = {**{k: str(v)[:5000] for k, v in tags.items()}, POLICY_URI_TAG: logged.policy_uri}
+        try:
+            client.create_registered_model(tracking.registered_model)
+        except MlflowException:  # created concurrently
+            client.get_registered_model(tracking.registered_model)
+    all_tags = {
+        **{k: str(v)[:5000] for k, v in tags.items()},
+        **{k: str(v) for k, v in logged.tags.items()},
+        POLICY_URI_TAG: logged.policy_uri,
+    }
     version = client.create_model_version(
         tracking.registered_model,
         logged.model_uri,
@@ -146,64 +286,292 @@ def alias_version(client: MlflowClient, tracking: TrackingConfig, alias: str) ->
 
 
 def load_version_policy(client: MlflowClient, tracking: TrackingConfig, version: str) -> Any:
-    """Download a version's policy folder and load it (checksum verified)."""
+    """Download a version's policy folder and load it (digest checked against the version tag).
+
+    Raises
+    ------
+    poem.io.artifact.ArtifactError
+        If the policy folder differs from the one registered (``policy_sha256`` tag).
+    """
     mv = client.get_model_version(tracking.registered_model, version)
     uri = mv.tags[POLICY_URI_TAG]
     with tempfile.TemporaryDirectory(prefix="poem-champion-") as tmp:
         local = mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=tmp)
-        return load_policy(local)
+        return load_policy(local, expected_digest=mv.tags.get(POLICY_DIGEST_TAG))
 
 
-def promote(client: MlflowClient, tracking: TrackingConfig, version: str) -> str | None:
-    """Make ``version`` the champion; returns the replaced champion (or None).
+def verify_model_version(
+    client: MlflowClient, tracking: TrackingConfig, version: str, dst_path: str | Path
+) -> Path:
+    """Download a version's model folder and verify it before anything in it is imported.
 
-    The ``champion`` alias is set last, so an interruption before it leaves production as it was.
-    """
-    name = tracking.registered_model
-    previous = alias_version(client, tracking, tracking.champion_alias)
-    if previous == version:
-        return None
-    if previous is not None:
-        client.set_model_version_tag(name, version, REPLACED_TAG, previous)
-        client.set_registered_model_alias(name, tracking.previous_champion_alias, previous)
-    client.set_registered_model_alias(name, tracking.champion_alias, version)
-    return previous
-
-
-def rollback(
-    client: MlflowClient, tracking: TrackingConfig, to_version: str | None = None
-) -> tuple[str, str]:
-    """Move ``champion`` back to ``to_version`` (default: the previous champion).
+    MLflow *imports* the model's code file when it loads a models-from-code model (``mlflow
+    models serve``, ``mlflow.pyfunc.load_model``): whoever can write the artifact store can
+    run code there. This checks the code file and the policy folder against the digests
+    recorded at registration; serve the returned local folder (``mlflow models serve -m
+    <folder>``) so what runs is what was checked.
 
     Returns
     -------
-    tuple of str
-        (version demoted, version now champion).
+    Path
+        The verified local model folder.
+
+    Raises
+    ------
+    poem.io.artifact.ArtifactError
+        If a digest is missing or differs (the file is named).
+    """
+    mv = client.get_model_version(tracking.registered_model, version)
+    missing = [t for t in (CODE_DIGEST_TAG, POLICY_DIGEST_TAG) if t not in mv.tags]
+    if missing:
+        raise ArtifactError(
+            f"version {version} of {tracking.registered_model!r} has no {missing} tag(s); it "
+            "was registered before digests were recorded and cannot be verified"
+        )
+    local = Path(
+        mlflow.artifacts.download_artifacts(
+            artifact_uri=mv.tags.get(MODEL_LOCATION_TAG)
+            or mv.tags[POLICY_URI_TAG].removesuffix("/artifacts/policy"),
+            dst_path=str(dst_path),
+        )
+    )
+    actual = model_code_digest(local)
+    if actual != mv.tags[CODE_DIGEST_TAG]:
+        raise ArtifactError(
+            f"{local}: model code (MLmodel, the models-from-code file, code/) differs from "
+            f"the code registered with version {version} (SHA-256 {actual[:12]}… != "
+            f"{mv.tags[CODE_DIGEST_TAG][:12]}…); refusing to import it"
+        )
+    import deploy.pyfunc as serving
+
+    load_policy(
+        local / "artifacts" / serving.ARTIFACT_KEY, expected_digest=mv.tags[POLICY_DIGEST_TAG]
+    )
+    return local
+
+
+def check_champion_compatible(
+    client: MlflowClient, tracking: TrackingConfig, family: str, n_features: int
+) -> str | None:
+    """Check that the champion can score a log of ``family`` with ``n_features`` features.
+
+    Cheap: reads the champion version's tags (``policy_family``, ``n_features``), falling back
+    to its policy spec for versions registered without them. Returns the champion version
+    (None: no champion yet, the logging policy is the baseline).
+
+    Raises
+    ------
+    IncompatibleChampionError
+        Naming both families / feature counts and what to do.
+    """
+    version = alias_version(client, tracking, tracking.champion_alias)
+    if version is None:
+        return None
+    tags = client.get_model_version(tracking.registered_model, version).tags
+    if "policy_family" in tags and "n_features" in tags:
+        champ_family, champ_features = tags["policy_family"], int(tags["n_features"])
+    else:
+        policy = load_version_policy(client, tracking, version)
+        champ_family, champ_features = policy.family.name, policy.family.n_features
+    if (champ_family, champ_features) != (family, int(n_features)):
+        raise IncompatibleChampionError(
+            f"the {tracking.champion_alias!r} of {tracking.registered_model!r} (version "
+            f"{version}) is a {champ_family} policy over {champ_features} features, but the "
+            f"log is {family} with {n_features} features; the gate cannot compare them. Use "
+            "another tracking.registered_model for this log, or fix data.family / the feature "
+            "columns"
+        )
+    return version
+
+
+def _version_tags(client: MlflowClient, tracking: TrackingConfig, version: str) -> dict:
+    try:
+        return dict(client.get_model_version(tracking.registered_model, version).tags)
+    except MlflowException as exc:
+        raise RollbackError(
+            f"registered model {tracking.registered_model!r} has no version {version!r}"
+        ) from exc
+
+
+def _set_alias(client: MlflowClient, tracking: TrackingConfig, alias: str, version: str | None):
+    """Point ``alias`` at ``version``, or delete it when ``version`` is None."""
+    name = tracking.registered_model
+    if version is not None:
+        client.set_registered_model_alias(name, alias, version)
+    elif alias_version(client, tracking, alias) is not None:
+        client.delete_registered_model_alias(name, alias)
+
+
+def _finish_promotion(
+    client: MlflowClient, tracking: TrackingConfig, version: str, replaced: str | None
+) -> None:
+    """The steps after the commit point: ``previous-champion`` and ``promotion=done``."""
+    _set_alias(
+        client,
+        tracking,
+        tracking.previous_champion_alias,
+        replaced if replaced != version else None,
+    )
+    client.set_model_version_tag(tracking.registered_model, version, PROMOTION_TAG, "done")
+
+
+def promote(
+    client: MlflowClient, tracking: TrackingConfig, version: str, *, force: bool = False
+) -> str | None:
+    """Make ``version`` the champion (compare-and-set, under the store lock); returns the replaced.
+
+    Parameters
+    ----------
+    client : MlflowClient
+        Client of the registry.
+    tracking : TrackingConfig
+        Registered model and alias names.
+    version : str
+        Version to promote.
+    force : bool, default=False
+        Promote even a version the gate rejected, or one gated against another champion
+        (``rollback --force``).
+
+    Returns
+    -------
+    str or None
+        The replaced champion (None: there was none, or ``version`` already was champion).
+
+    Raises
+    ------
+    PromotionRefused
+        If the gate rejected ``version`` (tag ``gate_decision=rejected``).
+    PromotionConflict
+        If the champion is no longer the one ``version`` was gated against (tag
+        ``gated_against``); the version is tagged ``promotion=superseded``.
+    """
+    name = tracking.registered_model
+    with store_lock(tracking.uri):
+        tags = client.get_model_version(name, version).tags
+        if tags.get(DECISION_TAG) == "rejected" and not force:
+            raise PromotionRefused(
+                f"version {version} of {name!r} was rejected by the gate "
+                f"({tags.get('gate_reasons', 'no reasons recorded')}); it cannot become "
+                f"{tracking.champion_alias!r} (use rollback --force to override)"
+            )
+        current = alias_version(client, tracking, tracking.champion_alias)
+        if current == version:
+            if tags.get(PROMOTION_TAG) == "pending":
+                _finish_promotion(client, tracking, version, tags.get(REPLACED_TAG))
+            return None
+        expected = tags.get(GATED_AGAINST_TAG)
+        if expected is not None and expected != (current or LOGGING_POLICY) and not force:
+            client.set_model_version_tag(name, version, PROMOTION_TAG, "superseded")
+            raise PromotionConflict(
+                f"version {version} of {name!r} was gated against {expected} but the "
+                f"{tracking.champion_alias!r} is now {current or LOGGING_POLICY}; it was not "
+                "promoted (tag promotion=superseded). Run retrain again to gate against the "
+                "new champion"
+            )
+        if current is not None:
+            client.set_model_version_tag(name, version, REPLACED_TAG, current)
+        client.set_registered_model_alias(name, tracking.champion_alias, version)  # commit point
+        _finish_promotion(client, tracking, version, current)
+    return current
+
+
+def repair_promotions(client: MlflowClient, tracking: TrackingConfig) -> list[str]:
+    """Finish or close promotions a killed run left half-done; returns the repaired versions.
+
+    A version tagged ``promotion=pending`` whose run is no longer RUNNING: if it is the
+    champion (killed after the commit point) the remaining steps are done; otherwise it is
+    tagged ``promotion=interrupted`` (it never became champion). A ``previous-champion`` equal
+    to ``champion`` (left by older releases) is removed. Call after
+    :func:`flows.tracking.reap_stale_runs` so killed runs are no longer RUNNING.
+    """
+    name = tracking.registered_model
+    repaired: list[str] = []
+    with store_lock(tracking.uri):
+        try:
+            pending = client.search_model_versions(
+                f"name='{name}' and tag.{PROMOTION_TAG}='pending'"
+            )
+        except MlflowException:
+            return repaired
+        champion = alias_version(client, tracking, tracking.champion_alias)
+        for mv in pending:
+            version = str(mv.version)
+            if version == champion:
+                _finish_promotion(client, tracking, version, mv.tags.get(REPLACED_TAG))
+            elif client.get_run(mv.run_id).info.status != "RUNNING":
+                client.set_model_version_tag(name, version, PROMOTION_TAG, "interrupted")
+            else:
+                continue  # a concurrent run that has not promoted yet
+            repaired.append(version)
+        previous = alias_version(client, tracking, tracking.previous_champion_alias)
+        if champion is not None and previous == champion:
+            _set_alias(client, tracking, tracking.previous_champion_alias, None)
+    return repaired
+
+
+def rollback(
+    client: MlflowClient,
+    tracking: TrackingConfig,
+    to_version: str | None = None,
+    *,
+    force: bool = False,
+) -> RollbackResult:
+    """Move ``champion`` to ``to_version`` (default: the previous champion).
+
+    Parameters
+    ----------
+    client : MlflowClient
+        Client of the registry.
+    tracking : TrackingConfig
+        Registered model and alias names.
+    to_version : str or None, default=None
+        Target version; default the ``previous-champion`` alias.
+    force : bool, default=False
+        Allow a target the gate rejected.
+
+    Returns
+    -------
+    RollbackResult
+        The version demoted, the new champion, and ``direction`` (``"back"`` to an older
+        version, ``"forward"`` to a newer one).
 
     Raises
     ------
     RollbackError
-        If there is no champion or nothing to roll back to.
+        If there is no champion, nothing to roll back to, the target does not exist, is
+        already champion, or was rejected by the gate (without ``force``).
     """
     name = tracking.registered_model
-    current = alias_version(client, tracking, tracking.champion_alias)
-    if current is None:
-        raise RollbackError(
-            f"registered model {name!r} has no {tracking.champion_alias!r} alias to roll back"
+    with store_lock(tracking.uri):
+        current = alias_version(client, tracking, tracking.champion_alias)
+        if current is None:
+            raise RollbackError(
+                f"registered model {name!r} has no {tracking.champion_alias!r} alias to roll back"
+            )
+        target = to_version or alias_version(client, tracking, tracking.previous_champion_alias)
+        if target is None:
+            raise RollbackError(
+                f"version {current} of {name!r} is the first champion; "
+                "there is no previous champion to restore"
+            )
+        target = str(target)
+        if target == current:
+            raise RollbackError(f"version {target} of {name!r} is already the champion")
+        tags = _version_tags(client, tracking, target)
+        if tags.get(DECISION_TAG) == "rejected" and not force:
+            raise RollbackError(
+                f"version {target} of {name!r} was rejected by the gate "
+                f"({tags.get('gate_reasons', 'no reasons recorded')}); refusing to make it "
+                f"{tracking.champion_alias!r}. Pass --force to do it anyway"
+            )
+        earlier = tags.get(REPLACED_TAG)
+        client.set_model_version_tag(name, current, "rolled_back_to", target)
+        client.set_registered_model_alias(name, tracking.champion_alias, target)  # commit point
+        _set_alias(
+            client,
+            tracking,
+            tracking.previous_champion_alias,
+            earlier if earlier not in (None, target) else None,
         )
-    target = to_version or alias_version(client, tracking, tracking.previous_champion_alias)
-    if target is None:
-        raise RollbackError(
-            f"version {current} of {name!r} is the first champion; "
-            "there is no previous champion to restore"
-        )
-    if target == current:
-        raise RollbackError(f"version {target} of {name!r} is already the champion")
-    earlier = client.get_model_version(name, target).tags.get(REPLACED_TAG)
-    client.set_model_version_tag(name, current, "rolled_back_to", target)
-    if earlier is not None and earlier != current:
-        client.set_registered_model_alias(name, tracking.previous_champion_alias, earlier)
-    elif alias_version(client, tracking, tracking.previous_champion_alias) is not None:
-        client.delete_registered_model_alias(name, tracking.previous_champion_alias)
-    client.set_registered_model_alias(name, tracking.champion_alias, target)
-    return current, target
+    direction = "back" if int(target) < int(current) else "forward"
+    return RollbackResult(current, target, direction)

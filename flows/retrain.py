@@ -27,7 +27,7 @@ from flows.registry import version_tags
 from flows.tasks.gate import gate_candidate, gate_metrics, load_champion, report_gate
 from flows.tasks.load import build_log, fingerprint_logs, load_logs
 from flows.tasks.propensity import diagnose_propensities
-from flows.tasks.register import promote_policy, register_policy
+from flows.tasks.register import check_champion, promote_policy, register_policy
 from flows.tasks.search import code_fingerprint, record_search, search_trial, select_best
 from flows.tasks.split import split_logs
 from flows.tasks.track import finish_tracking, start_tracking
@@ -144,6 +144,7 @@ def retrain(config_path: str | Path, logs: str | Path | None = None) -> RetrainR
         record_check_report(report, run)  # logged before enforcing: a failed run keeps its report
         enforce_checks(report, cfg.checks)
         log = build_log(quarantine_rows(frame, report, run), cfg.data)
+        check_champion(log, cfg.tracking)  # an incompatible champion fails before training
         propensity = diagnose_propensities(log, cfg.checks, run)
         parts = split_logs(log, cfg.data.split, run)
         # trial cache key: same files, same reading/check settings => same train/validation logs
@@ -157,15 +158,26 @@ def retrain(config_path: str | Path, logs: str | Path | None = None) -> RetrainR
         comparison = gate_candidate(policy, champion, parts.test, cfg.gate, blocking)
         report_gate(comparison, champion_version, run)
         tags = version_tags(
-            comparison, data_fingerprint=fingerprint, flow_run_id=flow_run_id, n_rows=log.n_rows
+            comparison,
+            data_fingerprint=fingerprint,
+            flow_run_id=flow_run_id,
+            n_rows=log.n_rows,
+            champion_version=champion_version,
         )
         version = register_policy(policy, run, tags)
         if comparison.promote:
             promote_policy(version, run)  # the last step: champion moves only here
     except BaseException:
-        finish_tracking(run, "FAILED")
+        finish_tracking(run, "FAILED", None, cfg.data.path)
         raise
-    finish_tracking(run, "FINISHED")
+    champion_after = version if comparison.promote else champion_version
+    outcome = {
+        "decision": comparison.decision,
+        "challenger": version,
+        "champion": champion_after or "logging-policy",
+        "summary": comparison.decision + "; " + "; ".join(comparison.reasons),
+    }
+    finish_tracking(run, "FINISHED", outcome, cfg.data.path)
     return RetrainResult(
         decision=comparison.decision,
         challenger_version=version,

@@ -8,16 +8,25 @@ thread and nothing depends on a global tracking URI. Metric names follow STYLE Â
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import functools
 import hashlib
 import json
 import math
-from collections.abc import Mapping
+import os
+import socket
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from mlflow import MlflowClient
-from mlflow.entities import Metric, Param, RunStatus
+from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunStatus
 from mlflow.exceptions import MlflowException
 from mlflow.utils.time import get_current_time_millis
 
@@ -25,6 +34,7 @@ from flows.config import TrackingConfig
 
 __all__ = [
     "COMPARE_METRICS",
+    "compare_metrics",
     "PARENT_RUN_TAG",
     "TrackedRun",
     "client_for",
@@ -33,13 +43,18 @@ __all__ = [
     "ensure_experiment",
     "finish_run",
     "flatten",
+    "describe_run",
     "log_artifact",
+    "log_dataset_input",
     "log_json",
     "log_metrics",
     "log_params",
     "log_text",
+    "reap_stale_runs",
     "recent_runs",
+    "run_name",
     "start_run",
+    "store_lock",
 ]
 
 PARENT_RUN_TAG = "mlflow.parentRunId"
@@ -47,8 +62,91 @@ _MAX_PARAM_LENGTH = 6000
 _BATCH = 100
 
 
+class StoreLockTimeout(TimeoutError):
+    """Another process held the tracking store's lock for longer than the timeout."""
+
+
+def _lock_path(uri: str) -> Path:
+    """The lock file of a store: beside a sqlite database, else one per URI in the temp folder."""
+    parsed = urlparse(uri)
+    if parsed.scheme == "sqlite" and uri.startswith("sqlite:///") and ":memory:" not in uri:
+        database = Path(uri.removeprefix("sqlite:///").split("?", 1)[0])
+        return database.with_name(database.name + ".lock")
+    key = hashlib.sha256(uri.encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"poem-pipeline-store-{key}.lock"
+
+
+@contextlib.contextmanager
+def store_lock(uri: str, timeout: float = 300.0) -> Iterator[None]:
+    """Hold an exclusive lock on the tracking store ``uri`` (``fcntl.flock`` on a lock file).
+
+    Serializes what must not interleave between processes of one machine: first-time
+    creation and migration of a sqlite store, and the compare-and-set of the champion alias
+    (:func:`flows.registry.promote`). A remote store (``http://``) is locked per machine only;
+    :func:`flows.registry.promote` re-checks the champion inside the lock either way.
+
+    Raises
+    ------
+    StoreLockTimeout
+        If the lock is not free within ``timeout`` seconds (the message names the lock file).
+    """
+    path = _lock_path(uri)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+b") as fh:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise StoreLockTimeout(
+                        f"the tracking store lock {path} was held by another process for more "
+                        f"than {timeout:g} s"
+                    ) from None
+                time.sleep(0.05)  # lock poll interval
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@functools.cache
+def _initialise_store(uri: str) -> None:
+    """Create (or migrate) the tracking and registry tables once per process, under the lock.
+
+    Two processes opening a fresh sqlite store at once both run MLflow's migrations and can
+    leave the database broken for good (``table _alembic_tmp_... already exists``).
+    """
+    with store_lock(uri):
+        client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+        client.search_experiments(max_results=1)  # tracking tables
+        client.search_registered_models(max_results=1)  # registry tables (same database)
+
+
+# Bounded HTTP behaviour towards a remote tracking server (MLflow's defaults retry 7 times with
+# a 120 s timeout: minutes before an unreachable server is reported). Explicit MLFLOW_HTTP_*
+# environment variables win.
+HTTP_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "15",
+}
+
+
 def client_for(tracking: TrackingConfig) -> MlflowClient:
-    """Return a client for the configured tracking store and model registry."""
+    """Return a client for the configured tracking store and model registry.
+
+    A local sqlite store is created or migrated under :func:`store_lock` the first time
+    this process opens it, so concurrent runs on a fresh store cannot corrupt it. For an
+    ``http(s)://`` server the request retries and timeout are bounded (:data:`HTTP_DEFAULTS`,
+    unless set in the environment), so an unreachable server is an error within ~35 s.
+    """
+    if tracking.uri.startswith("sqlite:"):
+        _initialise_store(tracking.uri)
+    elif tracking.uri.startswith(("http://", "https://")):
+        for key, value in HTTP_DEFAULTS.items():
+            os.environ.setdefault(key, value)
     return MlflowClient(tracking_uri=tracking.uri, registry_uri=tracking.uri)
 
 
@@ -93,14 +191,62 @@ def flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+OWNER_TAGS = ("poem.host", "poem.pid", "poem.pid_start")
+
+
+def _process_start(pid: int) -> str | None:
+    """Start time of process ``pid`` (clock ticks since boot, ``/proc``), None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]  # field 22 of proc(5), after "pid (comm)"
+
+
+def _owner_tags() -> dict[str, str]:
+    """Which process owns a RUNNING run: host name, pid and the pid's start time."""
+    pid = os.getpid()
+    owner = (socket.gethostname(), str(pid), _process_start(pid) or "")
+    return dict(zip(OWNER_TAGS, owner, strict=True))
+
+
 def start_run(
     client: MlflowClient, experiment_id: str, run_name: str, tags: Mapping[str, Any] | None = None
 ) -> str:
-    """Create a parent run (status RUNNING); returns its id."""
-    run = client.create_run(
-        experiment_id, run_name=run_name, tags={k: str(v) for k, v in (tags or {}).items()}
-    )
+    """Create a parent run (status RUNNING) owned by this process; returns its id.
+
+    The owner tags (host, pid, pid start time) let :func:`reap_stale_runs` tell a run whose
+    process was killed from one that is still running.
+    """
+    all_tags = {**{k: str(v) for k, v in (tags or {}).items()}, **_owner_tags()}
+    run = client.create_run(experiment_id, run_name=run_name, tags=all_tags)
     return run.info.run_id
+
+
+def reap_stale_runs(client: MlflowClient, experiment_id: str) -> list[str]:
+    """Mark RUNNING runs whose owning process on this host is gone as KILLED; returns their ids.
+
+    A run killed with SIGKILL (or a power cut) cannot close itself; the next run on the same
+    host closes it with status ``KILLED`` and the tag ``poem.stale`` saying why. Runs owned by
+    another host, or without owner tags, are left alone.
+    """
+    host = socket.gethostname()
+    runs = client.search_runs([experiment_id], "attributes.status = 'RUNNING'", max_results=1000)
+    reaped = []
+    for run in runs:
+        tags = run.data.tags
+        if tags.get("poem.host") != host or not tags.get("poem.pid", "").isdigit():
+            continue
+        if _process_start(int(tags["poem.pid"])) == tags.get("poem.pid_start"):
+            continue  # its process is alive: a concurrent run
+        client.set_tag(
+            run.info.run_id,
+            "poem.stale",
+            f"process {tags['poem.pid']} on {host} ended without closing the run",
+        )
+        client.set_terminated(run.info.run_id, "KILLED")
+        reaped.append(run.info.run_id)
+    return reaped
 
 
 def log_params(client: MlflowClient, run_id: str, params: Mapping[str, Any]) -> None:
@@ -164,8 +310,59 @@ def create_nested_run(
 
 
 def finish_run(client: MlflowClient, run_id: str, status: str = "FINISHED") -> None:
-    """Mark a run FINISHED or FAILED."""
+    """Mark a run FINISHED, FAILED or KILLED."""
     client.set_terminated(run_id, status)
+
+
+def run_name(data_path: str | Path, outcome: str | None = None) -> str:
+    """A run name that says what ran: ``<data> <UTC date>[ <outcome>]``.
+
+    E.g. ``logs 2026-11-23 promoted v3`` (``outcome`` is filled in when the run ends).
+    """
+    data = Path(str(data_path).rstrip("/")).name or str(data_path)
+    date = datetime.now(UTC).strftime("%Y-%m-%d")
+    return f"{data} {date}" + (f" {outcome}" if outcome else "")
+
+
+NOTE_TAG = "mlflow.note.content"  # the run's description in the MLflow UI
+
+
+def describe_run(
+    client: MlflowClient,
+    run_id: str,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    tags: Mapping[str, Any] | None = None,
+) -> None:
+    """Rename a run, set its description (markdown) and tags, in one place."""
+    if name is not None:
+        client.update_run(run_id, name=name)
+    all_tags = dict(tags or {})
+    if description is not None:
+        all_tags[NOTE_TAG] = description
+    for key, value in all_tags.items():
+        client.set_tag(run_id, key, str(value)[:5000])
+
+
+def log_dataset_input(
+    client: MlflowClient, run_id: str, path: str | Path, fingerprint: str, context: str
+) -> None:
+    """Record the log as the run's MLflow dataset input (name, source, digest).
+
+    The digest is the first 32 hex digits of :func:`data_fingerprint` (MLflow's column holds
+    36); the full fingerprint is the run tag ``data_fingerprint``.
+    """
+    source = str(Path(path).resolve()) if "://" not in str(path) else str(path)
+    dataset = Dataset(
+        name=Path(str(path).rstrip("/")).name or source,
+        digest=fingerprint[:32],
+        source_type="local",
+        source=json.dumps({"uri": source}),
+        profile=json.dumps({"sha256": fingerprint}),
+    )
+    tags = [InputTag("mlflow.data.context", context)]
+    client.log_inputs(run_id, datasets=[DatasetInput(dataset, tags)])
 
 
 def data_fingerprint(path: str | Path) -> str:
@@ -191,10 +388,34 @@ COMPARE_METRICS = (
 )
 
 
+def compare_metrics(metrics: Mapping[str, float]) -> dict[str, float | None]:
+    """The :data:`COMPARE_METRICS` of a run, whatever gate estimator produced them.
+
+    Runs log estimator-independent gate keys (``challenger_risk``; the estimator is the param
+    ``gate_estimator``); runs of older releases logged ``challenger_<estimator>_risk``, which
+    are mapped onto the same keys so every run lines up in one table.
+    """
+    out: dict[str, float | None] = {k: metrics.get(k) for k in COMPARE_METRICS}
+    for key, value in metrics.items():
+        role, _, rest = key.partition("_")  # rest: <estimator>_risk[_ucb], estimator may hold _
+        if role not in ("challenger", "champion", "difference"):
+            continue
+        for quantity in ("risk_ucb", "risk"):
+            if rest.endswith(f"_{quantity}"):
+                if out.get(f"{role}_{quantity}") is None:
+                    out[f"{role}_{quantity}"] = value
+                break
+    return out
+
+
 def recent_runs(
     client: MlflowClient, tracking: TrackingConfig, n: int = 10
 ) -> list[dict[str, Any]]:
-    """Return the last ``n`` flow runs (parents only), newest first, with metrics and versions."""
+    """Return the last ``n`` flow runs (parents only), newest first, with metrics and versions.
+
+    A run still RUNNING whose process is gone shows as ``KILLED`` only after the next run
+    (or :func:`reap_stale_runs`) closed it; ``decision`` is ``killed`` for such runs.
+    """
     experiment = client.get_experiment_by_name(tracking.experiment)
     if experiment is None:
         return []
@@ -212,16 +433,19 @@ def recent_runs(
     for r in parents:
         version, decision = versions.get(r.info.run_id, ("", ""))
         n_trials = sum(1 for t in runs if t.data.tags.get(PARENT_RUN_TAG) == r.info.run_id)
+        status = r.info.status
+        if status in ("FAILED", "KILLED"):
+            decision = status.lower()
         rows.append(
             {
                 "run_id": r.info.run_id,
                 "run_name": r.info.run_name,
-                "status": r.info.status,
+                "status": status,
                 "start_time": r.info.start_time,
                 "n_trials": n_trials,
                 "version": version,
-                "decision": decision or ("failed" if r.info.status == "FAILED" else ""),
-                **{m: r.data.metrics.get(m) for m in COMPARE_METRICS},
+                "decision": decision or r.data.tags.get("decision", ""),
+                **compare_metrics(r.data.metrics),
             }
         )
     return rows

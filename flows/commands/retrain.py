@@ -42,11 +42,13 @@ def run_retrain(config: Path, logs: Path | None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    from flows.prefect_server import prefect_api
     from flows.retrain import retrain
     from poem.exceptions import InvalidLogError
 
     try:
-        result = retrain(config, logs)
+        with prefect_api():  # a temporary server that dies with this command, even on kill -9
+            result = retrain(config, logs)
     except InvalidLogError as exc:
         print(
             f"error: the logs failed their checks; nothing was trained or registered:\n{exc}",

@@ -1,6 +1,10 @@
 """``poem-pipeline rollback``: move the ``champion`` alias back to the previous champion.
 
-Exit codes: 0 on success, 1 when there is nothing to roll back, 2 for an invalid config.
+``--to VERSION`` moves it to any version instead (back or forward; the output says which).
+A version the gate rejected is refused unless ``--force``.
+
+Exit codes: 0 on success, 1 when there is nothing to roll back or the target is refused,
+2 for an invalid config.
 """
 
 from __future__ import annotations
@@ -28,6 +32,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="version to make champion (default: the previous-champion alias)",
     )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="allow a version the gate rejected",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -43,13 +52,13 @@ def run(args: argparse.Namespace) -> int:
     from flows.tracking import client_for
 
     try:
-        demoted, restored = rollback(client_for(cfg.tracking), cfg.tracking, args.to_version)
+        result = rollback(client_for(cfg.tracking), cfg.tracking, args.to_version, force=args.force)
     except (RollbackError, MlflowException) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(
-        f"{cfg.tracking.registered_model}: champion moved from version {demoted} "
-        f"back to version {restored}"
+        f"{cfg.tracking.registered_model}: champion moved {result.direction} from version "
+        f"{result.demoted} to version {result.champion}"
     )
-    print(f"champion={restored}")
+    print(f"champion={result.champion}")
     return 0

@@ -7,9 +7,16 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from flows.registry import log_policy_model, promote, register_version
-from flows.tasks import IO_RETRIES, task_logger
-from flows.tracking import TrackedRun
+from flows.config import TrackingConfig
+from flows.registry import check_champion_compatible, log_policy_model, promote, register_version
+from flows.tasks import IO_RETRIES, stage_done, task_logger
+from flows.tracking import TrackedRun, client_for
+
+
+@task(name="check-champion", cache_policy=NO_CACHE, on_completion=[stage_done])
+def check_champion(log: Any, tracking: TrackingConfig) -> str | None:
+    """Fail before training when the champion cannot score this log (family, feature count)."""
+    return check_champion_compatible(client_for(tracking), tracking, log.family, log.n_features)
 
 
 @task(name="register-policy", cache_policy=NO_CACHE, **IO_RETRIES)
@@ -24,7 +31,11 @@ def register_policy(policy: Any, run: TrackedRun, tags: dict[str, Any]) -> str:
 
 @task(name="promote-policy", cache_policy=NO_CACHE, **IO_RETRIES)
 def promote_policy(version: str, run: TrackedRun) -> str | None:
-    """Move ``champion`` to ``version`` (``previous-champion`` to the replaced one); returns it."""
+    """Move ``champion`` to ``version`` if it is still the one gated against (compare-and-set).
+
+    Raises :class:`flows.registry.PromotionConflict` (not retried) when another run promoted
+    first; ``version`` then stays registered with ``promotion=superseded``.
+    """
     previous = promote(run.client(), run.tracking, version)
     task_logger().info("promoted version %s (previous champion: %s)", version, previous)
     return previous

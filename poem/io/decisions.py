@@ -154,7 +154,8 @@ class DecisionLog:
         Raises
         ------
         ValueError
-            If columns are missing or requests and decisions do not line up.
+            If columns are missing, a propensity is not in (0, 1], or requests and decisions
+            do not line up (nothing is added then).
         """
         missing = [c for c in _DECISION_COLUMNS if c not in decisions.columns]
         missing += [c for c in self.feature_names if c not in requests.columns]
@@ -162,6 +163,15 @@ class DecisionLog:
             raise ValueError(f"decision log: missing columns {missing}")
         frame = decisions.loc[:, list(_DECISION_COLUMNS)].reset_index(drop=True).copy()
         frame["event_id"] = frame["event_id"].astype(str)
+        propensity = pd.to_numeric(frame["propensity"], errors="coerce").to_numpy(np.float64)
+        bad = ~np.isfinite(propensity) | (propensity <= 0) | (propensity > 1)
+        if bad.any():
+            examples = frame.loc[bad, "event_id"].head(5).tolist()
+            raise ValueError(
+                f"decision log: propensity: {int(bad.sum())} of {len(frame)} decisions outside "
+                f"(0, 1] or not a number, e.g. event ids {examples}; a decision without a "
+                "valid propensity cannot be learned from"
+            )
         X = requests[list(self.feature_names)].to_numpy(dtype=np.float64)
         if self.family == "candidates":
             ids = requests["event_id"].astype(str).to_numpy()
@@ -244,12 +254,18 @@ class DecisionLog:
         Returns
         -------
         FlushReport
+
+        Raises
+        ------
+        OSError
+            If the write fails; nothing is closed then: every decision stays pending and the
+            next flush tries again.
         """
         now64 = _utc_naive([pd.Timestamp.now(tz="UTC") if now is None else now])[0]
         frame = pd.concat(self._pending, ignore_index=True) if self._pending else None
         counts = dict(self._counts)
-        self._reset_counts()
         if frame is None or frame.empty:
+            self._reset_counts()
             return FlushReport(
                 0, 0, 0, 0, 0, counts["late"], counts["unknown"], counts["duplicate"]
             )
@@ -259,17 +275,19 @@ class DecisionLog:
         done = has_feedback | timed_out
         closing = frame[done]
         frame_keep = frame[~done].reset_index(drop=True)
-        self._pending = [frame_keep] if len(frame_keep) else []
         losses = np.array(closing["event_id"].map(self._feedback), dtype=np.float64)
         imputed = timed_out[done]
         losses[imputed] = self.missing_feedback_loss
         keep = ~imputed if self.exclude_missing else np.ones(len(closing), dtype=bool)
-        for event_id in closing["event_id"]:
-            self._closed.add(event_id)
-            self._feedback.pop(event_id, None)
+        # write first: if it fails (read-only folder, full disk) every row stays pending
         files = (
             self._write(closing[keep].reset_index(drop=True), losses[keep]) if keep.any() else ()
         )
+        self._pending = [frame_keep] if len(frame_keep) else []
+        for event_id in closing["event_id"]:
+            self._closed.add(event_id)
+            self._feedback.pop(event_id, None)
+        self._reset_counts()
         report = FlushReport(
             n_written=int(keep.sum()),
             n_with_feedback=int((~imputed).sum()),

@@ -20,6 +20,8 @@ __all__ = [
     "EVENT_ID",
     "UNSEEDED",
     "InvalidRequestError",
+    "check_score_range",
+    "check_served_propensities",
     "group_candidates",
     "parse_event_ids",
     "parse_features",
@@ -96,6 +98,57 @@ def parse_features(frame: pd.DataFrame, feature_names: Sequence[str]) -> np.ndar
             f"{len(bad_cols)} feature column(s) contain NaN or infinite values: " + "; ".join(parts)
         )
     return X
+
+
+_MAX_SCORE = 1e300  # scores beyond this overflow exp/sums; no trained policy sees such inputs
+
+
+def check_score_range(X: np.ndarray, coef: np.ndarray, temperature: float) -> None:
+    r"""Reject rows whose scores w·x/α could overflow (finite but huge features, e.g. ±1e308).
+
+    Uses the bound :math:`|w_a \cdot x / \alpha| \le \|x\|_\infty \max_a \|w_a\|_1 / \alpha`
+    (plus the intercept), so the check costs one pass over the request.
+
+    Raises
+    ------
+    InvalidRequestError
+        Naming the count and up to five rows.
+    """
+    w = np.abs(np.asarray(coef, dtype=np.float64))
+    w_norm = float(w.reshape(-1, w.shape[-1]).sum(axis=1).max()) if w.size else 0.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        scale = (np.abs(X).max(axis=1, initial=0.0) + 1.0) * (w_norm / float(temperature))
+    bad = ~np.isfinite(scale) | (scale > _MAX_SCORE)
+    if bad.any():
+        raise InvalidRequestError(
+            f"{int(bad.sum())} of {X.shape[0]} request row(s) have feature values so large that "
+            f"the policy's scores overflow (rows {_rows(bad)}, largest |value| "
+            f"{float(np.abs(X[bad]).max()):.3g}); scale the features to the range the policy "
+            "was trained on"
+        )
+
+
+def check_served_propensities(propensities: Any) -> np.ndarray:
+    """The served propensities, each finite and in (0, 1], or one error naming the rows.
+
+    Finite but huge features (e.g. ±1e308) overflow the scores w·φ(x, y); the softmax of
+    overflowed scores is NaN. Such a request gets no decision: a NaN or 0 propensity would
+    poison tomorrow's log (STYLE §6: propensities in (0, 1]).
+
+    Raises
+    ------
+    InvalidRequestError
+        Naming the count and up to five request positions.
+    """
+    p = np.asarray(propensities, dtype=np.float64)
+    bad = ~np.isfinite(p) | (p <= 0.0) | (p > 1.0)
+    if bad.any():
+        raise InvalidRequestError(
+            f"{int(bad.sum())} of {p.size} request(s) have features so large that the policy's "
+            f"scores overflow (rows {_rows(bad)}): no valid propensity in (0, 1]; scale the "
+            "features to the range the policy was trained on"
+        )
+    return p
 
 
 def parse_event_ids(frame: pd.DataFrame, required: bool) -> np.ndarray | None:

@@ -127,3 +127,35 @@ def test_invalid_input_is_rejected_with_the_reason(tmp_path, make_policy):
         DecisionLog(
             tmp_path, "discrete", FEATURES, (0.0, 1.0), n_actions=4, missing_feedback_loss=2.0
         )
+
+
+@pytest.mark.parametrize("bad", [0.0, np.nan, 1.5, "x"])
+def test_a_decision_without_a_valid_propensity_is_rejected_when_added(tmp_path, make_policy, bad):
+    policy = make_policy("discrete")
+    log = DecisionLog(tmp_path, "discrete", FEATURES, (0.0, 1.0), n_actions=4)
+    request, decisions = _serve(StochasticPolicyModel(policy, "1"), "discrete", 3, "a", 0)
+    decisions = decisions.astype({"propensity": object})
+    decisions.loc[2, "propensity"] = bad
+    with pytest.raises(ValueError, match=r"propensity: 1 of 3 decisions .*\['a2'\]"):
+        log.add_decisions(request, decisions, timestamps=[T0] * 3)
+    assert log.flush(force=True).n_written == 0  # nothing of the bad batch was kept
+
+
+def test_a_failed_write_leaves_every_row_pending(tmp_path, make_policy, monkeypatch):
+    policy = make_policy("discrete")
+    log = DecisionLog(tmp_path / "logs", "discrete", FEATURES, (0.0, 1.0), n_actions=4)
+    request, decisions = _serve(StochasticPolicyModel(policy, "1"), "discrete", 4, "a", 0)
+    log.add_decisions(request, decisions, timestamps=[T0] * 4)
+    log.add_feedback(["a0", "a1", "zz"], [0.0, 1.0, 0.5])  # one unknown id, counted once
+
+    def read_only(*args, **kwargs):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr("poem.io.decisions.pq.write_table", read_only)
+    with pytest.raises(OSError, match="Read-only"):
+        log.flush(force=True)
+    monkeypatch.undo()
+    report = log.flush(force=True)  # the next flush writes every row, with its feedback
+    assert (report.n_written, report.n_with_feedback, report.n_default_loss) == (4, 2, 2)
+    assert report.n_unknown_feedback == 1
+    assert sorted(read_frame(tmp_path / "logs")["event_id"]) == ["a0", "a1", "a2", "a3"]

@@ -104,14 +104,53 @@ def test_event_ids_are_passed_through_or_generated(champion):
             "Failed to validate type and shape for 'seed'",
         ),
         ({}, "The input must be a JSON dictionary"),
+        (
+            {
+                "dataframe_split": {
+                    "columns": FEATURES,
+                    "data": [[0.1, 0.2, 0.3], [1e308, -1e308, 0]],
+                }
+            },
+            "1 of 2 request row(s) have feature values so large that the policy's scores overflow "
+            "(rows 1",
+        ),
+        ({"dataframe_split": {"columns": FEATURES, "data": 5}}, "not a valid dataframe"),
     ],
-    ids=["missing-column", "string", "nan", "no-rows", "bad-seed", "seed-type", "empty-json"],
+    ids=[
+        "missing-column",
+        "string",
+        "nan",
+        "no-rows",
+        "bad-seed",
+        "seed-type",
+        "empty-json",
+        "overflow",
+        "data-not-a-list",
+    ],
 )
 def test_malformed_requests_get_4xx_with_the_problem_named(champion, body, message):
     status, answer = champion["server"].request("POST", "/invocations", json.dumps(body).encode())
     assert 400 <= status < 500, answer
     assert message in answer["message"]
     assert "Traceback" not in json.dumps(answer)
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            b'{"dataframe_split": {"columns": ["f_a"], "data": [[' + b"9" * 5000 + b"]]}}",
+            "ValueError",
+        ),
+        (b'{"a": ' + b"[" * 60_000 + b"]" * 60_000 + b"}", "RecursionError"),
+    ],
+    ids=["4300-digit-int", "nested-60000"],
+)
+def test_bodies_the_json_parser_rejects_are_400_not_500(champion, body, message):
+    status, answer = champion["server"].request("POST", "/invocations", body)
+    assert status == 400, answer
+    assert "not a valid scoring request" in answer["message"] and message in answer["message"]
+    assert champion["server"].invoke(_request(1))[0] == 200  # and the server is still fine
 
 
 def test_empty_body_is_a_4xx(champion):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from mlflow import MlflowClient
 
@@ -59,6 +61,25 @@ def test_promote_then_reject_then_compare_and_rollback(tmp_path, logs_dir, write
     client = _client(tmp_path)
     assert _alias(client, "champion") == "1" and _alias(client, "challenger") == "1"
 
+    # the run says what ran: data, date, decision; the log is its dataset, the model its output
+    parent = client.get_run(first.mlflow_run_id)
+    today = datetime.now(UTC).strftime("%Y-%m-%d")
+    assert parent.info.run_name == f"good {today} promoted v1"
+    assert (parent.data.tags["decision"], parent.data.tags["champion"]) == ("promoted", "1")
+    assert parent.data.tags["mlflow.note.content"].startswith("retrain on ")
+    assert "promoted" in parent.data.tags["mlflow.note.content"]
+    assert parent.data.params["gate_estimator"] == parent.data.params["gate.estimator"]
+    (dataset,) = parent.inputs.dataset_inputs
+    assert (dataset.dataset.name, dataset.dataset.digest) == ("good", first.data_fingerprint[:32])
+    version_1 = client.get_model_version(MODEL, "1")
+    (output,) = parent.outputs.model_outputs  # the run's "Logged models"
+    assert version_1.tags["model_location"].endswith(f"/models/{output.model_id}/artifacts")
+    assert {"policy_sha256", "model_code_sha256", "gated_against"} <= set(version_1.tags)
+    assert (version_1.tags["promotion"], version_1.tags["gated_against"]) == (
+        "done",
+        "logging-policy",
+    )
+
     # nested trial runs, one per grid point, with the documented metric keys
     exp = client.get_experiment_by_name("test")
     children = client.search_runs(
@@ -79,7 +100,7 @@ def test_promote_then_reject_then_compare_and_rollback(tmp_path, logs_dir, write
         "gate/gate_intervals.png",
     ):
         assert expected in artifacts
-    assert any(a.startswith("checks/data_docs/") for a in artifacts)
+    assert not any(a.startswith("checks/data_docs/") for a in artifacts)
     assert any(a.startswith("search/") and a.endswith(".png") for a in artifacts)
 
     from prefect.artifacts import Artifact
@@ -114,7 +135,7 @@ def test_promote_then_reject_then_compare_and_rollback(tmp_path, logs_dir, write
     from flows.tracking import client_for
 
     tracking = load_config(config).tracking
-    assert promote(client_for(tracking), tracking, "2") == "1"
+    assert promote(client_for(tracking), tracking, "2", force=True) == "1"  # v2 was rejected
     assert _alias(client, "previous-champion") == "1"
     assert main(["rollback", "--config", str(config)]) == 0
     assert capsys.readouterr().out.strip().splitlines()[-1] == "champion=1"
@@ -159,6 +180,7 @@ def test_crash_between_register_and_promote_keeps_champion(
     assert _alias(client, "champion") is None  # production untouched: still the logging policy
     assert _alias(client, "challenger") == "1"
     assert client.get_model_version(MODEL, "1").tags["gate_decision"] == "promoted"
+    assert client.get_model_version(MODEL, "1").tags["promotion"] == "pending"
 
     monkeypatch.undo()
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -174,3 +196,5 @@ def test_crash_between_register_and_promote_keeps_champion(
     )
     assert rerun.previous_champion_version is None
     assert _alias(client, "champion") == "2" and _alias(client, "challenger") == "2"
+    assert client.get_model_version(MODEL, "1").tags["promotion"] == "interrupted"  # repaired
+    assert client.get_model_version(MODEL, "2").tags["promotion"] == "done"

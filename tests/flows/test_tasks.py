@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from types import SimpleNamespace
 
 import numpy as np
@@ -169,8 +170,9 @@ def test_validate_and_quarantine_reconcile(logs_dir, run):
     assert {
         "checks/quarantine.parquet",
         "checks/data_check_report.json",
-        "checks/data_docs",
+        "checks/data_check_report.md",
     } <= artifacts
+    assert "checks/data_docs" not in artifacts  # CDN-styled pages + ~4 MB of fonts per run
 
 
 @pytest.mark.parametrize(
@@ -179,6 +181,11 @@ def test_validate_and_quarantine_reconcile(logs_dir, run):
         (OSError("disk"), True),
         (MlflowException("db locked"), True),
         (FileNotFoundError("x"), False),
+        (OSError(errno.EROFS, "Read-only file system"), False),
+        (OSError(errno.EACCES, "Permission denied"), False),
+        (OSError(errno.ENOSPC, "No space left on device"), False),
+        (OSError(errno.EIO, "I/O error"), True),
+        (MlflowException("API request to http://x failed with exception Max retries"), False),
         (MlflowException("no", error_code=RESOURCE_DOES_NOT_EXIST), False),
         (ValueError("bad"), False),
     ],
@@ -207,3 +214,44 @@ def test_trial_cache_key_includes_the_learning_code(prefect_harness, parts):
     assert again.result().ips.value == first.result().ips.value
     key = code_fingerprint()
     assert len(key) == 64 and int(key, 16) >= 0 and code_fingerprint() == key
+
+
+def test_an_unreachable_tracking_server_is_an_error_within_seconds(monkeypatch):
+    import socket
+    import time
+
+    for key in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT"):
+        monkeypatch.delenv(key, raising=False)
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    tracking = TrackingConfig(uri=f"http://127.0.0.1:{port}")
+    started = time.monotonic()
+    with pytest.raises(MlflowException, match=r"API request to .* failed with exception") as info:
+        ensure_experiment(client_for(tracking), tracking)
+    assert time.monotonic() - started < 60  # MLflow's defaults: 7 retries, minutes
+    assert is_transient_io_error(None, None, SimpleNamespace(data=info.value)) is False
+
+
+def test_a_read_only_artifact_folder_fails_once_and_leaves_no_running_run(
+    tmp_path, logs_dir, monkeypatch
+):
+    import flows.tasks.track as track
+    from flows.config import PipelineConfig
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(track, "log_text", read_only)
+    tracking = TrackingConfig(
+        uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+        artifact_location=(tmp_path / "mlartifacts").as_uri(),
+        experiment="ro",
+    )
+    cfg = PipelineConfig(tracking=tracking, data=DataConfig(path=str(logs_dir / "good")))
+    with pytest.raises(OSError, match="Read-only") as info:
+        track.start_tracking.fn(cfg, "fingerprint", "flow-run")
+    assert is_transient_io_error(None, None, SimpleNamespace(data=info.value)) is False
+    client = client_for(tracking)
+    (run,) = client.search_runs([client.get_experiment_by_name("ro").experiment_id])
+    assert run.info.status == "FAILED"

@@ -51,3 +51,22 @@ def test_save_diagnostic_plots_writes_pngs(tmp_path, rng, tiny_log, family):
 def test_weight_plot_handles_zero_weights(tmp_path):
     path = plot_weight_distribution(np.array([0.0, 0.5, 2.0, 40.0]), tmp_path / "w.png", clip=10.0)
     assert path.read_bytes()[:8] == PNG
+
+
+def test_search_plot_keeps_identical_series_visible():
+    from poem.diagnostics.search_plot import search_figure
+
+    rows = [
+        {"variance_penalty": lam, "ips_risk": risk, "clip": clip}
+        for clip in (10.0, 100.0)
+        for lam, risk in ((0.0, 0.5), (0.1, 0.4))
+    ]
+    (ax,) = search_figure(rows).axes
+    first, second = ax.get_lines()
+    assert (first.get_marker(), first.get_linestyle()) != (
+        second.get_marker(),
+        second.get_linestyle(),
+    )
+    assert not np.array_equal(first.get_xdata(), second.get_xdata())  # dodged, not on top
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["clip=10", "clip=100 (= clip=10)"]

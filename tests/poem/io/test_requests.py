@@ -8,6 +8,8 @@ import pytest
 
 from poem.io.requests import (
     InvalidRequestError,
+    check_score_range,
+    check_served_propensities,
     group_candidates,
     parse_event_ids,
     parse_features,
@@ -97,3 +99,21 @@ def test_params_defaults_and_values(params, expected):
 def test_bad_params_are_named(params, message):
     with pytest.raises(InvalidRequestError, match=message):
         parse_params(params)
+
+
+def test_rows_whose_scores_could_overflow_are_rejected_by_position():
+    coef = np.array([[1.0, -2.0], [0.5, 0.5]])
+    X = np.array([[1.0, 2.0], [1e308, -1e308], [3.0, 1e300]])
+    check_score_range(X[:1], coef, temperature=1.0)  # ordinary values pass
+    with pytest.raises(InvalidRequestError, match=r"2 of 3 request row\(s\) .* \(rows 1, 2,"):
+        check_score_range(X, coef, temperature=1.0)
+    with pytest.raises(InvalidRequestError, match=r"1 of 1 request row"):
+        check_score_range(np.array([[1e298, 0.0]]), coef, temperature=1e-3)  # α amplifies
+
+
+@pytest.mark.parametrize("bad", [np.nan, 0.0, np.inf, 1.5, -0.1])
+def test_served_propensities_must_be_finite_and_in_0_1(bad):
+    ok = np.array([0.2, 1.0])
+    np.testing.assert_array_equal(check_served_propensities(ok), ok)
+    with pytest.raises(InvalidRequestError, match=r"1 of 3 request\(s\) .* \(rows 2\)"):
+        check_served_propensities(np.array([0.2, 1.0, bad]))

@@ -1,0 +1,281 @@
+"""The registry protocol under concurrency and kills, against a real MLflow sqlite store."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from flows.config import TrackingConfig
+from flows.registry import (
+    IncompatibleChampionError,
+    LoggedPolicy,
+    PromotionConflict,
+    PromotionRefused,
+    RollbackError,
+    alias_version,
+    check_champion_compatible,
+    load_version_policy,
+    log_policy_model,
+    promote,
+    register_version,
+    repair_promotions,
+    rollback,
+    verify_model_version,
+)
+from flows.tracking import client_for, ensure_experiment, reap_stale_runs, start_run
+from poem.io.artifact import ArtifactError
+from poem.policies import StochasticPolicy, make_family
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def empty_store(tmp_path_factory) -> Path:
+    """A migrated, empty sqlite store, created once (creation takes seconds on a busy box)."""
+    path = tmp_path_factory.mktemp("store") / "mlflow.db"
+    client_for(TrackingConfig(uri=f"sqlite:///{path}"))
+    return path
+
+
+@pytest.fixture
+def tracking(tmp_path, monkeypatch, empty_store) -> TrackingConfig:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    shutil.copyfile(empty_store, tmp_path / "mlflow.db")
+    return TrackingConfig(
+        uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+        artifact_location=(tmp_path / "mlartifacts").as_uri(),
+        experiment="registry",
+    )
+
+
+@pytest.fixture
+def store(tracking):
+    """A client, an experiment, and ``add(tags, n_features=3) -> version`` registering a policy."""
+    client = client_for(tracking)
+    experiment_id = ensure_experiment(client, tracking)
+
+    def add(tags: dict, status: str = "FINISHED", real: bool = False) -> str:
+        """Register a version: a real logged model, or (fast) a placeholder source."""
+        run_id = start_run(client, experiment_id, "unit")
+        if real:
+            family = make_family("discrete", 3, 2)
+            policy = StochasticPolicy(family, np.full(family.coef_shape, 0.5))
+            logged = log_policy_model(client, tracking, experiment_id, run_id, policy)
+        else:
+            placeholder = {"policy_family": "discrete", "n_features": "3", "n_actions": "2"}
+            logged = LoggedPolicy(
+                "file:///nonexistent/model", None, "file:///nonexistent", placeholder
+            )
+        version = register_version(client, tracking, logged, run_id, tags)
+        client.set_terminated(run_id, status)
+        return version
+
+    return client, experiment_id, add
+
+
+def gated(against: str = "logging-policy") -> dict:
+    return {"gate_decision": "promoted", "gated_against": against, "promotion": "pending"}
+
+
+REJECTED = {"gate_decision": "rejected", "gate_reasons": "failed: improvement"}
+
+
+def _aliases(client, tracking):
+    return {
+        a: alias_version(client, tracking, a)
+        for a in ("champion", "previous-champion", "challenger")
+    }
+
+
+def test_concurrent_first_use_of_a_fresh_store_does_not_corrupt_it(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    start = time.time() + 8  # every process imports mlflow first, then they start together
+    code = (
+        "import sys, time\n"
+        "from flows.config import TrackingConfig\n"
+        "from flows.tracking import client_for, ensure_experiment\n"
+        f"while time.time() < {start}: time.sleep(0.001)\n"
+        f"t = TrackingConfig(uri={uri!r}, experiment='race')\n"
+        "ensure_experiment(client_for(t), t)\n"
+        "print('ok')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    outputs = [p.communicate(timeout=180)[0].strip() for p in procs]
+    assert outputs == ["ok", "ok"], outputs
+    client = client_for(TrackingConfig(uri=uri))
+    assert [e.name for e in client.search_experiments() if e.name == "race"] == ["race"]
+
+
+def test_promote_is_a_compare_and_set_on_the_champion(store, tracking):
+    client, _, add = store
+    v1, v2 = add(gated()), add(gated())  # both gated against the logging policy
+    assert promote(client, tracking, v1) is None
+    with pytest.raises(PromotionConflict, match=r"gated against logging-policy but .* is now 1"):
+        promote(client, tracking, v2)  # the lost update of two concurrent runs
+    assert _aliases(client, tracking)["champion"] == "1"
+    assert client.get_model_version("poem-policy", v2).tags["promotion"] == "superseded"
+    assert client.get_model_version("poem-policy", v1).tags["promotion"] == "done"
+    v3 = add(gated(against="1"))
+    assert promote(client, tracking, v3) == "1"
+    assert _aliases(client, tracking) == {
+        "champion": "3",
+        "previous-champion": "1",
+        "challenger": "3",
+    }
+    assert client.get_model_version("poem-policy", v3).tags["replaced_champion"] == "1"
+
+
+def test_a_rejected_version_is_never_promoted(store, tracking):
+    client, _, add = store
+    v1 = add(REJECTED)
+    with pytest.raises(PromotionRefused, match=r"version 1 .* rejected by the gate"):
+        promote(client, tracking, v1)
+    assert _aliases(client, tracking)["champion"] is None
+
+
+def test_repair_finishes_a_promotion_killed_after_the_commit_point(store, tracking):
+    client, _, add = store
+    v1 = add(gated())
+    promote(client, tracking, v1)
+    v2 = add(gated(against="1"))
+    # killed right after moving the alias: replaced tag set, previous-champion not yet moved
+    client.set_model_version_tag("poem-policy", v2, "replaced_champion", "1")
+    client.set_registered_model_alias("poem-policy", "champion", v2)
+    assert repair_promotions(client, tracking) == ["2"]
+    assert _aliases(client, tracking)["previous-champion"] == "1"
+    assert client.get_model_version("poem-policy", v2).tags["promotion"] == "done"
+    assert rollback(client, tracking).champion == "1"
+
+
+def test_repair_closes_a_promotion_killed_before_the_commit_point(store, tracking):
+    client, _, add = store
+    v1 = add(gated())
+    promote(client, tracking, v1)
+    v2 = add(gated(against="1"), status="KILLED")
+    running = add(gated(against="1"), status="RUNNING")  # a live concurrent run: left alone
+    client.set_registered_model_alias("poem-policy", "previous-champion", v1)  # old bug state
+    assert repair_promotions(client, tracking) == [v2]
+    tags = client.get_model_version("poem-policy", v2).tags
+    assert tags["promotion"] == "interrupted" and tags["gate_decision"] == "promoted"
+    assert client.get_model_version("poem-policy", running).tags["promotion"] == "pending"
+    aliases = _aliases(client, tracking)
+    assert aliases["champion"] == "1" and aliases["previous-champion"] is None
+
+
+def test_rollback_refuses_a_rejected_version_and_says_the_direction(store, tracking):
+    client, _, add = store
+    v1 = add(gated())
+    promote(client, tracking, v1)
+    v2 = add(REJECTED)
+    v3 = add(gated(against="1"))
+    promote(client, tracking, v3)
+    with pytest.raises(RollbackError, match=r"version 2 .* rejected by the gate.*--force"):
+        rollback(client, tracking, "2")
+    assert _aliases(client, tracking)["champion"] == "3"
+    with pytest.raises(RollbackError, match=r"no version '9'"):
+        rollback(client, tracking, "9")
+    result = rollback(client, tracking, v2, force=True)
+    assert (result.demoted, result.champion, result.direction) == ("3", "2", "back")
+    result = rollback(client, tracking, v3)
+    assert (result.demoted, result.champion, result.direction) == ("2", "3", "forward")
+    aliases = _aliases(client, tracking)
+    assert aliases["champion"] == "3" and aliases["previous-champion"] == "1"
+
+
+def test_rollback_command_refuses_a_rejected_version(store, tracking, tmp_path, capsys):
+    import yaml
+
+    from flows.cli import main
+
+    client, _, add = store
+    promote(client, tracking, add(gated()))
+    add(REJECTED)
+    config = tmp_path / "mlflow.yml"
+    config.write_text(yaml.safe_dump({"tracking": tracking.model_dump()}))
+    assert main(["rollback", "--config", str(config), "--to", "2"]) == 1
+    assert "rejected by the gate" in capsys.readouterr().err
+    assert main(["rollback", "--config", str(config), "--to", "2", "--force"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["poem-policy: champion moved forward from version 1 to version 2", "champion=2"]
+
+
+def test_stale_running_runs_are_closed_as_killed(store, tracking):
+    client, experiment_id, _ = store
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = start_run(client, experiment_id, "killed")
+    client.set_tag(stale, "poem.pid", str(dead.pid))  # its owner process is gone
+    alive = start_run(client, experiment_id, "this process")
+    assert reap_stale_runs(client, experiment_id) == [stale]
+    assert client.get_run(stale).info.status == "KILLED"
+    assert "ended without closing the run" in client.get_run(stale).data.tags["poem.stale"]
+    assert client.get_run(alive).info.status == "RUNNING"
+    from flows.tracking import recent_runs
+
+    decisions = {r["run_id"]: r["decision"] for r in recent_runs(client, tracking)}
+    assert decisions[stale] == "killed"  # and `compare` shows it so
+
+
+def test_incompatible_champion_is_found_from_its_tags(store, tracking):
+    client, _, add = store
+    assert check_champion_compatible(client, tracking, "discrete", 3) is None
+    promote(client, tracking, add(gated()))
+    assert check_champion_compatible(client, tracking, "discrete", 3) == "1"
+    with pytest.raises(
+        IncompatibleChampionError,
+        match=r"version 1\) is a discrete policy over 3 features, "
+        r"but the log is discrete with 4 features",
+    ):
+        check_champion_compatible(client, tracking, "discrete", 4)
+    with pytest.raises(IncompatibleChampionError, match=r"the log is multilabel"):
+        check_champion_compatible(client, tracking, "multilabel", 3)
+
+
+def _model_folder(client, version: str) -> Path:
+    from urllib.parse import urlparse
+
+    mv = client.get_model_version("poem-policy", version)
+    return Path(urlparse(mv.tags["model_location"]).path)
+
+
+def test_registered_digests_catch_edits_in_the_artifact_store(store, tracking, tmp_path):
+    client, _, add = store
+    version = add(gated(), real=True)
+    assert load_version_policy(client, tracking, version).temperature == 1.0
+    assert verify_model_version(client, tracking, version, tmp_path / "ok").is_dir()
+    folder = _model_folder(client, version)
+    spec_path = folder / "artifacts" / "policy" / "policy.json"
+    spec = json.loads(spec_path.read_text())
+    spec["temperature"] = 9.0
+    spec_path.write_text(json.dumps(spec))
+    with pytest.raises(ArtifactError, match="modified after registration"):
+        load_version_policy(client, tracking, version)
+    import mlflow
+
+    previous = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
+    mlflow.set_tracking_uri(tracking.uri)
+    mlflow.set_registry_uri(tracking.uri)
+    try:  # the served model checks the registry's digest too
+        with pytest.raises(Exception, match="cannot load the served policy.*after registration"):
+            mlflow.pyfunc.load_model(f"models:/poem-policy/{version}")
+    finally:
+        mlflow.set_tracking_uri(previous[0])
+        mlflow.set_registry_uri(previous[1])
+
+    other = add(gated(), real=True)
+    code = _model_folder(client, other) / "code" / "poem" / "__init__.py"
+    code.write_text(code.read_text() + "\nimport os  # injected\n")
+    with pytest.raises(ArtifactError, match=r"model code .* differs .* refusing to import it"):
+        verify_model_version(client, tracking, other, tmp_path / "bad")
