@@ -39,8 +39,9 @@ import pandas as pd
 import pyarrow as pa
 import scipy.sparse as sp
 
-from poem.data import CandidateSets, LoggedBandit
+from poem.data import FAMILIES, CandidateSets, LoggedBandit, check_loss_bounds
 from poem.exceptions import InvalidLogError, Violation
+from poem.io._row_checks import list_column, row_problems
 
 __all__ = [
     "FORMAT_VERSION",
@@ -50,6 +51,8 @@ __all__ = [
     "frame_to_log",
     "log_to_frame",
     "log_to_table",
+    "losses_from_rewards",
+    "parse_timestamps",
 ]
 
 METADATA_KEY = "poem"
@@ -110,11 +113,34 @@ class LogMetadata:
         return json.dumps(asdict(self), sort_keys=True)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> LogMetadata:
-        """Build from a decoded JSON object (unknown keys are ignored)."""
+    def from_dict(cls, data: Any) -> LogMetadata:
+        """Build from a decoded JSON object (unknown keys are ignored).
+
+        Raises
+        ------
+        InvalidLogError
+            When ``data`` is not a JSON object (e.g. a list) or lacks ``family``.
+        """
+        if not isinstance(data, dict):
+            raise InvalidLogError(
+                [
+                    Violation(
+                        "metadata",
+                        0,
+                        0,
+                        (),
+                        f"the '{METADATA_KEY}' metadata is a JSON {type(data).__name__}, "
+                        'expected a JSON object such as {"family": "discrete", ...}',
+                    )
+                ]
+            )
+        if "family" not in data:
+            raise InvalidLogError(
+                [Violation("metadata", 0, 0, (), f"the '{METADATA_KEY}' metadata has no family")]
+            )
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        for key in ("loss_bounds", "reward_bounds", "context_columns", "feature_names"):
-            if known.get(key) is not None:
+        for key in ("context_columns", "feature_names"):
+            if isinstance(known.get(key), list):
                 known[key] = tuple(known[key])
         return cls(**known)
 
@@ -211,7 +237,10 @@ def frame_metadata(
     """
     stored = frame.attrs.get(METADATA_KEY)
     if stored is not None:
-        meta = LogMetadata.from_dict(stored)
+        try:
+            meta = LogMetadata.from_dict(stored)
+        except TypeError as exc:
+            raise _bad("metadata", len(frame), f"cannot be read ({exc})") from None
         if family is not None and family != meta.family:
             raise ValueError(
                 f"family: the log declares {meta.family!r}, but {family!r} was requested"
@@ -231,12 +260,163 @@ def frame_metadata(
             n_actions=len(ycols) if family == "multilabel" else None,
         )
     clean = {k: v for k, v in overrides.items() if v is not None}
-    for key in ("loss_bounds", "reward_bounds", "context_columns"):
-        if key in clean:
-            clean[key] = tuple(clean[key])
     if "context_columns" in clean:
+        clean["context_columns"] = tuple(clean["context_columns"])
         clean.update(context_format="dense", n_features=len(clean["context_columns"]))
-    return replace(meta, **clean)
+    if "loss_bounds" in clean or "reward_bounds" in clean:  # given bounds replace declared ones
+        clean = {"loss_bounds": None, "reward_bounds": None, **clean}
+    return check_metadata(replace(meta, **clean), len(frame))
+
+
+def _bad(key: str, n: int, message: str) -> InvalidLogError:
+    return InvalidLogError([Violation(key, 0, n, (), message)])
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def check_metadata(meta: LogMetadata, n_rows: int = 0) -> LogMetadata:
+    """Check declared metadata values; bounds become float tuples.
+
+    Parameters
+    ----------
+    meta : LogMetadata
+        Declared (and overridden) metadata.
+    n_rows : int, default=0
+        Rows of the table (for the error).
+
+    Returns
+    -------
+    LogMetadata
+        With ``loss_bounds`` / ``reward_bounds`` as ``(float, float)``.
+
+    Raises
+    ------
+    InvalidLogError
+        Naming the key: unknown family, ``n_actions`` that is not a positive integer,
+        bounds that are not two finite, increasing, non-overflowing numbers, unknown layouts.
+    """
+    if meta.family not in FAMILIES:
+        raise _bad("family", n_rows, f"{meta.family!r} is not one of {list(FAMILIES)}")
+    least = 2 if meta.family == "discrete" else 1
+    if meta.n_actions is not None and not (_is_int(meta.n_actions) and meta.n_actions >= least):
+        raise _bad(
+            "n_actions",
+            n_rows,
+            f"must be an integer >= {least} for the {meta.family} family, got {meta.n_actions!r}",
+        )
+    bounds = {}
+    for key in ("loss_bounds", "reward_bounds"):
+        if getattr(meta, key) is not None:
+            try:
+                bounds[key] = check_loss_bounds(getattr(meta, key), key)
+            except ValueError as exc:
+                raise _bad(key, n_rows, str(exc).removeprefix(key).strip()) from None
+    if meta.context_format not in ("dense", "sparse", "none"):
+        raise _bad(
+            "context_format",
+            n_rows,
+            f"{meta.context_format!r} is not one of ['dense', 'sparse', 'none']",
+        )
+    if meta.candidate_format not in (None, "dense", "sparse"):
+        raise _bad(
+            "candidate_format",
+            n_rows,
+            f"{meta.candidate_format!r} is not one of ['dense', 'sparse']",
+        )
+    for key in ("n_features", "candidate_n_features"):
+        value = getattr(meta, key)
+        if value is not None and not (_is_int(value) and value >= 0):
+            raise _bad(key, n_rows, f"must be a non-negative integer, got {value!r}")
+    if not all(isinstance(c, str) for c in meta.context_columns):
+        raise _bad("context_columns", n_rows, "must be a list of column names")
+    return replace(meta, **bounds)
+
+
+def parse_timestamps(frame: pd.DataFrame) -> pd.DataFrame:
+    """Parse a text ``timestamp`` column as ISO 8601 into naive UTC ``datetime64[ns]``.
+
+    Unparseable values become ``NaT`` (reported by the checks as missing timestamps); a
+    frame without the column, or with it already parsed, is returned unchanged.
+    """
+    if "timestamp" not in frame.columns or pd.api.types.is_datetime64_dtype(frame["timestamp"]):
+        return frame
+    column = frame["timestamp"]
+    if not isinstance(column.dtype, pd.DatetimeTZDtype):
+        column = pd.to_datetime(
+            column.astype("string"), errors="coerce", format="ISO8601", utc=True
+        )
+    parsed = column.dt.tz_convert("UTC").dt.tz_localize(None).astype("datetime64[ns]")
+    out = frame.assign(timestamp=parsed)
+    out.attrs = dict(frame.attrs)
+    return out
+
+
+def losses_from_rewards(frame: pd.DataFrame, meta: LogMetadata) -> tuple[pd.DataFrame, LogMetadata]:
+    """Convert a ``reward`` column to ``loss`` once (δ = −reward, DESIGN §3).
+
+    Parameters
+    ----------
+    frame : DataFrame
+        Canonical table with ``loss`` or ``reward``.
+    meta : LogMetadata
+        Its metadata; ``reward_bounds`` [r_min, r_max] become ``loss_bounds`` [−r_max, −r_min].
+
+    Returns
+    -------
+    frame : DataFrame
+        With ``loss`` in place of ``reward`` (unchanged when it has no ``reward``).
+    meta : LogMetadata
+        With loss bounds and no reward bounds.
+
+    Raises
+    ------
+    InvalidLogError
+        When ``reward`` sits beside ``loss`` (ambiguous), or rewards come without reward bounds.
+    """
+    if "reward" not in frame.columns:
+        return frame, meta
+    n = len(frame)
+    if "loss" in frame.columns:
+        raise InvalidLogError(
+            [
+                Violation(
+                    "reward",
+                    0,
+                    n,
+                    (),
+                    "column is given beside 'loss': ambiguous, which one is the outcome?",
+                    "Keep one of the two columns (losses δ, or rewards converted as δ = −reward)",
+                )
+            ]
+        )
+    if meta.reward_bounds is None:
+        found = (
+            f"the log declares loss bounds {list(meta.loss_bounds)}"
+            if meta.loss_bounds
+            else "no reward bounds are declared"
+        )
+        raise InvalidLogError(
+            [
+                Violation(
+                    "loss",
+                    0,
+                    n,
+                    (),
+                    f"column is missing; found 'reward' but {found}",
+                    "Declare reward_bounds to convert rewards (δ = −reward), or write losses",
+                )
+            ]
+        )
+    lo, hi = meta.reward_bounds
+    rewards = frame["reward"]
+    out = frame.rename(columns={"reward": "loss"})
+    if rewards.dtype.kind in "biuf":  # non-numbers are left for the type checks to report
+        out["loss"] = -rewards.to_numpy(dtype=np.float64, na_value=np.nan)  # DESIGN §3: δ = −reward
+    meta = replace(meta, loss_bounds=(-hi, -lo), reward_bounds=None)
+    out.attrs = {**frame.attrs, METADATA_KEY: json.loads(meta.to_json())}
+    return out, meta
 
 
 def _indexed(name: Any, prefix: str) -> bool:
@@ -266,16 +446,6 @@ def _numeric(
     return None
 
 
-def _lists(frame: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:
-    """Offsets (n+1, starting at 0) and flat values of a list column."""
-    arr = pa.array(frame[column])
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    offsets = np.asarray(arr.offsets)
-    values = np.asarray(arr.flatten())
-    return (offsets - offsets[0]).astype(np.int64), values
-
-
 def frame_to_log(
     frame: pd.DataFrame, *, family: str | None = None, **overrides: Any
 ) -> LoggedBandit:
@@ -302,6 +472,7 @@ def frame_to_log(
         :func:`poem.data.check_logged_bandit`.
     """
     meta = frame_metadata(frame, family=family, **overrides)
+    frame, meta = losses_from_rewards(frame, meta)
     n = len(frame)
     required = ["propensity", *(meta.label_columns or ["action"])]
     required += list(meta.context_columns) + (
@@ -313,33 +484,11 @@ def frame_to_log(
             if meta.candidate_format != "sparse"
             else ["candidate_nnz", "candidate_indices", "candidate_values"]
         )
+    required.append("loss")
     violations = [
         Violation(c, 0, n, (), "column is missing") for c in required if c not in frame.columns
     ]
-    loss_col = (
-        "loss" if "loss" in frame.columns else ("reward" if "reward" in frame.columns else None)
-    )
-    if loss_col is None:
-        violations.append(
-            Violation("loss", 0, n, (), "column is missing (neither loss nor reward given)")
-        )
-    elif loss_col == "reward" and meta.reward_bounds is None:
-        found = (
-            f"the log declares loss bounds {list(meta.loss_bounds)}"
-            if meta.loss_bounds
-            else "no reward bounds are declared"
-        )
-        violations.append(
-            Violation(
-                "loss",
-                0,
-                n,
-                (),
-                f"column is missing; found 'reward' but {found}",
-                "Declare reward_bounds to convert rewards (δ = −reward), or write losses",
-            )
-        )
-    elif loss_col == "loss" and meta.loss_bounds is None:
+    if "loss" in frame.columns and meta.loss_bounds is None:
         violations.append(
             Violation(
                 "loss", 0, n, (), "has no declared loss bounds", "Pass loss_bounds=(min, max)"
@@ -351,7 +500,7 @@ def frame_to_log(
     row_ids = ids if ids is not None else np.arange(n)
     numeric = {
         c: _numeric(frame, c, row_ids, violations)
-        for c in ("propensity", loss_col, *meta.context_columns)
+        for c in ("propensity", "loss", *meta.context_columns)
     }
     if meta.label_columns:
         actions = np.column_stack(
@@ -359,6 +508,16 @@ def frame_to_log(
         )
     else:
         actions = _numeric(frame, "action", row_ids, violations)
+    violations += [
+        Violation(
+            p.column,
+            int(p.mask.sum()),
+            n,
+            tuple(v.item() if hasattr(v, "item") else v for v in row_ids[p.mask][:5]),
+            p.reason,
+        )
+        for p in row_problems(frame, meta)
+    ]
     if violations:
         raise InvalidLogError(violations)
     kwargs: dict[str, Any] = {
@@ -370,13 +529,11 @@ def frame_to_log(
     if meta.family == "candidates":
         kwargs["candidates"] = _candidates(frame, meta)
     if "timestamp" in frame.columns:
-        kwargs["timestamps"] = pd.to_datetime(frame["timestamp"]).to_numpy(dtype="datetime64[ns]")
+        kwargs["timestamps"] = parse_timestamps(frame)["timestamp"].to_numpy(dtype="datetime64[ns]")
     if ids is not None and not meta.event_ids_generated:
         kind = np.dtype(meta.event_id_dtype).kind if meta.event_id_dtype else "O"
-        kwargs["event_ids"] = (
-            np.asarray(ids.tolist(), dtype=str)
-            if kind == "U"
-            else (ids.astype(np.int64) if kind in "iu" and ids.dtype.kind in "iu" else ids)
+        kwargs["event_ids"] = (  # strings stay objects: never a fixed-width "<U{max}" copy
+            ids.astype(np.int64) if kind in "iu" and ids.dtype.kind in "iu" else ids.astype(object)
         )
     version = meta.logging_model_version
     if version is None and "logging_model_version" in frame.columns:
@@ -384,17 +541,9 @@ def frame_to_log(
         version = ";".join(versions) if versions else None
     kwargs["logging_model_version"] = version
     if "logging_distribution" in frame.columns:
-        offsets, values = _lists(frame, "logging_distribution")
+        offsets, values = list_column(frame, "logging_distribution")
         kwargs["logging_distribution"] = (
             values.reshape(n, -1) if n and values.size % n == 0 else values
-        )
-    if loss_col == "reward":
-        return LoggedBandit.from_rewards(
-            rewards=numeric["reward"],
-            reward_bounds=meta.reward_bounds,
-            actions=actions,
-            propensities=numeric["propensity"],
-            **kwargs,
         )
     return LoggedBandit(
         actions=actions,
@@ -409,8 +558,8 @@ def _contexts(frame: pd.DataFrame, meta: LogMetadata, numeric: dict) -> Any:
     if meta.context_format == "dense" and meta.context_columns:
         return np.column_stack([numeric[c] for c in meta.context_columns])
     if meta.context_format == "sparse":
-        indptr, indices = _lists(frame, "x_indices")
-        _, data = _lists(frame, "x_values")
+        indptr, indices = list_column(frame, "x_indices")
+        _, data = list_column(frame, "x_values")
         d = (
             meta.n_features
             if meta.n_features is not None
@@ -424,31 +573,12 @@ def _candidates(frame: pd.DataFrame, meta: LogMetadata) -> CandidateSets:
     sizes = frame["n_candidates"].to_numpy(dtype=np.int64)
     d = meta.candidate_n_features
     if meta.candidate_format == "sparse":
-        _, nnz = _lists(frame, "candidate_nnz")
-        _, indices = _lists(frame, "candidate_indices")
-        _, values = _lists(frame, "candidate_values")
+        _, nnz = list_column(frame, "candidate_nnz")
+        _, indices = list_column(frame, "candidate_indices")
+        _, values = list_column(frame, "candidate_values")
         indptr = np.concatenate([[0], np.cumsum(nnz)])
         features = sp.csr_matrix((values.astype(np.float64), indices, indptr), shape=(nnz.size, d))
     else:
-        offsets, values = _lists(frame, "candidate_features")
-        lengths = np.diff(offsets)
-        bad = np.flatnonzero(lengths != sizes * d)
-        if bad.size:
-            ids = (
-                frame["event_id"].to_numpy()
-                if "event_id" in frame.columns
-                else np.arange(len(frame))
-            )
-            raise InvalidLogError(
-                [
-                    Violation(
-                        "candidate_features",
-                        int(bad.size),
-                        len(frame),
-                        tuple(ids[bad[:5]].tolist()),
-                        f"do not hold n_candidates × {d} values",
-                    )
-                ]
-            )
+        _, values = list_column(frame, "candidate_features")
         features = values.astype(np.float64).reshape(-1, d)
     return CandidateSets.from_sizes(features, sizes)
