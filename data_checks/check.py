@@ -8,6 +8,7 @@ when the log is usable (warnings allowed) and 1 on any hard failure.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from data_checks.report import DataCheckReport
 from data_checks.stages import (
     CheckSettings,
     build_stage,
+    failed_report,
     propensity_stage,
     quarantine_stage,
     read_stage,
@@ -26,6 +28,8 @@ from poem.data import LoggedBandit
 from poem.diagnostics.propensity import PropensityReport, PropensityThresholds
 
 __all__ = ["CheckOutcome", "check_logs"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -180,6 +184,22 @@ def check_logs(
     table, failure = read_stage(path, settings)
     if failure is not None:
         return _finish(CheckOutcome(failure), out)
+    try:
+        return _check_table(table, settings, out, context, target_policy, plots)
+    except Exception as exc:  # noqa: BLE001 - a report, never a traceback
+        logger.debug("check of %s failed unexpectedly", path, exc_info=True)
+        problem = RuntimeError(f"unexpected {type(exc).__name__}: {exc} (please report this)")
+        return _finish(CheckOutcome(failed_report(str(path), problem, "check")), out)
+
+
+def _check_table(
+    table: Any,
+    settings: CheckSettings,
+    out: Path | None,
+    context: Any,
+    target_policy: Any,
+    plots: bool,
+) -> CheckOutcome:
     report = validate_stage(
         table, settings, context=context, docs_dir=None if out is None else out / "data_docs"
     )

@@ -22,7 +22,7 @@ from poem.data import MIN_PROPENSITY
 if TYPE_CHECKING:
     from poem.io.log_format import LogMetadata
 
-__all__ = ["RowProblem", "list_column", "row_problems"]
+__all__ = ["LIST_COLUMNS", "RowProblem", "list_column", "row_problems"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -42,6 +42,25 @@ class RowProblem:
     column: str
     reason: str
     mask: np.ndarray
+
+
+LIST_COLUMNS = (
+    "x_indices",
+    "x_values",
+    "logging_distribution",
+    "candidate_features",
+    "candidate_nnz",
+    "candidate_indices",
+    "candidate_values",
+)
+
+
+def _is_list(column: pd.Series) -> bool:
+    try:
+        kind = pa.array(column).type
+    except (pa.ArrowException, TypeError, ValueError):
+        return False
+    return pa.types.is_list(kind) or pa.types.is_large_list(kind)
 
 
 def list_column(frame: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:
@@ -97,6 +116,12 @@ def row_problems(frame: pd.DataFrame, meta: LogMetadata) -> list[RowProblem]:
     def add(column: str, reason: str, mask: np.ndarray) -> None:
         if mask.any():
             found.append(RowProblem(column, reason, mask))
+
+    not_lists = [c for c in LIST_COLUMNS if c in frame.columns and not _is_list(frame[c])]
+    for column in not_lists:  # every row is unusable; the quarantine limit makes it fatal
+        add(column, f"are not lists (dtype {frame[column].dtype})", np.ones(n, dtype=bool))
+    if not_lists:
+        return found
 
     for column in meta.context_columns:
         if column in frame.columns and (x := _numbers(frame, column)) is not None:

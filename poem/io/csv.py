@@ -20,19 +20,11 @@ import pyarrow as pa
 
 from poem.data import LoggedBandit
 from poem.exceptions import InvalidLogError, Violation
+from poem.io._row_checks import LIST_COLUMNS
 from poem.io.log_format import METADATA_KEY, log_to_frame
 
 __all__ = ["LIST_COLUMNS", "metadata_path", "read_csv_frame", "write_csv"]
 
-LIST_COLUMNS = (
-    "x_indices",
-    "x_values",
-    "logging_distribution",
-    "candidate_features",
-    "candidate_nnz",
-    "candidate_indices",
-    "candidate_values",
-)
 _N_EXAMPLES = 5
 
 

@@ -7,6 +7,7 @@ input; dataset-level ones fail hard with one clear message in ``check_report.jso
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -171,6 +172,31 @@ def test_dataset_defects_fail_with_a_report(tmp_path, clean_logs, case, mutate, 
     assert outcome.exit_code == 1 and message in outcome.to_text(), outcome.to_text()
     saved = json.loads((tmp_path / "out" / "check_report.json").read_text())
     assert saved["passed"] is False and message in json.dumps(saved, ensure_ascii=False)
+
+
+def test_list_column_that_holds_text_fails_with_a_report(tmp_path, clean_logs):
+    frame = log_to_frame(clean_logs["multilabel"])
+    frame["x_indices"] = "[1, 2]"
+    outcome = check_logs(_write(frame, tmp_path / "log.parquet"), out_dir=tmp_path / "out")
+    assert outcome.exit_code == 1
+    assert re.search(
+        r"x_indices  240       240  are not lists \(dtype (object|str)\)", outcome.to_text()
+    )
+    assert "quarantine: 240 of 240 rows (100.00%) failed row-level checks" in outcome.to_text()
+
+
+def test_unexpected_errors_end_as_a_report(tmp_path, clean_logs, monkeypatch):
+    import data_checks.check as check
+
+    def broken(*args, **kwargs):
+        raise KeyError("boom")
+
+    monkeypatch.setattr(check, "validate_stage", broken)
+    path = write_log(clean_logs["discrete"], tmp_path / "log")
+    outcome = check.check_logs(path, out_dir=tmp_path / "out")
+    assert outcome.exit_code == 1
+    assert "unexpected KeyError: 'boom' (please report this)" in outcome.to_text()
+    assert (tmp_path / "out" / "check_report.json").exists()
 
 
 def test_window_without_timestamps_fails_with_a_report(tmp_path, clean_logs):
