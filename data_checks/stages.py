@@ -4,8 +4,8 @@
 tasks (``flows/tasks/{load,validate,propensity}.py``) call these same functions, so a log is
 read, converted, validated and quarantined identically on both paths (STYLE §13). Stages are
 pure functions of one table (one file or one partition of a larger log): they never raise for
-bad data, they return a :class:`~data_checks.report.DataCheckReport` whose counts can be
-added up over partitions.
+bad data, they return a :class:`~data_checks.report.DataCheckReport`; the reports of a log's
+partitions, checked one at a time, add up with :func:`data_checks.report.merge_reports`.
 """
 
 from __future__ import annotations
