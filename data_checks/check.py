@@ -142,21 +142,11 @@ def check_logs(
     ----------
     path : str or Path
         Parquet file, partitioned directory or CSV file.
-    family : str or None, default=None
-        Expected family (required when the log carries no metadata).
+    family, window, min_propensity, min_rows, max_quarantine_fraction, thresholds
+        The fields of :class:`~data_checks.stages.CheckSettings` (same defaults).
     out_dir : str or Path or None, default=None
-        When given: ``data_checks.json``, ``propensity.json``, ``quarantine.parquet`` (if any
-        row is quarantined), ``data_docs/index.html`` and the PNG plots are written there.
-    window : tuple or None, default=None
-        Accepted [start, end] of the timestamps.
-    min_propensity : float, default=0.0
-        Propensities must exceed this.
-    min_rows : int, default=1
-        Fewer rows fail hard.
-    max_quarantine_fraction : float, default=0.05
-        Larger fractions of quarantined rows fail hard.
-    thresholds : PropensityThresholds or None, default=None
-        Propensity check thresholds.
+        When given: ``check_report.json``, ``quarantine.parquet`` (if any row is
+        quarantined), ``data_docs/index.html`` and the PNG plots are written there.
     target_policy : StochasticPolicy or None, default=None
         Policy for the ESS check and the weight plot.
     context : GX context or None, default=None

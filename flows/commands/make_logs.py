@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import math
 from pathlib import Path
+from typing import Any
 
 DATASETS = ("digits", "yeast", "tmc2007", "obd")
 
@@ -111,7 +112,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def run(args: argparse.Namespace) -> int:
     """Simulate the log and write it; returns the exit code."""
     from poem.datasets import load_dataset
-    from poem.io.parquet import write_log
     from poem.simulate import fit_logging_policy, supervised_to_bandit
 
     if args.n_events is not None and args.n_events < 1:
@@ -139,23 +139,32 @@ def run(args: argparse.Namespace) -> int:
         feature_names=data.feature_names,
         order=args.order,
     )
+    return _write(
+        log,
+        args,
+        f"of {args.dataset} ({{n_actions}} "
+        f"{'actions' if log.family == 'discrete' else 'labels'}, logger "
+        f"{log.logging_model_version})",
+    )
+
+
+def _write(log: Any, args: argparse.Namespace, description: str) -> int:
+    """Keep the first ``--n-events`` rows, write the log, print one line; returns 0."""
+    from poem.io.parquet import write_log
+
     if args.n_events is not None and args.n_events < log.n_rows:
         log = log.take(range(args.n_events))
     path = write_log(
         log, args.out, partition_by_date=not args.no_partition, overwrite=args.overwrite
     )
-    print(
-        f"wrote {log.n_rows:,} {log.family} events of {args.dataset} ({log.n_actions} "
-        f"{'actions' if log.family == 'discrete' else 'labels'}, logger "
-        f"{log.logging_model_version}) to {path}"
-    )
+    text = description.format(n_actions=log.n_actions or "-")
+    print(f"wrote {log.n_rows:,} {log.family} events {text} to {path}")
     return 0
 
 
 def _write_obd(args: argparse.Namespace) -> int:
     """Convert one Open Bandit Dataset folder and write it as canonical Parquet."""
     from poem.io.obd import read_obd
-    from poem.io.parquet import write_log
 
     if args.data_dir is None:
         print("error: --dataset obd needs --data-dir (the folder holding obd/)")
@@ -169,13 +178,9 @@ def _write_obd(args: argparse.Namespace) -> int:
         position=args.position,
         interactions=False,
     )
-    if args.n_events is not None and args.n_events < log.n_rows:
-        log = log.take(range(args.n_events))
-    path = write_log(
-        log, args.out, partition_by_date=not args.no_partition, overwrite=args.overwrite
+    return _write(
+        log,
+        args,
+        f"of the Open Bandit Dataset ({args.behavior_policy}/{args.campaign}, "
+        "{n_actions} actions)",
     )
-    print(
-        f"wrote {log.n_rows:,} {family} events of the Open Bandit Dataset "
-        f"({args.behavior_policy}/{args.campaign}, {log.n_actions or '-'} actions) to {path}"
-    )
-    return 0
