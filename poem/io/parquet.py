@@ -82,13 +82,18 @@ def write_log(
         When ``path`` already holds a log and ``overwrite`` is False.
     """
     path = Path(path)
-    existing = (
-        sorted(path.rglob("*.parquet")) if path.is_dir() else ([path] if path.exists() else [])
-    )
+    if path.is_dir():
+        existing = list_log_files(path) if any(_walk_parquet(path)) else []
+    else:
+        existing = [path] if path.exists() else []
     if existing and not overwrite:
         raise FileExistsError(
             f"{path} already holds a log ({len(existing)} Parquet file(s)); pass overwrite=True"
         )
+    if path.is_dir():  # symlinked partitions are unlinked, never emptied: their files are not ours
+        for link in [p for p in path.rglob("*") if p.is_symlink()]:
+            link.unlink()
+        existing = sorted(path.rglob("*.parquet"))
     for old in existing:
         old.unlink()
     table = log_to_table(log)
@@ -112,6 +117,19 @@ def write_log(
 
 
 # -- reading ------------------------------------------------------------------------------------
+def _walk_parquet(path: Path) -> list[Path]:
+    """``*.parquet`` files below ``path``, following symlinked folders, each real folder once."""
+    files, seen = [], set()
+    for root, dirs, names in os.walk(path, followlinks=True):
+        real = os.path.realpath(root)
+        if real in seen:  # a symlink loop, or a folder linked twice
+            dirs[:] = []
+            continue
+        seen.add(real)
+        files += [Path(root) / n for n in names if n.endswith(".parquet")]
+    return files
+
+
 def list_log_files(path: str | Path) -> list[Path]:
     """Parquet files of a log: the file itself, or every ``*.parquet`` below a directory.
 
@@ -120,15 +138,7 @@ def list_log_files(path: str | Path) -> list[Path]:
     """
     path = Path(path)
     if path.is_dir():
-        files, seen = [], set()
-        for root, dirs, names in os.walk(path, followlinks=True):
-            real = os.path.realpath(root)
-            if real in seen:  # a symlink loop, or a folder linked twice
-                dirs[:] = []
-                continue
-            seen.add(real)
-            files += [Path(root) / n for n in names if n.endswith(".parquet")]
-        files.sort(key=lambda p: p.relative_to(path).as_posix())
+        files = sorted(_walk_parquet(path), key=lambda p: p.relative_to(path).as_posix())
         if not files:
             raise InvalidLogError([Violation(str(path), 0, 0, (), "contains no *.parquet files")])
         return files

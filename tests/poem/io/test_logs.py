@@ -258,3 +258,17 @@ def test_a_huge_event_id_costs_its_size_not_n_times_it(tmp_path):
         tracemalloc.stop()
     assert log.event_ids.dtype == object and len(log.event_ids[7]) == 1_000_000
     assert peak < 100e6, f"peak {peak / 1e6:.0f} MB"
+
+
+def test_overwrite_unlinks_symlinked_partitions_without_emptying_them(tmp_path):
+    path = write_log(_discrete(), tmp_path / "log")
+    last = sorted(path.iterdir())[-1]
+    moved = tmp_path / "archive" / last.name
+    moved.parent.mkdir()
+    last.rename(moved)
+    last.symlink_to(moved, target_is_directory=True)
+    with pytest.raises(FileExistsError, match=r"already holds a log \(4 Parquet file\(s\)\)"):
+        write_log(_discrete(5), path)
+    write_log(_discrete(5), path, overwrite=True)
+    assert read_log(path).n_rows == 5 and not last.exists()
+    assert (moved / "part-00000.parquet").exists()  # the archive is untouched
