@@ -1,4 +1,4 @@
-"""``poem-pipeline check`` as a library call: read, GX suite, quarantine, propensity checks, plots.
+"""``poem-pipeline check`` as a library call: the stages of :mod:`data_checks.stages`, plus files.
 
 :func:`check_logs` never raises for bad data: unreadable files, missing columns and the like
 become dataset-level failures of the returned :class:`CheckOutcome`, whose ``exit_code`` is 0
@@ -8,22 +8,28 @@ when the log is usable (warnings allowed) and 1 on any hard failure.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
-from data_checks.quarantine import split_quarantine, write_quarantine
-from data_checks.report import DataCheckReport, ExpectationFailure
-from data_checks.runner import validate_frame
-from data_checks.suites import build_log_suite, default_parameters
+from data_checks.quarantine import write_quarantine
+from data_checks.report import DataCheckReport
+from data_checks.stages import (
+    CheckSettings,
+    build_stage,
+    failed_report,
+    propensity_stage,
+    quarantine_stage,
+    read_stage,
+    validate_stage,
+)
 from poem.data import LoggedBandit
-from poem.diagnostics.propensity import PropensityReport, PropensityThresholds, propensity_report
-from poem.exceptions import InvalidLogError, Violation
-from poem.io.parquet import METADATA_KEY, frame_metadata, frame_to_log, read_frame
+from poem.diagnostics.propensity import PropensityReport, PropensityThresholds
 
-__all__ = ["CheckOutcome", "check_logs", "read_log_frame"]
+__all__ = ["CheckOutcome", "check_logs"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -115,78 +121,6 @@ def _table(rows: list[tuple]) -> list[str]:
     ]
 
 
-def _violation_failures(exc: InvalidLogError, stage: str) -> tuple[ExpectationFailure, ...]:
-    """One dataset-level failure per violation of ``exc``, attributed to ``stage``."""
-    return tuple(
-        ExpectationFailure(
-            v.column,
-            stage,
-            "dataset",
-            str(v).split(": ", 1)[-1],
-            v.n_invalid,
-            v.n_rows,
-            v.row_examples,
-        )
-        for v in exc.violations
-    )
-
-
-def _failed_report(source: str, exc: Exception) -> DataCheckReport:
-    if isinstance(exc, InvalidLogError):
-        failures = _violation_failures(exc, "read")
-    else:
-        failures = (ExpectationFailure(source, "read", "dataset", str(exc), 0, 0),)
-    return DataCheckReport(
-        suite="(not run)", n_rows=0, n_expectations=0, failures=failures, source=source
-    )
-
-
-def read_log_frame(
-    path: str | Path, *, family: str | None = None, **overrides: Any
-) -> pd.DataFrame:
-    """Read a Parquet or CSV log into a canonical frame; rewards become losses (δ = −reward)."""
-    path = Path(path)
-    if path.suffix.lower() == ".csv":
-        from poem.io.csv import read_csv_frame
-
-        frame = read_csv_frame(path, family=family, **overrides)
-    else:
-        frame = read_frame(path)
-    meta = frame_metadata(frame, family=family, **overrides)
-    if "loss" not in frame.columns and "reward" in frame.columns and meta.reward_bounds is None:
-        declared = (
-            f"the log declares loss bounds {list(meta.loss_bounds)}"
-            if meta.loss_bounds
-            else "no reward bounds"
-        )
-        raise InvalidLogError(
-            [
-                Violation(
-                    "loss",
-                    0,
-                    len(frame),
-                    (),
-                    f"column is missing; found 'reward' but {declared}",
-                    "Declare reward bounds (δ = −reward) or write a loss column",
-                )
-            ]
-        )
-    if "loss" not in frame.columns and "reward" in frame.columns:
-        lo, hi = meta.reward_bounds
-        frame = frame.assign(loss=-frame["reward"]).drop(columns="reward")  # DESIGN §3: δ = −reward
-        meta = replace(meta, loss_bounds=(-hi, -lo), reward_bounds=None)
-    if "timestamp" in frame.columns and not pd.api.types.is_datetime64_any_dtype(
-        frame["timestamp"]
-    ):
-        # unparseable timestamps become NaT, quarantined as "timestamp missing or unparseable"
-        parsed = pd.to_datetime(
-            frame["timestamp"].astype("string"), errors="coerce", format="ISO8601", utc=True
-        )
-        frame = frame.assign(timestamp=parsed.dt.tz_localize(None).astype("datetime64[ns]"))
-    frame.attrs[METADATA_KEY] = json.loads(meta.to_json())
-    return frame
-
-
 def check_logs(
     path: str | Path,
     *,
@@ -194,6 +128,7 @@ def check_logs(
     out_dir: str | Path | None = None,
     window: tuple[Any, Any] | None = None,
     min_propensity: float = 0.0,
+    min_rows: int = 1,
     max_quarantine_fraction: float = 0.05,
     thresholds: PropensityThresholds | None = None,
     target_policy: Any = None,
@@ -207,19 +142,11 @@ def check_logs(
     ----------
     path : str or Path
         Parquet file, partitioned directory or CSV file.
-    family : str or None, default=None
-        Expected family (required when the log carries no metadata).
+    family, window, min_propensity, min_rows, max_quarantine_fraction, thresholds
+        The fields of :class:`~data_checks.stages.CheckSettings` (same defaults).
     out_dir : str or Path or None, default=None
-        When given: ``data_checks.json``, ``propensity.json``, ``quarantine.parquet`` (if any
-        row is quarantined), ``data_docs/index.html`` and the PNG plots are written there.
-    window : tuple or None, default=None
-        Accepted [start, end] of the timestamps.
-    min_propensity : float, default=0.0
-        Propensities must exceed this.
-    max_quarantine_fraction : float, default=0.05
-        Larger fractions of quarantined rows fail hard.
-    thresholds : PropensityThresholds or None, default=None
-        Propensity check thresholds.
+        When given: ``check_report.json``, ``quarantine.parquet`` (if any row is
+        quarantined), ``data_docs/index.html`` and the PNG plots are written there.
     target_policy : StochasticPolicy or None, default=None
         Policy for the ESS check and the weight plot.
     context : GX context or None, default=None
@@ -227,54 +154,55 @@ def check_logs(
     plots : bool, default=True
         Whether to write the plots (needs ``out_dir``).
     **overrides
-        Metadata for logs without it: ``loss_bounds``, ``reward_bounds``, ``n_actions``.
+        Metadata for logs without it (or replacing the declared one): ``loss_bounds``,
+        ``reward_bounds``, ``n_actions``.
 
     Returns
     -------
     CheckOutcome
     """
-    source = str(path)
     out = Path(out_dir) if out_dir is not None else None
-    files: dict[str, str] = {}
-    try:
-        frame = read_log_frame(path, family=family, **overrides)
-        meta = frame_metadata(frame)
-        params = default_parameters(meta, window=window, min_propensity=min_propensity)
-    except (InvalidLogError, ValueError, FileNotFoundError) as exc:
-        return _finish(CheckOutcome(_failed_report(source, exc)), out)
-    suite = build_log_suite(
-        meta.family,
-        n_labels=meta.n_actions if meta.family == "multilabel" else None,
-        has_timestamp="timestamp" in frame.columns or window is not None,
-    )
-    report = validate_frame(
-        frame,
-        suite,
-        params,
-        context=context,
+    settings = CheckSettings(
+        family=family,
+        overrides={k: v for k, v in overrides.items() if v is not None},
+        window=window,
+        min_propensity=min_propensity,
+        min_rows=min_rows,
         max_quarantine_fraction=max_quarantine_fraction,
-        docs_dir=None if out is None else out / "data_docs",
-        source=source,
+        thresholds=thresholds,
     )
+    table, failure = read_stage(path, settings)
+    if failure is not None:
+        return _finish(CheckOutcome(failure), out)
+    try:
+        return _check_table(table, settings, out, context, target_policy, plots)
+    except Exception as exc:  # noqa: BLE001 - a report, never a traceback
+        logger.debug("check of %s failed unexpectedly", path, exc_info=True)
+        problem = RuntimeError(f"unexpected {type(exc).__name__}: {exc} (please report this)")
+        return _finish(CheckOutcome(failed_report(str(path), problem, "check")), out)
+
+
+def _check_table(
+    table: Any,
+    settings: CheckSettings,
+    out: Path | None,
+    context: Any,
+    target_policy: Any,
+    plots: bool,
+) -> CheckOutcome:
+    report = validate_stage(
+        table, settings, context=context, docs_dir=None if out is None else out / "data_docs"
+    )
+    files: dict[str, str] = {}
     if report.docs_path:
         files["data_docs"] = report.docs_path
-    kept, quarantined = (
-        split_quarantine(frame, report)
-        if not any(f.level == "dataset" for f in report.failures)
-        else (frame, frame.iloc[:0])
-    )
-    if out is not None and len(quarantined):
+    kept, quarantined = quarantine_stage(table, report)
+    if out is not None and quarantined is not None:
         files["quarantine"] = str(write_quarantine(quarantined, out / "quarantine.parquet"))
-    if not report.passed:
+    log, report = build_stage(kept, report)
+    if log is None:
         return _finish(CheckOutcome(report, files=files), out)
-    try:
-        log = frame_to_log(kept)
-    except InvalidLogError as exc:
-        extra = _violation_failures(exc, "LoggedBandit")
-        return _finish(
-            CheckOutcome(replace(report, failures=report.failures + extra), files=files), out
-        )
-    prop = propensity_report(log, target_policy=target_policy, thresholds=thresholds)
+    prop = propensity_stage(log, settings, target_policy)
     if out is not None and plots:
         from poem.diagnostics.plots import save_diagnostic_plots
 

@@ -10,12 +10,15 @@ are quarantined (see :mod:`data_checks.quarantine`); the report reconciles
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
+
+import numpy as np
 
 from poem.exceptions import InvalidLogError, Violation
 
-__all__ = ["DataCheckReport", "ExpectationFailure", "raise_for_failures"]
+__all__ = ["DataCheckReport", "ExpectationFailure", "merge_reports", "raise_for_failures"]
 
 
 @dataclass(frozen=True)
@@ -245,3 +248,69 @@ def raise_for_failures(report: DataCheckReport, *, quarantine: bool = True) -> D
     if failures:
         raise InvalidLogError([f.to_violation() for f in failures])
     return report
+
+
+def merge_reports(reports: Sequence[DataCheckReport], *, source: str = "") -> DataCheckReport:
+    """Add up the reports of the partitions of one log, checked one partition at a time.
+
+    Counts (rows, quarantined rows, per reason, per failure) are summed, failures of the same
+    column, expectation and reason become one with the first five examples, and the per-row
+    reasons are concatenated in partition order, so :func:`data_checks.quarantine.split_quarantine`
+    works on the concatenated partitions. Checks that need every row at once (event ids unique
+    *across* partitions) are not covered by per-partition reports.
+
+    Parameters
+    ----------
+    reports : sequence of DataCheckReport
+        One per partition, in partition order, from the same suite and settings.
+    source : str, default=""
+        The whole log's name.
+
+    Returns
+    -------
+    DataCheckReport
+    """
+    if not reports:
+        raise ValueError("merge_reports needs at least one report")
+    merged: dict[tuple, ExpectationFailure] = {}
+    for f in (f for r in reports for f in r.failures):
+        key = (f.column, f.expectation, f.level, f.reason)
+        old = merged.get(key)
+        merged[key] = (
+            f
+            if old is None
+            else replace(
+                old,
+                unexpected_count=old.unexpected_count + f.unexpected_count,
+                element_count=old.element_count + f.element_count,
+                examples=(old.examples + f.examples)[:5],
+            )
+        )
+    reasons: list[str] = []
+    by_reason: dict[str, int] = {}
+    codes = []
+    for r in reports:
+        for reason, count in r.quarantined_by_reason.items():
+            by_reason[reason] = by_reason.get(reason, 0) + count
+        row_reason, names = r.row_reasons if r.row_reasons is not None else (None, ())
+        for name in names:
+            if name not in reasons:
+                reasons.append(name)
+        if row_reason is None:
+            row_reason = np.full(r.n_rows, -1, dtype=np.int64)
+        remap = np.array([reasons.index(n) for n in names] + [-1], dtype=np.int64)
+        codes.append(remap[row_reason])  # -1 indexes the trailing -1
+    extra = tuple(dict.fromkeys(c for r in reports for c in r.extra_columns))
+    first = reports[0]
+    return DataCheckReport(
+        suite=first.suite,
+        n_rows=sum(r.n_rows for r in reports),
+        n_expectations=first.n_expectations,
+        failures=tuple(merged.values()),
+        n_quarantined=sum(r.n_quarantined for r in reports),
+        quarantined_by_reason=by_reason,
+        max_quarantine_fraction=first.max_quarantine_fraction,
+        extra_columns=extra,
+        source=source,
+        row_reasons=(np.concatenate(codes), tuple(reasons)),
+    )

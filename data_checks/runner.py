@@ -48,6 +48,7 @@ def validate_frame(
     max_quarantine_fraction: float = 0.05,
     event_id: str = "event_id",
     source: str = "",
+    row_failures: list[tuple[ExpectationFailure, np.ndarray]] = (),
 ) -> DataCheckReport:
     """Validate a log table against a suite and summarise the result.
 
@@ -70,6 +71,9 @@ def validate_frame(
         Column whose values identify rows in the report.
     source : str, default=""
         File name shown in the report.
+    row_failures : list of (ExpectationFailure, ndarray), default=()
+        Row-level failures found outside GX (e.g. list columns) with the offending row
+        positions; quarantined like the suite's row-level failures.
 
     Returns
     -------
@@ -134,6 +138,8 @@ def validate_frame(
     result = next(iter(run.run_results.values()))
     failures, positions = _failures(result.results, params, n, event_id)
     failures = [_count_mistyped(f, data) for f in failures] + _label_width_failures(frame, suite, n)
+    failures += [f for f, _ in row_failures]
+    positions = [*positions, *(pos for _, pos in row_failures)]
     known = suite_columns(suite) | KNOWN_COLUMNS
     extra = tuple(c for c in frame.columns if c not in known and not _is_feature(c))
     row_reason = np.full(n, -1, dtype=np.int64)

@@ -139,11 +139,11 @@ def retrain(config_path: str | Path, logs: str | Path | None = None) -> RetrainR
     fingerprint = fingerprint_logs(cfg.data)
     run = start_tracking(cfg, fingerprint, flow_run_id)
     try:
-        frame = load_logs(cfg.data)
-        report = validate_logs(frame, cfg.data, cfg.checks)
+        loaded = load_logs(cfg.data)  # the stages of data_checks.stages, as `check` runs them
+        report = validate_logs(loaded, cfg.data, cfg.checks)
+        log, report = build_log(quarantine_rows(loaded, report, run), report)
         record_check_report(report, run)  # logged before enforcing: a failed run keeps its report
         enforce_checks(report, cfg.checks)
-        log = build_log(quarantine_rows(frame, report, run), cfg.data)
         check_champion(log, cfg.tracking)  # an incompatible champion fails before training
         propensity = diagnose_propensities(log, cfg.checks, run)
         parts = split_logs(log, cfg.data.split, run)

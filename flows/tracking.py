@@ -366,16 +366,10 @@ def log_dataset_input(
 
 
 def data_fingerprint(path: str | Path) -> str:
-    """SHA-256 over the relative names and bytes of every file under ``path`` (or of one file)."""
-    path = Path(path)
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    digest = hashlib.sha256()
-    for file in files:
-        digest.update(str(file.relative_to(path) if path.is_dir() else file.name).encode())
-        with open(file, "rb") as fh:
-            for block in iter(lambda fh=fh: fh.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()
+    """SHA-256 of exactly the files the log reader reads (:func:`poem.io.logs.log_fingerprint`)."""
+    from poem.io.logs import log_fingerprint
+
+    return log_fingerprint(path)
 
 
 COMPARE_METRICS = (

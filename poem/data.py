@@ -32,6 +32,7 @@ __all__ = [
     "Exclusion",
     "LoggedBandit",
     "check_logged_bandit",
+    "check_loss_bounds",
     "exclude_rows",
     "scale_losses",
 ]
@@ -41,6 +42,10 @@ logger = logging.getLogger(__name__)
 FAMILIES = ("discrete", "multilabel", "candidates")
 _N_EXAMPLES = 5
 _PROPENSITY_HINT = "Propensities must be the logging policy's probability of the logged action"
+# smallest propensity whose importance weight 1/p is finite (below it, 1/p overflows to inf)
+MIN_PROPENSITY = float(np.finfo(np.float64).tiny)
+# largest |loss bound| whose square (sample variances) stays finite in float64
+MAX_ABS_LOSS_BOUND = 1e150
 
 
 def _readonly(a: Any) -> Any:
@@ -218,10 +223,7 @@ class LoggedBandit:
             if arr.dtype.kind not in "biuf":
                 raise TypeError(f"{name} must be numeric, got dtype {arr.dtype}")
             set_(self, name, _readonly(arr.astype(np.float64).reshape(-1)))
-        lo, hi = (float(b) for b in self.loss_bounds)
-        if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
-            raise ValueError(f"loss_bounds must be finite with min < max, got {self.loss_bounds!r}")
-        set_(self, "loss_bounds", (lo, hi))
+        set_(self, "loss_bounds", check_loss_bounds(self.loss_bounds))
         if self.n_actions is None:
             set_(self, "n_actions", self._infer_n_actions())
         elif self.n_actions is not None:
@@ -229,7 +231,12 @@ class LoggedBandit:
         if self.timestamps is not None:
             set_(self, "timestamps", _readonly(np.asarray(self.timestamps, dtype="datetime64[ns]")))
         if self.event_ids is not None:
-            set_(self, "event_ids", _readonly(np.asarray(self.event_ids)))
+            ids = np.asarray(self.event_ids)
+            # string ids are kept as Python objects: a fixed-width "<U{max}" array costs
+            # n × (longest id) × 4 bytes, so one 1 MB id would blow memory up
+            set_(
+                self, "event_ids", _readonly(ids.astype(object) if ids.dtype.kind in "US" else ids)
+            )
         if self.logging_distribution is not None:
             set_(
                 self,
@@ -343,6 +350,47 @@ def scale_losses(losses: Any, loss_bounds: tuple[float, float]) -> np.ndarray:
     return (np.asarray(losses, dtype=np.float64) - hi) / (hi - lo)
 
 
+def check_loss_bounds(bounds: Any, name: str = "loss_bounds") -> tuple[float, float]:
+    """Return declared bounds as two floats, or raise naming ``name`` and what is wrong.
+
+    Bounds must be two numbers with min < max and ``|bound| <= 1e150``, so that the loss range
+    and the squared losses of every variance (DESIGN §4.2) are finite in float64.
+
+    Parameters
+    ----------
+    bounds : sequence of two numbers
+        Declared bounds [min, max], i.e. [δ_min, δ_max] (or reward bounds).
+    name : str, default="loss_bounds"
+        Key named in the error message.
+
+    Returns
+    -------
+    tuple of float
+        ``(min, max)``.
+
+    Raises
+    ------
+    ValueError
+        When ``bounds`` is not two numbers, is reversed, non-finite or overflowing.
+    """
+    if isinstance(bounds, (str, bytes)) or not hasattr(bounds, "__len__") or len(bounds) != 2:
+        raise ValueError(f"{name} must be two numbers [min, max], got {bounds!r}")
+    try:
+        lo, hi = (float(b) for b in bounds)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be two numbers [min, max], got {bounds!r}") from None
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        raise ValueError(f"{name} must be finite, got {list(bounds)!r}")
+    if max(abs(lo), abs(hi)) > MAX_ABS_LOSS_BOUND:
+        raise ValueError(
+            f"{name} {[lo, hi]} overflow: |bound| must be <= {MAX_ABS_LOSS_BOUND:g} so that "
+            "squared losses (variances) are finite; rescale the losses"
+        )
+    if not lo < hi:
+        raise ValueError(f"{name} must have min < max, got {[lo, hi]}")
+    return lo, hi
+
+
 def _examples(mask: np.ndarray, row_ids: np.ndarray) -> tuple:
     idx = np.flatnonzero(mask)[:_N_EXAMPLES]
     return tuple(v.item() if hasattr(v, "item") else v for v in row_ids[idx])
@@ -367,6 +415,20 @@ def _nonfinite_rows(x: Any) -> np.ndarray:
             > 0
         )
     return ~np.all(np.isfinite(x), axis=1)
+
+
+def _nonfinite_feature_violations(
+    x: Any, row_ids: np.ndarray, sparse_column: str, prefix: str
+) -> list[Violation]:
+    """One violation per dense column ``<prefix><j>`` (or the sparse values column) with NaN/inf."""
+    if sp.issparse(x):
+        v = _row_violation(sparse_column, _nonfinite_rows(x), row_ids, "not finite (NaN or inf)")
+        return [v] if v else []
+    bad = ~np.isfinite(x)
+    return [
+        _row_violation(f"{prefix}{j}", bad[:, j], row_ids, "not finite (NaN or inf)")
+        for j in np.flatnonzero(bad.any(axis=0))
+    ]
 
 
 def check_logged_bandit(
@@ -442,11 +504,14 @@ def check_logged_bandit(
     row_ids = log.event_ids if log.event_ids is not None else np.arange(n)
 
     p = log.propensities
+    outside = ~(np.isfinite(p) & (p > 0) & (p <= 1))
+    v = _row_violation("propensity", outside, row_ids, "outside (0, 1]", _PROPENSITY_HINT)
+    violations.append(v) if v else None
     v = _row_violation(
         "propensity",
-        ~(np.isfinite(p) & (p > 0) & (p <= 1)),
+        ~outside & (p < MIN_PROPENSITY),
         row_ids,
-        "outside (0, 1]",
+        f"below {MIN_PROPENSITY:.3g} (subnormal: the importance weight 1/p overflows)",
         _PROPENSITY_HINT,
     )
     violations.append(v) if v else None
@@ -473,12 +538,13 @@ def check_logged_bandit(
     violations.append(v) if v else None
 
     if log.contexts is not None:
-        v = _row_violation(
-            "contexts",
-            _nonfinite_rows(log.contexts),
-            row_ids,
-            "have non-finite features (NaN or inf)",
-        )
+        violations.extend(_nonfinite_feature_violations(log.contexts, row_ids, "x_values", "x_"))
+    if log.candidates is not None:
+        cand = log.candidates
+        bad = _nonfinite_rows(cand.features)
+        rows = np.zeros(n, dtype=bool)
+        rows[cand.row_of_candidate[bad]] = True
+        v = _row_violation("candidate_features", rows, row_ids, "not finite (NaN or inf)")
         violations.append(v) if v else None
 
     violations.extend(_check_actions(log, actions, row_ids, min_distinct_actions))

@@ -1,9 +1,11 @@
-"""``poem-pipeline make-logs``: write canonical Parquet logs simulated from a supervised data set.
+"""``poem-pipeline make-logs``: canonical Parquet logs, simulated or from the Open Bandit Dataset.
 
 Supervised → bandit conversion of the paper (§6): a logging policy h₀ is fitted on 5 % of
 the training set, then the training set is replayed through h₀ (action, propensity, loss per
-row). All computation is in :mod:`poem.datasets`, :mod:`poem.simulate` and
-:mod:`poem.io.parquet`; this module only wires them.
+row). ``--dataset obd`` instead converts real logged feedback of the Open Bandit Dataset
+(:func:`poem.io.obd.read_obd`: clicks become losses δ = −click). All computation is in
+:mod:`poem.datasets`, :mod:`poem.simulate`, :mod:`poem.io.obd` and :mod:`poem.io.parquet`;
+this module only wires them.
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ from __future__ import annotations
 import argparse
 import math
 from pathlib import Path
+from typing import Any
 
-DATASETS = ("digits", "yeast", "tmc2007")
+DATASETS = ("digits", "yeast", "tmc2007", "obd")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -30,7 +33,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         choices=DATASETS,
         required=True,
         help="supervised data set: digits (bundled, discrete), yeast or tmc2007 "
-        "(multilabel, need --data-dir)",
+        "(multilabel, need --data-dir); or obd, the Open Bandit Dataset's real logs "
+        "(needs --data-dir)",
     )
     parser.add_argument(
         "--out", type=Path, required=True, help="output folder of the partitioned log"
@@ -72,6 +76,27 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="row (time) order: each context's replays together, so a time split separates "
         "contexts, or the paper's pass after pass (default: context)",
     )
+    obd = parser.add_argument_group("Open Bandit Dataset (--dataset obd)")
+    obd.add_argument(
+        "--behavior-policy",
+        choices=("random", "bts"),
+        default="random",
+        help="logging policy folder (default: random)",
+    )
+    obd.add_argument(
+        "--campaign",
+        choices=("all", "men", "women"),
+        default="all",
+        help="campaign folder (default: all)",
+    )
+    obd.add_argument(
+        "--position",
+        type=int,
+        choices=(1, 2, 3),
+        default=None,
+        help="write the discrete log of one slot (items as actions, user features as "
+        "contexts); default: the candidates log of all slots (items × positions)",
+    )
     parser.add_argument(
         "--no-partition",
         action="store_true",
@@ -87,12 +112,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def run(args: argparse.Namespace) -> int:
     """Simulate the log and write it; returns the exit code."""
     from poem.datasets import load_dataset
-    from poem.io.parquet import write_log
     from poem.simulate import fit_logging_policy, supervised_to_bandit
 
     if args.n_events is not None and args.n_events < 1:
         print(f"error: --n-events must be >= 1, got {args.n_events}")
         return 2
+    if args.dataset == "obd":
+        return _write_obd(args)
     data = load_dataset(args.dataset, args.data_dir, random_state=args.seed)
     h0 = fit_logging_policy(
         data.X_train,
@@ -113,14 +139,48 @@ def run(args: argparse.Namespace) -> int:
         feature_names=data.feature_names,
         order=args.order,
     )
+    return _write(
+        log,
+        args,
+        f"of {args.dataset} ({{n_actions}} "
+        f"{'actions' if log.family == 'discrete' else 'labels'}, logger "
+        f"{log.logging_model_version})",
+    )
+
+
+def _write(log: Any, args: argparse.Namespace, description: str) -> int:
+    """Keep the first ``--n-events`` rows, write the log, print one line; returns 0."""
+    from poem.io.parquet import write_log
+
     if args.n_events is not None and args.n_events < log.n_rows:
         log = log.take(range(args.n_events))
     path = write_log(
         log, args.out, partition_by_date=not args.no_partition, overwrite=args.overwrite
     )
-    print(
-        f"wrote {log.n_rows:,} {log.family} events of {args.dataset} ({log.n_actions} "
-        f"{'actions' if log.family == 'discrete' else 'labels'}, logger "
-        f"{log.logging_model_version}) to {path}"
-    )
+    text = description.format(n_actions=log.n_actions or "-")
+    print(f"wrote {log.n_rows:,} {log.family} events {text} to {path}")
     return 0
+
+
+def _write_obd(args: argparse.Namespace) -> int:
+    """Convert one Open Bandit Dataset folder and write it as canonical Parquet."""
+    from poem.io.obd import read_obd
+
+    if args.data_dir is None:
+        print("error: --dataset obd needs --data-dir (the folder holding obd/)")
+        return 2
+    family = "candidates" if args.position is None else "discrete"
+    log = read_obd(
+        args.data_dir,
+        args.behavior_policy,
+        args.campaign,
+        family=family,
+        position=args.position,
+        interactions=False,
+    )
+    return _write(
+        log,
+        args,
+        f"of the Open Bandit Dataset ({args.behavior_policy}/{args.campaign}, "
+        "{n_actions} actions)",
+    )

@@ -1,4 +1,8 @@
-"""Load the logs named in ``cfg.data`` (I/O: the only tasks here that retry)."""
+"""Read the logs named in ``cfg.data`` through the front door (I/O: the only tasks here that retry).
+
+The stages are :mod:`data_checks.stages`, shared with ``poem-pipeline check``; these tasks only
+turn ``cfg.data`` / ``cfg.checks`` into :class:`~data_checks.stages.CheckSettings` and call them.
+"""
 
 from __future__ import annotations
 
@@ -8,33 +12,44 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from flows.config import DataConfig
+from data_checks.stages import CheckSettings, build_stage, read_stage
+from flows.config import ChecksConfig, DataConfig
 from flows.tasks import IO_RETRIES, stage_done, task_logger
-from flows.tracking import data_fingerprint
-from poem.io.csv import read_csv_frame
-from poem.io.parquet import frame_to_log, read_frame
+from poem.diagnostics.propensity import PropensityThresholds
+from poem.io.logs import log_fingerprint
+
+
+def check_settings(checks: ChecksConfig, data: DataConfig | None = None) -> CheckSettings:
+    """The :class:`~data_checks.stages.CheckSettings` of ``mlflow.yml``'s data and checks."""
+    return CheckSettings(
+        family=None if data is None else data.family,
+        overrides={} if data is None else data.overrides(),
+        window=None if data is None else data.window(),
+        min_propensity=checks.min_propensity,
+        min_rows=checks.min_rows,
+        max_quarantine_fraction=checks.max_quarantine_fraction,
+        thresholds=PropensityThresholds(**checks.propensity.model_dump()),
+    )
 
 
 @task(name="fingerprint-logs", cache_policy=NO_CACHE, **IO_RETRIES)
 def fingerprint_logs(data: DataConfig) -> str:
-    """SHA-256 of the log files (names and bytes): the data fingerprint of runs and versions."""
+    """SHA-256 of exactly the files read (names and bytes): the runs' data fingerprint."""
     if not Path(data.path).exists():
         raise FileNotFoundError(f"data.path: log {data.path} does not exist")
-    return data_fingerprint(data.path)
+    return log_fingerprint(data.path)
 
 
 @task(name="load-logs", cache_policy=NO_CACHE, **IO_RETRIES)
-def load_logs(data: DataConfig) -> Any:
-    """Read the log table (Parquet file or partitioned folder, or CSV) without validating values."""
-    if Path(data.path).suffix.lower() == ".csv":
-        frame = read_csv_frame(data.path, family=data.family, **data.overrides())
-    else:
-        frame = read_frame(data.path)
-    task_logger().info("loaded %d rows from %s", len(frame), data.path)
-    return frame
+def load_logs(data: DataConfig) -> tuple[Any, Any]:
+    """Read the log (``data_checks.stages.read_stage``): ``(table, None)`` or ``(None, report)``."""
+    table, failure = read_stage(data.path, check_settings(ChecksConfig(), data))
+    if table is not None:
+        task_logger().info("loaded %d rows from %s", table.n_rows, data.path)
+    return table, failure
 
 
 @task(name="build-log", cache_policy=NO_CACHE, on_completion=[stage_done])
-def build_log(frame: Any, data: DataConfig) -> Any:
-    """Convert the validated table to a :class:`poem.data.LoggedBandit` (invariants rechecked)."""
-    return frame_to_log(frame, family=data.family, **data.overrides())
+def build_log(kept: Any, report: Any) -> tuple[Any, Any]:
+    """Build the :class:`poem.data.LoggedBandit` of the kept rows: ``(log, report)``."""
+    return build_stage(kept, report)

@@ -9,20 +9,19 @@ from prefect import task
 from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
+from data_checks.stages import propensity_stage
 from flows.config import ChecksConfig
 from flows.tasks import stage_done, task_logger
+from flows.tasks.load import check_settings
 from flows.tracking import TrackedRun, log_artifact, log_json, log_metrics, log_text
 from poem.diagnostics.plots import save_diagnostic_plots
-from poem.diagnostics.propensity import PropensityThresholds, propensity_report
 from poem.exceptions import InvalidLogError, Violation
 
 
 @task(name="diagnose-propensities", cache_policy=NO_CACHE, on_completion=[stage_done])
 def diagnose_propensities(log: Any, checks: ChecksConfig, run: TrackedRun) -> Any:
-    """Run the propensity report (``poem.diagnostics``); log it and its plots; raise on fail."""
-    report = propensity_report(
-        log, thresholds=PropensityThresholds(**checks.propensity.model_dump())
-    )
+    """Run ``data_checks.stages.propensity_stage``; log the report and plots; raise on fail."""
+    report = propensity_stage(log, check_settings(checks))
     client = run.client()
     log_json(client, run.run_id, report.to_dict(), "checks/propensity_report.json")
     log_text(client, run.run_id, report.to_markdown(), "checks/propensity_report.md")

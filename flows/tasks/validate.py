@@ -11,39 +11,25 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
+from data_checks.stages import quarantine_stage, validate_stage
 from flows.config import ChecksConfig, DataConfig
 from flows.tasks import IO_RETRIES, stage_done, task_logger
+from flows.tasks.load import check_settings
 from flows.tracking import TrackedRun, log_artifact, log_json, log_metrics, log_text
-from poem.io.parquet import frame_metadata
 
 
 @task(name="validate-logs", cache_policy=NO_CACHE, on_completion=[stage_done])
-def validate_logs(frame: Any, data: DataConfig, checks: ChecksConfig) -> Any:
-    """Run the family's GX suite (thresholds from ``checks``) and return its ``DataCheckReport``.
+def validate_logs(loaded: Any, data: DataConfig, checks: ChecksConfig) -> Any:
+    """Run the family's GX suite and row rules (``data_checks.stages.validate_stage``).
 
-    The Data Docs site is written to a temporary folder (``report.docs_path``) that
-    :func:`record_check_report` uploads and removes.
+    ``loaded`` is :func:`~flows.tasks.load.load_logs`'s ``(table, failure)``; an unreadable
+    log's failed report is returned as is. No GX Data Docs are written: offline they are
+    unstyled (CDN assets) and cost ~4 MB per run; the JSON and markdown report stand in.
     """
-    from data_checks.runner import validate_frame
-    from data_checks.suites import build_log_suite, default_parameters
-
-    meta = frame_metadata(frame, family=data.family, **data.overrides())
-    suite = build_log_suite(
-        meta.family,
-        n_labels=meta.n_actions if meta.family == "multilabel" else None,
-        has_timestamp="timestamp" in frame.columns,
-    )
-    params = default_parameters(
-        meta, window=data.window(), min_propensity=checks.min_propensity, min_rows=checks.min_rows
-    )
-    return validate_frame(
-        frame,
-        suite,
-        params,
-        docs_dir=None,  # GX Data Docs need CDNs offline and add ~4 MB; the .md/.json report stays
-        source=data.path,
-        max_quarantine_fraction=checks.max_quarantine_fraction,
-    )
+    table, failure = loaded
+    if failure is not None:
+        return failure
+    return validate_stage(table, check_settings(checks, data))
 
 
 @task(name="record-check-report", cache_policy=NO_CACHE, **IO_RETRIES)
@@ -80,15 +66,16 @@ def enforce_checks(report: Any, checks: ChecksConfig) -> Any:
 
 
 @task(name="quarantine-rows", cache_policy=NO_CACHE, on_completion=[stage_done])
-def quarantine_rows(frame: Any, report: Any, run: TrackedRun) -> Any:
-    """Split off rows that failed row-level expectations into ``checks/quarantine.parquet``.
+def quarantine_rows(loaded: Any, report: Any, run: TrackedRun) -> Any:
+    """Split off rows that failed row-level checks into ``checks/quarantine.parquet``.
 
-    Kept + quarantined rows reconcile to the input (``data_checks.quarantine.split_quarantine``).
+    Kept + quarantined rows reconcile to the input (``data_checks.stages.quarantine_stage``);
+    returns the kept table (None for an unreadable log).
     """
-    from data_checks.quarantine import split_quarantine, write_quarantine
+    from data_checks.quarantine import write_quarantine
 
-    kept, quarantined = split_quarantine(frame, report)
-    if len(quarantined):
+    kept, quarantined = quarantine_stage(loaded[0], report)
+    if quarantined is not None:
         client = run.client()
         with tempfile.TemporaryDirectory(prefix="poem-quarantine-") as tmp:
             log_artifact(
@@ -101,7 +88,7 @@ def quarantine_rows(frame: Any, report: Any, run: TrackedRun) -> Any:
         task_logger().warning(
             "quarantined %d of %d rows: %s",
             len(quarantined),
-            len(frame),
+            report.n_rows,
             report.quarantined_by_reason,
         )
     return kept

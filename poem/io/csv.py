@@ -1,11 +1,11 @@
-"""CSV logs: the canonical columns of :mod:`poem.io.parquet` in a text file.
+"""CSV logs: the canonical columns of :mod:`poem.io.log_format` in a text file.
 
 List columns (``x_indices``, ``x_values``, ``logging_distribution``, ``candidate_*``) hold
 JSON arrays such as ``"[0.25, 0.75]"``. CSV has no key-value metadata, so the
-:class:`~poem.io.parquet.LogMetadata` is written beside the file as ``<name>.meta.json``;
-without it, the reader needs ``family`` and ``loss_bounds`` (or ``reward_bounds``).
-Timestamps are parsed as ISO 8601; unparseable ones become missing (``NaT``) and are
-reported by the checks as missing timestamps.
+:class:`~poem.io.log_format.LogMetadata` is written beside the file as ``<name>.meta.json``;
+without it (a plain CSV exported from a warehouse), :func:`poem.io.logs.read_log_table`
+needs ``family`` and ``loss_bounds`` (or ``reward_bounds``). This module only reads and
+writes text; metadata, rewards and timestamps are resolved by :mod:`poem.io.logs`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import csv as _csv
 import json
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -21,19 +20,11 @@ import pyarrow as pa
 
 from poem.data import LoggedBandit
 from poem.exceptions import InvalidLogError, Violation
-from poem.io.parquet import METADATA_KEY, frame_metadata, log_to_frame
+from poem.io._row_checks import LIST_COLUMNS
+from poem.io.log_format import METADATA_KEY, log_to_frame
 
 __all__ = ["LIST_COLUMNS", "metadata_path", "read_csv_frame", "write_csv"]
 
-LIST_COLUMNS = (
-    "x_indices",
-    "x_values",
-    "logging_distribution",
-    "candidate_features",
-    "candidate_nnz",
-    "candidate_indices",
-    "candidate_values",
-)
 _N_EXAMPLES = 5
 
 
@@ -72,24 +63,18 @@ def _ragged_lines(path: Path) -> tuple[int, list[int], int]:
     return width, bad, n
 
 
-def read_csv_frame(
-    path: str | Path, *, family: str | None = None, **overrides: Any
-) -> pd.DataFrame:
-    """Read a CSV log into a canonical frame (no validation of values).
+def read_csv_frame(path: str | Path) -> pd.DataFrame:
+    """Read a CSV log into a frame (no validation of values, timestamps left as text).
 
     Parameters
     ----------
     path : str or Path
         The CSV file.
-    family : str or None, default=None
-        Family, required when there is no ``<name>.meta.json``.
-    **overrides
-        :class:`~poem.io.parquet.LogMetadata` fields (e.g. ``loss_bounds``).
 
     Returns
     -------
     DataFrame
-        With ``frame.attrs["poem"]`` set.
+        With the side-car metadata (decoded JSON) in ``frame.attrs["poem"]`` when present.
 
     Raises
     ------
@@ -120,7 +105,12 @@ def read_csv_frame(
     frame = pd.read_csv(path)
     side = metadata_path(path)
     if side.exists():
-        frame.attrs[METADATA_KEY] = json.loads(side.read_text())
+        try:
+            frame.attrs[METADATA_KEY] = json.loads(side.read_text())
+        except ValueError as exc:
+            raise InvalidLogError(
+                [Violation(str(side), 0, len(frame), (), f"is not valid JSON ({exc})")]
+            ) from None
     violations = []
     for col in LIST_COLUMNS:
         if col in frame.columns:
@@ -154,11 +144,4 @@ def read_csv_frame(
                 frame[col] = pd.Series(pd.arrays.ArrowExtensionArray(arr), index=frame.index)
     if violations:
         raise InvalidLogError(violations)
-    if "timestamp" in frame.columns:
-        frame["timestamp"] = pd.to_datetime(frame["timestamp"], errors="coerce", format="ISO8601")
-        if getattr(frame["timestamp"].dt, "tz", None) is not None:
-            frame["timestamp"] = frame["timestamp"].dt.tz_convert("UTC").dt.tz_localize(None)
-        frame["timestamp"] = frame["timestamp"].astype("datetime64[ns]")
-    meta = frame_metadata(frame, family=family, **overrides)
-    frame.attrs[METADATA_KEY] = json.loads(meta.to_json())
     return frame

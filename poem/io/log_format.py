@@ -25,13 +25,14 @@ column                       content
 
 The Parquet key-value metadata key ``poem`` holds a JSON object (:class:`LogMetadata`):
 family, number of actions, **declared loss (or reward) bounds**, context layout, feature
-names. Files are written and read by :mod:`poem.io.parquet` and :mod:`poem.io.csv`.
+names (defined and checked in :mod:`poem.io._metadata`, re-exported here). Files are written
+by :mod:`poem.io.parquet` and :mod:`poem.io.csv` and read through :mod:`poem.io.logs`.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -41,89 +42,29 @@ import scipy.sparse as sp
 
 from poem.data import CandidateSets, LoggedBandit
 from poem.exceptions import InvalidLogError, Violation
+from poem.io._metadata import (
+    FORMAT_VERSION,
+    METADATA_KEY,
+    LogMetadata,
+    check_metadata,
+    frame_metadata,
+    losses_from_rewards,
+    parse_timestamps,
+)
+from poem.io._row_checks import list_column, row_problems
 
 __all__ = [
     "FORMAT_VERSION",
     "METADATA_KEY",
     "LogMetadata",
+    "check_metadata",
     "frame_metadata",
     "frame_to_log",
     "log_to_frame",
     "log_to_table",
+    "losses_from_rewards",
+    "parse_timestamps",
 ]
-
-METADATA_KEY = "poem"
-FORMAT_VERSION = 1
-
-
-@dataclass(frozen=True)
-class LogMetadata:
-    """What a log file declares beyond its columns (stored as JSON under the key ``poem``).
-
-    Parameters
-    ----------
-    family : {"discrete", "multilabel", "candidates"}
-        Policy family of the log.
-    n_actions : int or None
-        Number of actions K (discrete) or labels q (multilabel).
-    loss_bounds : tuple of float or None
-        Declared loss bounds [δ_min, δ_max]; required when the log has a ``loss`` column.
-    reward_bounds : tuple of float or None
-        Declared reward bounds [r_min, r_max] for logs that carry ``reward`` instead.
-    context_format : {"dense", "sparse", "none"}
-        Layout of the contexts.
-    context_columns : tuple of str
-        Dense context columns, in feature order.
-    n_features : int or None
-        Context dimension d (needed for sparse contexts).
-    feature_names : tuple of str or None
-        Names of the context (or candidate) features.
-    candidate_format : {"dense", "sparse"} or None
-        Layout of the candidate vectors (candidates family).
-    candidate_n_features : int or None
-        Candidate vector dimension.
-    logging_model_version : str or None
-        Version of the logging policy.
-    event_ids_generated : bool
-        True when the writer invented positional event ids (read back as ``None``).
-    event_id_dtype : str or None
-        NumPy dtype of the original event ids, restored on read.
-    """
-
-    family: str
-    n_actions: int | None = None
-    loss_bounds: tuple[float, float] | None = None
-    reward_bounds: tuple[float, float] | None = None
-    context_format: str = "dense"
-    context_columns: tuple[str, ...] = ()
-    n_features: int | None = None
-    feature_names: tuple[str, ...] | None = None
-    candidate_format: str | None = None
-    candidate_n_features: int | None = None
-    logging_model_version: str | None = None
-    event_ids_generated: bool = False
-    event_id_dtype: str | None = None
-    format_version: int = FORMAT_VERSION
-
-    def to_json(self) -> str:
-        """JSON text of the metadata."""
-        return json.dumps(asdict(self), sort_keys=True)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> LogMetadata:
-        """Build from a decoded JSON object (unknown keys are ignored)."""
-        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        for key in ("loss_bounds", "reward_bounds", "context_columns", "feature_names"):
-            if known.get(key) is not None:
-                known[key] = tuple(known[key])
-        return cls(**known)
-
-    @property
-    def label_columns(self) -> tuple[str, ...]:
-        """``y_0..y_{q-1}`` for the multilabel family, else empty."""
-        if self.family != "multilabel" or self.n_actions is None:
-            return ()
-        return tuple(f"y_{j}" for j in range(self.n_actions))
 
 
 def _list_array(offsets: np.ndarray, values: Any) -> pa.ListArray:
@@ -201,48 +142,6 @@ def log_to_frame(log: LoggedBandit) -> pd.DataFrame:
     return frame
 
 
-def frame_metadata(
-    frame: pd.DataFrame, *, family: str | None = None, **overrides: Any
-) -> LogMetadata:
-    """Return the :class:`LogMetadata` of a frame: ``frame.attrs["poem"]`` plus overrides.
-
-    Without stored metadata, dense context columns default to the ``x_<j>`` columns and the
-    number of labels of a multilabel log to the number of ``y_<j>`` columns.
-    """
-    stored = frame.attrs.get(METADATA_KEY)
-    if stored is not None:
-        meta = LogMetadata.from_dict(stored)
-        if family is not None and family != meta.family:
-            raise ValueError(
-                f"family: the log declares {meta.family!r}, but {family!r} was requested"
-            )
-    else:
-        if family is None:
-            raise ValueError("family must be given for a log without poem metadata")
-        xcols = sorted((c for c in frame.columns if _indexed(c, "x_")), key=lambda c: int(c[2:]))
-        ycols = [c for c in frame.columns if _indexed(c, "y_")]
-        meta = LogMetadata(
-            family=family,
-            context_columns=tuple(xcols),
-            n_features=len(xcols) or None,
-            context_format="dense"
-            if xcols
-            else ("sparse" if "x_indices" in frame.columns else "none"),
-            n_actions=len(ycols) if family == "multilabel" else None,
-        )
-    clean = {k: v for k, v in overrides.items() if v is not None}
-    for key in ("loss_bounds", "reward_bounds", "context_columns"):
-        if key in clean:
-            clean[key] = tuple(clean[key])
-    if "context_columns" in clean:
-        clean.update(context_format="dense", n_features=len(clean["context_columns"]))
-    return replace(meta, **clean)
-
-
-def _indexed(name: Any, prefix: str) -> bool:
-    return isinstance(name, str) and name.startswith(prefix) and name[len(prefix) :].isdigit()
-
-
 def _numeric(
     frame: pd.DataFrame, column: str, row_ids: np.ndarray, violations: list
 ) -> np.ndarray | None:
@@ -264,16 +163,6 @@ def _numeric(
         )
     )
     return None
-
-
-def _lists(frame: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:
-    """Offsets (n+1, starting at 0) and flat values of a list column."""
-    arr = pa.array(frame[column])
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    offsets = np.asarray(arr.offsets)
-    values = np.asarray(arr.flatten())
-    return (offsets - offsets[0]).astype(np.int64), values
 
 
 def frame_to_log(
@@ -302,6 +191,7 @@ def frame_to_log(
         :func:`poem.data.check_logged_bandit`.
     """
     meta = frame_metadata(frame, family=family, **overrides)
+    frame, meta = losses_from_rewards(frame, meta)
     n = len(frame)
     required = ["propensity", *(meta.label_columns or ["action"])]
     required += list(meta.context_columns) + (
@@ -313,33 +203,11 @@ def frame_to_log(
             if meta.candidate_format != "sparse"
             else ["candidate_nnz", "candidate_indices", "candidate_values"]
         )
+    required.append("loss")
     violations = [
         Violation(c, 0, n, (), "column is missing") for c in required if c not in frame.columns
     ]
-    loss_col = (
-        "loss" if "loss" in frame.columns else ("reward" if "reward" in frame.columns else None)
-    )
-    if loss_col is None:
-        violations.append(
-            Violation("loss", 0, n, (), "column is missing (neither loss nor reward given)")
-        )
-    elif loss_col == "reward" and meta.reward_bounds is None:
-        found = (
-            f"the log declares loss bounds {list(meta.loss_bounds)}"
-            if meta.loss_bounds
-            else "no reward bounds are declared"
-        )
-        violations.append(
-            Violation(
-                "loss",
-                0,
-                n,
-                (),
-                f"column is missing; found 'reward' but {found}",
-                "Declare reward_bounds to convert rewards (δ = −reward), or write losses",
-            )
-        )
-    elif loss_col == "loss" and meta.loss_bounds is None:
+    if "loss" in frame.columns and meta.loss_bounds is None:
         violations.append(
             Violation(
                 "loss", 0, n, (), "has no declared loss bounds", "Pass loss_bounds=(min, max)"
@@ -351,7 +219,7 @@ def frame_to_log(
     row_ids = ids if ids is not None else np.arange(n)
     numeric = {
         c: _numeric(frame, c, row_ids, violations)
-        for c in ("propensity", loss_col, *meta.context_columns)
+        for c in ("propensity", "loss", *meta.context_columns)
     }
     if meta.label_columns:
         actions = np.column_stack(
@@ -359,6 +227,16 @@ def frame_to_log(
         )
     else:
         actions = _numeric(frame, "action", row_ids, violations)
+    violations += [
+        Violation(
+            p.column,
+            int(p.mask.sum()),
+            n,
+            tuple(v.item() if hasattr(v, "item") else v for v in row_ids[p.mask][:5]),
+            p.reason,
+        )
+        for p in row_problems(frame, meta)
+    ]
     if violations:
         raise InvalidLogError(violations)
     kwargs: dict[str, Any] = {
@@ -370,13 +248,11 @@ def frame_to_log(
     if meta.family == "candidates":
         kwargs["candidates"] = _candidates(frame, meta)
     if "timestamp" in frame.columns:
-        kwargs["timestamps"] = pd.to_datetime(frame["timestamp"]).to_numpy(dtype="datetime64[ns]")
+        kwargs["timestamps"] = parse_timestamps(frame)["timestamp"].to_numpy(dtype="datetime64[ns]")
     if ids is not None and not meta.event_ids_generated:
         kind = np.dtype(meta.event_id_dtype).kind if meta.event_id_dtype else "O"
-        kwargs["event_ids"] = (
-            np.asarray(ids.tolist(), dtype=str)
-            if kind == "U"
-            else (ids.astype(np.int64) if kind in "iu" and ids.dtype.kind in "iu" else ids)
+        kwargs["event_ids"] = (  # strings stay objects: never a fixed-width "<U{max}" copy
+            ids.astype(np.int64) if kind in "iu" and ids.dtype.kind in "iu" else ids.astype(object)
         )
     version = meta.logging_model_version
     if version is None and "logging_model_version" in frame.columns:
@@ -384,17 +260,9 @@ def frame_to_log(
         version = ";".join(versions) if versions else None
     kwargs["logging_model_version"] = version
     if "logging_distribution" in frame.columns:
-        offsets, values = _lists(frame, "logging_distribution")
+        offsets, values = list_column(frame, "logging_distribution")
         kwargs["logging_distribution"] = (
             values.reshape(n, -1) if n and values.size % n == 0 else values
-        )
-    if loss_col == "reward":
-        return LoggedBandit.from_rewards(
-            rewards=numeric["reward"],
-            reward_bounds=meta.reward_bounds,
-            actions=actions,
-            propensities=numeric["propensity"],
-            **kwargs,
         )
     return LoggedBandit(
         actions=actions,
@@ -409,8 +277,8 @@ def _contexts(frame: pd.DataFrame, meta: LogMetadata, numeric: dict) -> Any:
     if meta.context_format == "dense" and meta.context_columns:
         return np.column_stack([numeric[c] for c in meta.context_columns])
     if meta.context_format == "sparse":
-        indptr, indices = _lists(frame, "x_indices")
-        _, data = _lists(frame, "x_values")
+        indptr, indices = list_column(frame, "x_indices")
+        _, data = list_column(frame, "x_values")
         d = (
             meta.n_features
             if meta.n_features is not None
@@ -424,31 +292,12 @@ def _candidates(frame: pd.DataFrame, meta: LogMetadata) -> CandidateSets:
     sizes = frame["n_candidates"].to_numpy(dtype=np.int64)
     d = meta.candidate_n_features
     if meta.candidate_format == "sparse":
-        _, nnz = _lists(frame, "candidate_nnz")
-        _, indices = _lists(frame, "candidate_indices")
-        _, values = _lists(frame, "candidate_values")
+        _, nnz = list_column(frame, "candidate_nnz")
+        _, indices = list_column(frame, "candidate_indices")
+        _, values = list_column(frame, "candidate_values")
         indptr = np.concatenate([[0], np.cumsum(nnz)])
         features = sp.csr_matrix((values.astype(np.float64), indices, indptr), shape=(nnz.size, d))
     else:
-        offsets, values = _lists(frame, "candidate_features")
-        lengths = np.diff(offsets)
-        bad = np.flatnonzero(lengths != sizes * d)
-        if bad.size:
-            ids = (
-                frame["event_id"].to_numpy()
-                if "event_id" in frame.columns
-                else np.arange(len(frame))
-            )
-            raise InvalidLogError(
-                [
-                    Violation(
-                        "candidate_features",
-                        int(bad.size),
-                        len(frame),
-                        tuple(ids[bad[:5]].tolist()),
-                        f"do not hold n_candidates × {d} values",
-                    )
-                ]
-            )
+        _, values = list_column(frame, "candidate_features")
         features = values.astype(np.float64).reshape(-1, d)
     return CandidateSets.from_sizes(features, sizes)

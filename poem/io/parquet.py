@@ -1,5 +1,8 @@
 """Canonical Parquet logs: :func:`write_log`, :func:`read_log`, :func:`read_frame`.
 
+Reading any log (Parquet or CSV, with metadata resolved, rewards converted and timestamps
+parsed once) goes through :func:`poem.io.logs.read_log_table`; this module reads Parquet only.
+
 The columns and the ``poem`` key-value metadata (declared loss bounds, family, context
 layout) are defined in :mod:`poem.io.log_format`, which also converts between a
 :class:`~poem.data.LoggedBandit` and its table (:func:`log_to_frame`, :func:`frame_to_log`,
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -78,13 +82,18 @@ def write_log(
         When ``path`` already holds a log and ``overwrite`` is False.
     """
     path = Path(path)
-    existing = (
-        sorted(path.rglob("*.parquet")) if path.is_dir() else ([path] if path.exists() else [])
-    )
+    if path.is_dir():
+        existing = list_log_files(path) if any(_walk_parquet(path)) else []
+    else:
+        existing = [path] if path.exists() else []
     if existing and not overwrite:
         raise FileExistsError(
             f"{path} already holds a log ({len(existing)} Parquet file(s)); pass overwrite=True"
         )
+    if path.is_dir():  # symlinked partitions are unlinked, never emptied: their files are not ours
+        for link in [p for p in path.rglob("*") if p.is_symlink()]:
+            link.unlink()
+        existing = sorted(path.rglob("*.parquet"))
     for old in existing:
         old.unlink()
     table = log_to_table(log)
@@ -108,11 +117,28 @@ def write_log(
 
 
 # -- reading ------------------------------------------------------------------------------------
+def _walk_parquet(path: Path) -> list[Path]:
+    """``*.parquet`` files below ``path``, following symlinked folders, each real folder once."""
+    files, seen = [], set()
+    for root, dirs, names in os.walk(path, followlinks=True):
+        real = os.path.realpath(root)
+        if real in seen:  # a symlink loop, or a folder linked twice
+            dirs[:] = []
+            continue
+        seen.add(real)
+        files += [Path(root) / n for n in names if n.endswith(".parquet")]
+    return files
+
+
 def list_log_files(path: str | Path) -> list[Path]:
-    """Parquet files of a log: the file itself, or every ``*.parquet`` below a directory, sorted."""
+    """Parquet files of a log: the file itself, or every ``*.parquet`` below a directory.
+
+    Symlinked folders (e.g. a ``date=…`` partition linked from elsewhere) are followed, each
+    real folder once; files are sorted by their path relative to ``path``.
+    """
     path = Path(path)
     if path.is_dir():
-        files = sorted(path.rglob("*.parquet"), key=lambda p: p.relative_to(path).as_posix())
+        files = sorted(_walk_parquet(path), key=lambda p: p.relative_to(path).as_posix())
         if not files:
             raise InvalidLogError([Violation(str(path), 0, 0, (), "contains no *.parquet files")])
         return files
@@ -121,9 +147,17 @@ def list_log_files(path: str | Path) -> list[Path]:
     return [path]
 
 
-def _file_metadata(table: pa.Table) -> dict[str, Any] | None:
+def _file_metadata(table: pa.Table) -> Any:
     raw = (table.schema.metadata or {}).get(METADATA_KEY.encode())
     return None if raw is None else json.loads(raw)
+
+
+def _same_columns(table: pa.Table, ref: pa.Table) -> bool:
+    """Same column names and types, in any order."""
+    a, b = table.schema.remove_metadata(), ref.schema.remove_metadata()
+    return sorted(a.names) == sorted(b.names) and all(
+        a.field(n).type == b.field(n).type for n in b.names
+    )
 
 
 def read_frame(path: str | Path) -> pd.DataFrame:
@@ -144,7 +178,8 @@ def read_frame(path: str | Path) -> pd.DataFrame:
     for f in files:
         try:
             table = pq.read_table(f)
-        except (pa.ArrowException, OSError) as exc:
+            _file_metadata(table)
+        except (pa.ArrowException, OSError, ValueError) as exc:
             violations.append(
                 Violation(
                     str(f),
@@ -158,14 +193,12 @@ def read_frame(path: str | Path) -> pd.DataFrame:
             continue
         if ref is None:
             ref = (table, f)
-        elif table.schema.remove_metadata() != ref[0].schema.remove_metadata() or (
-            _file_metadata(table) != _file_metadata(ref[0])
-        ):
+        elif not _same_columns(table, ref[0]) or _file_metadata(table) != _file_metadata(ref[0]):
             violations.append(
                 Violation(str(f), 0, table.num_rows, (), _schema_difference(table, ref[0], ref[1]))
             )
             continue
-        tables.append(table)
+        tables.append(table.select(ref[0].schema.names))  # same columns in the first file's order
     if violations:
         raise InvalidLogError(violations)
     meta = _file_metadata(tables[0])
@@ -193,17 +226,25 @@ def _schema_difference(table: pa.Table, ref: pa.Table, ref_file: Path) -> str:
         + typed
     )
     if not parts:
-        parts = [f"declared metadata {_file_metadata(table)} differs"]
+        mine, theirs = _file_metadata(table), _file_metadata(ref)
+        if not (isinstance(mine, dict) and isinstance(theirs, dict)):
+            parts = [f"declared '{METADATA_KEY}' metadata {'present' if mine else 'absent'} here"]
+        else:
+            keys = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
+            parts = [
+                "declared metadata differs: "
+                + "; ".join(f"{k} {mine.get(k)!r} vs {theirs.get(k)!r}" for k in keys[:5])
+            ]
     return f"does not match {ref_file.name} of the same log: " + "; ".join(parts)
 
 
 def read_log(path: str | Path, *, family: str | None = None, **overrides: Any) -> LoggedBandit:
-    """Read a Parquet (file or ``date=`` directory) or CSV log into a :class:`LoggedBandit`.
+    """Read a Parquet log (file or ``date=`` directory) into a :class:`LoggedBandit`.
 
     Parameters
     ----------
     path : str or Path
-        ``*.parquet`` file, partitioned directory, or ``*.csv`` file (see :mod:`poem.io.csv`).
+        ``*.parquet`` file or partitioned directory (CSV: :func:`poem.io.logs.read_log`).
     family : str or None, default=None
         Expected family; must match the declared one when both exist.
     **overrides
@@ -215,10 +256,4 @@ def read_log(path: str | Path, *, family: str | None = None, **overrides: Any) -
     LoggedBandit
         The validated log.
     """
-    if Path(path).suffix.lower() == ".csv":
-        from poem.io.csv import read_csv_frame
-
-        frame = read_csv_frame(path, family=family, **overrides)
-    else:
-        frame = read_frame(path)
-    return frame_to_log(frame, family=family, **overrides)
+    return frame_to_log(read_frame(path), family=family, **overrides)

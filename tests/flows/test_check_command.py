@@ -116,3 +116,21 @@ def test_every_argument_has_help_and_commands_do_not_import_numpy():
             if isinstance(node, ast.ImportFrom) and node.module
         }
         assert "numpy" not in imported and "pandas" not in imported
+
+
+@pytest.mark.shared_data
+def test_make_logs_converts_the_open_bandit_dataset(shared_data_dir, tmp_path, capsys):
+    if not (shared_data_dir / "obd").is_dir():
+        pytest.skip("obd/ absent from the shared data folder")
+    out = tmp_path / "obd"
+    args = ["make-logs", "--dataset", "obd", "--data-dir", str(shared_data_dir), "--out", str(out)]
+    assert main([*args, "--position", "1", "--n-events", "500"]) == 0
+    assert "wrote 500 discrete events of the Open Bandit Dataset (random/all, 80 actions)" in (
+        capsys.readouterr().out
+    )
+    from poem.io.logs import read_log
+
+    log = read_log(out)
+    assert log.n_rows == 500 and log.loss_bounds == (-1.0, 0.0) and log.n_actions == 80
+    assert main(["make-logs", "--dataset", "obd", "--out", str(tmp_path / "x")]) == 2
+    assert "--dataset obd needs --data-dir" in capsys.readouterr().out

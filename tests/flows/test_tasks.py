@@ -142,9 +142,11 @@ def test_register_promote_load_champion(run, parts, trials):
 
 def test_load_fingerprint_and_build(logs_dir):
     data = DataConfig(path=str(logs_dir / "good"))
-    frame = load_logs.fn(data)
-    assert len(frame) == 900
-    assert build_log.fn(frame, data).n_rows == 900
+    table, failure = load_logs.fn(data)
+    assert failure is None and table.n_rows == 900
+    report = validate_logs.fn((table, failure), data, ChecksConfig())
+    log, report = build_log.fn(table, report)
+    assert log.n_rows == 900 and report.passed
     assert (
         fingerprint_logs.fn(data)
         == fingerprint_logs.fn(data)
@@ -157,15 +159,15 @@ def test_load_fingerprint_and_build(logs_dir):
 @pytest.mark.usefixtures("prefect_harness")
 def test_validate_and_quarantine_reconcile(logs_dir, run):
     data = DataConfig(path=str(logs_dir / "bad-propensity.parquet"))
-    frame = load_logs.fn(data)
+    loaded = load_logs.fn(data)
     checks = ChecksConfig(min_rows=10, max_quarantine_fraction=0.2)
-    report = validate_logs.fn(frame, data, checks)
+    report = validate_logs.fn(loaded, data, checks)
     record_check_report.fn(report, run)
     assert enforce_checks.fn(report, checks) is report  # 10% quarantined: within the limit
     with pytest.raises(InvalidLogError, match=r"propensity: 90 of 900 rows"):
         enforce_checks.fn(report, ChecksConfig(quarantine=False))
-    kept = quarantine_rows.fn(frame, report, run)
-    assert (len(kept), report.n_quarantined, len(frame)) == (810, 90, 900)
+    kept = quarantine_rows.fn(loaded, report, run)
+    assert (kept.n_rows, report.n_quarantined, loaded[0].n_rows) == (810, 90, 900)
     artifacts = {a.path for a in run.client().list_artifacts(run.run_id, "checks")}
     assert {
         "checks/quarantine.parquet",

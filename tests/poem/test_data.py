@@ -62,9 +62,16 @@ def base(**over):
         ),
         ({"actions": [0, 0, 0, 0, 0]}, None, None),  # one distinct action is allowed by default
         (
-            {"contexts": np.array([[1.0, np.nan]] + [[0.0, 0.0]] * 4)},
-            "contexts",
-            r"contexts: 1 of 5 rows have non-finite",
+            {"contexts": np.array([[1.0, np.nan]] + [[0.0, 0.0]] * 3 + [[np.inf, 0.0]])},
+            "x_1",
+            r"(?s)x_0: 1 of 5 rows not finite \(NaN or inf\); first rows: \[4\].*"
+            r"x_1: 1 of 5 rows not finite \(NaN or inf\); first rows: \[0\]",
+        ),
+        (
+            {"propensities": [1e-320, 0.25, 0.2, 0.5, 0.4]},
+            "propensity",
+            r"propensity: 1 of 5 rows below 2.23e-308 \(subnormal: the importance weight 1/p "
+            r"overflows\)",
         ),
         (
             {"event_ids": ["a", "b", "a", "c", "b"]},
@@ -123,7 +130,18 @@ def test_event_ids_are_used_as_row_examples():
             InvalidLogError,
             r"action: 5 of 5 rows are not integers",
         ),
-        ({"loss_bounds": (1.0, 0.0)}, ValueError, r"loss_bounds must be finite with min < max"),
+        (
+            {"loss_bounds": (1.0, 0.0)},
+            ValueError,
+            r"loss_bounds must have min < max, got \[1.0, 0.0\]",
+        ),
+        ({"loss_bounds": (0, 1e308)}, ValueError, r"loss_bounds \[0.0, 1e\+308\] overflow"),
+        ({"loss_bounds": (0, np.inf)}, ValueError, r"loss_bounds must be finite"),
+        (
+            {"loss_bounds": "0,1"},
+            ValueError,
+            r"loss_bounds must be two numbers \[min, max\], got '0,1'",
+        ),
         ({"family": "bandit"}, ValueError, r"family must be one of"),
         ({"contexts": np.zeros(5)}, ValueError, r"contexts must be 2-dimensional"),
     ],
@@ -131,6 +149,25 @@ def test_event_ids_are_used_as_row_examples():
 def test_structural_errors(over, exc, pattern):
     with pytest.raises(exc, match=pattern):
         LoggedBandit(**base(**over))
+
+
+def test_nan_candidate_feature_names_the_column_and_row():
+    from poem.data import CandidateSets
+
+    feats = np.ones((6, 2))
+    feats[3, 1] = np.nan  # candidate 3 belongs to row 1 (sizes 2, 2, 2)
+    with pytest.raises(
+        InvalidLogError, match=r"candidate_features: 1 of 3 rows not finite.*first rows: \[1\]"
+    ):
+        LoggedBandit(
+            None,
+            [0, 1, 0],
+            [0.0, 1.0, 0.0],
+            [0.5, 0.5, 0.5],
+            (0, 1),
+            family="candidates",
+            candidates=CandidateSets.from_sizes(feats, [2, 2, 2]),
+        )
 
 
 def test_learner_level_minimums():

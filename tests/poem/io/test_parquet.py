@@ -22,6 +22,8 @@ from poem.io.parquet import (
     read_log,
     write_log,
 )
+from poem.io.logs import read_log_table
+from poem.io.logs import read_log as read_any_log
 
 
 def _logs() -> dict[str, LoggedBandit]:
@@ -121,7 +123,7 @@ def test_frame_and_csv_round_trips_are_exact(tmp_path, name):
     assert _differences(log, frame_to_log(log_to_frame(log))) == []
     path = write_csv(log, tmp_path / "log.csv")
     assert metadata_path(path).exists()
-    assert _differences(log, read_log(path)) == []
+    assert _differences(log, read_any_log(path)) == []
 
 
 def test_partitions_are_named_by_date_and_declare_bounds(tmp_path):
@@ -222,7 +224,7 @@ def test_empty_inputs_are_named(tmp_path):
         read_frame(tmp_path / "zero.parquet")
     (tmp_path / "zero.csv").write_text("")
     with pytest.raises(InvalidLogError, match=r"zero.csv: is empty"):
-        read_csv_frame(tmp_path / "zero.csv", family="discrete")
+        read_csv_frame(tmp_path / "zero.csv")
     with pytest.raises(FileNotFoundError, match="nope.parquet"):
         read_frame(tmp_path / "nope.parquet")
 
@@ -244,8 +246,8 @@ def test_csv_without_metadata_needs_family_and_bounds(tmp_path):
     path = write_csv(LOGS["discrete"], tmp_path / "log.csv")
     metadata_path(path).unlink()
     with pytest.raises(ValueError, match="family must be given"):
-        read_csv_frame(path)
-    log = read_log(path, family="discrete", loss_bounds=(0, 1), n_actions=3)
+        read_log_table(path)
+    log = read_any_log(path, family="discrete", loss_bounds=(0, 1), n_actions=3)
     np.testing.assert_array_equal(log.propensities, LOGS["discrete"].propensities)
     assert log.n_actions == 3 and log.contexts.shape == (40, 4)
 
@@ -255,7 +257,7 @@ def test_unparseable_csv_timestamps_become_missing(tmp_path):
     frame = pd.read_csv(path)
     frame.loc[[2, 5], "timestamp"] = "yesterday"
     frame.to_csv(path, index=False)
-    parsed = read_csv_frame(path)
+    parsed = read_log_table(path).frame
     assert parsed["timestamp"].isna().sum() == 2
     with pytest.raises(InvalidLogError, match=r"timestamp: 2 of 40 rows missing \(NaT\)"):
         frame_to_log(parsed)

@@ -1,0 +1,212 @@
+"""The stages of checking a log, wired once: read → validate → quarantine → build → propensity.
+
+``poem-pipeline check`` (:func:`data_checks.check.check_logs`) and the ``retrain`` flow's
+tasks (``flows/tasks/{load,validate,propensity}.py``) call these same functions, so a log is
+read, converted, validated and quarantined identically on both paths (STYLE §13). Stages are
+pure functions of one table (one file or one partition of a larger log): they never raise for
+bad data, they return a :class:`~data_checks.report.DataCheckReport`; the reports of a log's
+partitions, checked one at a time, add up with :func:`data_checks.report.merge_reports`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from data_checks.report import DataCheckReport, ExpectationFailure
+from data_checks.runner import validate_frame
+from data_checks.suites import build_log_suite, default_parameters
+from poem.data import LoggedBandit
+from poem.diagnostics.propensity import PropensityReport, PropensityThresholds, propensity_report
+from poem.exceptions import InvalidLogError
+from poem.io._row_checks import row_problems
+from poem.io.logs import LogTable, read_log_table
+
+__all__ = [
+    "CheckSettings",
+    "build_stage",
+    "failed_report",
+    "propensity_stage",
+    "quarantine_stage",
+    "read_stage",
+    "validate_stage",
+]
+
+
+@dataclass(frozen=True)
+class CheckSettings:
+    """How to read and check a log (from ``check``'s flags or ``mlflow.yml``'s data/checks).
+
+    Parameters
+    ----------
+    family : str or None, default=None
+        Expected family (required for logs without metadata).
+    overrides : dict, default={}
+        Metadata for (or replacing) the declared one: ``loss_bounds``, ``reward_bounds``,
+        ``n_actions``.
+    window : tuple or None, default=None
+        Accepted [start, end] of the timestamps.
+    min_propensity : float, default=0.0
+        Propensities must exceed this.
+    min_rows : int, default=1
+        Fewer rows fail hard.
+    max_quarantine_fraction : float, default=0.05
+        Larger fractions of quarantined rows fail hard.
+    thresholds : PropensityThresholds or None, default=None
+        Propensity check thresholds.
+    """
+
+    family: str | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+    window: tuple[Any, Any] | None = None
+    min_propensity: float = 0.0
+    min_rows: int = 1
+    max_quarantine_fraction: float = 0.05
+    thresholds: PropensityThresholds | None = None
+
+
+def _violation_failures(exc: InvalidLogError, stage: str) -> tuple[ExpectationFailure, ...]:
+    """One dataset-level failure per violation of ``exc``, attributed to ``stage``."""
+    return tuple(
+        ExpectationFailure(
+            v.column,
+            stage,
+            "dataset",
+            str(v).split(": ", 1)[-1],
+            v.n_invalid,
+            v.n_rows,
+            v.row_examples,
+        )
+        for v in exc.violations
+    )
+
+
+def failed_report(source: str, exc: Exception, stage: str = "read") -> DataCheckReport:
+    """A report with one dataset-level failure per problem of ``exc`` (nothing validated)."""
+    if isinstance(exc, InvalidLogError):
+        failures = _violation_failures(exc, stage)
+    else:
+        failures = (ExpectationFailure(source, stage, "dataset", str(exc), 0, 0),)
+    return DataCheckReport(
+        suite="(not run)", n_rows=0, n_expectations=0, failures=failures, source=source
+    )
+
+
+def read_stage(
+    path: str | Path, settings: CheckSettings
+) -> tuple[LogTable | None, DataCheckReport | None]:
+    """Read the log through :func:`poem.io.logs.read_log_table`.
+
+    Returns
+    -------
+    table : LogTable or None
+        The table, or None when it cannot be read.
+    failure : DataCheckReport or None
+        A failed report naming the file, column or key, when it cannot be read.
+    """
+    try:
+        table = read_log_table(
+            path, family=settings.family, window=settings.window, **settings.overrides
+        )
+    except (InvalidLogError, ValueError, FileNotFoundError) as exc:
+        return None, failed_report(str(path), exc)
+    return table, None
+
+
+def _row_failures(table: LogTable) -> list[tuple[ExpectationFailure, np.ndarray]]:
+    """The front door's row rules (:func:`poem.io._row_checks.row_problems`) as failures."""
+    n = table.n_rows
+    ids = table.frame["event_id"].to_numpy() if "event_id" in table.frame.columns else np.arange(n)
+    out = []
+    for problem in row_problems(table.frame, table.meta):
+        pos = np.flatnonzero(problem.mask)
+        examples = tuple(v.item() if hasattr(v, "item") else v for v in ids[pos[:5]])
+        failure = ExpectationFailure(
+            problem.column, "poem_row_check", "row", problem.reason, int(pos.size), n, examples
+        )
+        out.append((failure, pos))
+    return out
+
+
+def validate_stage(
+    table: LogTable,
+    settings: CheckSettings,
+    *,
+    context: Any = None,
+    docs_dir: str | Path | None = None,
+) -> DataCheckReport:
+    """Run the family's GX suite plus the front door's row rules on one table."""
+    meta = table.meta
+    suite = build_log_suite(
+        meta.family,
+        n_labels=meta.n_actions if meta.family == "multilabel" else None,
+        has_timestamp="timestamp" in table.frame.columns,
+    )
+    params = default_parameters(
+        meta,
+        window=settings.window,
+        min_propensity=settings.min_propensity,
+        min_rows=settings.min_rows,
+    )
+    return validate_frame(
+        table.frame,
+        suite,
+        params,
+        context=context,
+        max_quarantine_fraction=settings.max_quarantine_fraction,
+        docs_dir=docs_dir,
+        source=table.source,
+        row_failures=_row_failures(table),
+    )
+
+
+def quarantine_stage(
+    table: LogTable | None, report: DataCheckReport
+) -> tuple[LogTable | None, pd.DataFrame | None]:
+    """Split off the rows with row-level failures (none when a dataset-level check failed).
+
+    Returns
+    -------
+    kept : LogTable or None
+        The remaining rows (None when ``table`` is None).
+    quarantined : DataFrame or None
+        The quarantined rows with a ``reason`` column (None when there are none).
+    """
+    from data_checks.quarantine import split_quarantine
+
+    if table is None or any(f.level == "dataset" for f in report.failures):
+        return table, None
+    kept, quarantined = split_quarantine(table.frame, report)
+    return replace(table, frame=kept), (quarantined if len(quarantined) else None)
+
+
+def build_stage(
+    kept: LogTable | None, report: DataCheckReport
+) -> tuple[LoggedBandit | None, DataCheckReport]:
+    """Build the :class:`~poem.data.LoggedBandit` of the kept rows when the report passed.
+
+    Returns
+    -------
+    log : LoggedBandit or None
+        None when the report failed or the log breaks an invariant.
+    report : DataCheckReport
+        The report, plus one dataset-level failure per broken invariant.
+    """
+    if kept is None or not report.passed:
+        return None, report
+    try:
+        return kept.to_log(), report
+    except (InvalidLogError, ValueError) as exc:
+        extra = failed_report(report.source, exc, "LoggedBandit").failures
+        return None, replace(report, failures=report.failures + extra)
+
+
+def propensity_stage(
+    log: LoggedBandit, settings: CheckSettings, target_policy: Any = None
+) -> PropensityReport:
+    """The propensity sanity checks (DESIGN §4.6) of the built log."""
+    return propensity_report(log, target_policy=target_policy, thresholds=settings.thresholds)

@@ -1,0 +1,322 @@
+"""Declared metadata of a log: :class:`LogMetadata`, resolved and checked once.
+
+:func:`frame_metadata` combines what a file declares (the JSON under the Parquet key ``poem``
+or a CSV's ``.meta.json``) with what the caller gives, and :func:`check_metadata` rejects
+values that cannot describe a log, naming the key. :func:`losses_from_rewards` and
+:func:`parse_timestamps` are the one-time ingestion transforms (DESIGN §3). Re-exported by
+:mod:`poem.io.log_format`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from poem.data import FAMILIES, check_loss_bounds
+from poem.exceptions import InvalidLogError, Violation
+
+__all__ = [
+    "FORMAT_VERSION",
+    "METADATA_KEY",
+    "LogMetadata",
+    "check_metadata",
+    "frame_metadata",
+    "losses_from_rewards",
+    "parse_timestamps",
+]
+
+METADATA_KEY = "poem"
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class LogMetadata:
+    """What a log file declares beyond its columns (stored as JSON under the key ``poem``).
+
+    Parameters
+    ----------
+    family : {"discrete", "multilabel", "candidates"}
+        Policy family of the log.
+    n_actions : int or None
+        Number of actions K (discrete) or labels q (multilabel).
+    loss_bounds : tuple of float or None
+        Declared loss bounds [δ_min, δ_max]; required when the log has a ``loss`` column.
+    reward_bounds : tuple of float or None
+        Declared reward bounds [r_min, r_max] for logs that carry ``reward`` instead.
+    context_format : {"dense", "sparse", "none"}
+        Layout of the contexts.
+    context_columns : tuple of str
+        Dense context columns, in feature order.
+    n_features : int or None
+        Context dimension d (needed for sparse contexts).
+    feature_names : tuple of str or None
+        Names of the context (or candidate) features.
+    candidate_format : {"dense", "sparse"} or None
+        Layout of the candidate vectors (candidates family).
+    candidate_n_features : int or None
+        Candidate vector dimension.
+    logging_model_version : str or None
+        Version of the logging policy.
+    event_ids_generated : bool
+        True when the writer invented positional event ids (read back as ``None``).
+    event_id_dtype : str or None
+        NumPy dtype of the original event ids, restored on read.
+    """
+
+    family: str
+    n_actions: int | None = None
+    loss_bounds: tuple[float, float] | None = None
+    reward_bounds: tuple[float, float] | None = None
+    context_format: str = "dense"
+    context_columns: tuple[str, ...] = ()
+    n_features: int | None = None
+    feature_names: tuple[str, ...] | None = None
+    candidate_format: str | None = None
+    candidate_n_features: int | None = None
+    logging_model_version: str | None = None
+    event_ids_generated: bool = False
+    event_id_dtype: str | None = None
+    format_version: int = FORMAT_VERSION
+
+    def to_json(self) -> str:
+        """JSON text of the metadata."""
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> LogMetadata:
+        """Build from a decoded JSON object (unknown keys are ignored).
+
+        Raises
+        ------
+        InvalidLogError
+            When ``data`` is not a JSON object (e.g. a list) or lacks ``family``.
+        """
+        if not isinstance(data, dict):
+            raise InvalidLogError(
+                [
+                    Violation(
+                        "metadata",
+                        0,
+                        0,
+                        (),
+                        f"the '{METADATA_KEY}' metadata is a JSON {type(data).__name__}, "
+                        'expected a JSON object such as {"family": "discrete", ...}',
+                    )
+                ]
+            )
+        if "family" not in data:
+            raise InvalidLogError(
+                [Violation("metadata", 0, 0, (), f"the '{METADATA_KEY}' metadata has no family")]
+            )
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        for key in ("context_columns", "feature_names"):
+            if isinstance(known.get(key), list):
+                known[key] = tuple(known[key])
+        return cls(**known)
+
+    @property
+    def label_columns(self) -> tuple[str, ...]:
+        """``y_0..y_{q-1}`` for the multilabel family, else empty."""
+        if self.family != "multilabel" or self.n_actions is None:
+            return ()
+        return tuple(f"y_{j}" for j in range(self.n_actions))
+
+
+def frame_metadata(
+    frame: pd.DataFrame, *, family: str | None = None, **overrides: Any
+) -> LogMetadata:
+    """Return the :class:`LogMetadata` of a frame: ``frame.attrs["poem"]`` plus overrides.
+
+    Without stored metadata, dense context columns default to the ``x_<j>`` columns and the
+    number of labels of a multilabel log to the number of ``y_<j>`` columns.
+    """
+    stored = frame.attrs.get(METADATA_KEY)
+    if stored is not None:
+        try:
+            meta = LogMetadata.from_dict(stored)
+        except TypeError as exc:
+            raise _bad("metadata", len(frame), f"cannot be read ({exc})") from None
+        if family is not None and family != meta.family:
+            raise ValueError(
+                f"family: the log declares {meta.family!r}, but {family!r} was requested"
+            )
+    else:
+        if family is None:
+            raise ValueError("family must be given for a log without poem metadata")
+        xcols = sorted((c for c in frame.columns if _indexed(c, "x_")), key=lambda c: int(c[2:]))
+        ycols = [c for c in frame.columns if _indexed(c, "y_")]
+        meta = LogMetadata(
+            family=family,
+            context_columns=tuple(xcols),
+            n_features=len(xcols) or None,
+            context_format="dense"
+            if xcols
+            else ("sparse" if "x_indices" in frame.columns else "none"),
+            n_actions=len(ycols) if family == "multilabel" else None,
+        )
+    clean = {k: v for k, v in overrides.items() if v is not None}
+    if "context_columns" in clean:
+        clean["context_columns"] = tuple(clean["context_columns"])
+        clean.update(context_format="dense", n_features=len(clean["context_columns"]))
+    if "loss_bounds" in clean or "reward_bounds" in clean:  # given bounds replace declared ones
+        clean = {"loss_bounds": None, "reward_bounds": None, **clean}
+    return check_metadata(replace(meta, **clean), len(frame))
+
+
+def _bad(key: str, n: int, message: str) -> InvalidLogError:
+    return InvalidLogError([Violation(key, 0, n, (), message)])
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def check_metadata(meta: LogMetadata, n_rows: int = 0) -> LogMetadata:
+    """Check declared metadata values; bounds become float tuples.
+
+    Parameters
+    ----------
+    meta : LogMetadata
+        Declared (and overridden) metadata.
+    n_rows : int, default=0
+        Rows of the table (for the error).
+
+    Returns
+    -------
+    LogMetadata
+        With ``loss_bounds`` / ``reward_bounds`` as ``(float, float)``.
+
+    Raises
+    ------
+    InvalidLogError
+        Naming the key: unknown family, ``n_actions`` that is not a positive integer,
+        bounds that are not two finite, increasing, non-overflowing numbers, unknown layouts.
+    """
+    if meta.family not in FAMILIES:
+        raise _bad("family", n_rows, f"{meta.family!r} is not one of {list(FAMILIES)}")
+    least = 2 if meta.family == "discrete" else 1
+    if meta.n_actions is not None and not (_is_int(meta.n_actions) and meta.n_actions >= least):
+        raise _bad(
+            "n_actions",
+            n_rows,
+            f"must be an integer >= {least} for the {meta.family} family, got {meta.n_actions!r}",
+        )
+    bounds = {}
+    for key in ("loss_bounds", "reward_bounds"):
+        if getattr(meta, key) is not None:
+            try:
+                bounds[key] = check_loss_bounds(getattr(meta, key), key)
+            except ValueError as exc:
+                raise _bad(key, n_rows, str(exc).removeprefix(key).strip()) from None
+    if meta.context_format not in ("dense", "sparse", "none"):
+        raise _bad(
+            "context_format",
+            n_rows,
+            f"{meta.context_format!r} is not one of ['dense', 'sparse', 'none']",
+        )
+    if meta.candidate_format not in (None, "dense", "sparse"):
+        raise _bad(
+            "candidate_format",
+            n_rows,
+            f"{meta.candidate_format!r} is not one of ['dense', 'sparse']",
+        )
+    for key in ("n_features", "candidate_n_features"):
+        value = getattr(meta, key)
+        if value is not None and not (_is_int(value) and value >= 0):
+            raise _bad(key, n_rows, f"must be a non-negative integer, got {value!r}")
+    if not all(isinstance(c, str) for c in meta.context_columns):
+        raise _bad("context_columns", n_rows, "must be a list of column names")
+    return replace(meta, **bounds)
+
+
+def parse_timestamps(frame: pd.DataFrame) -> pd.DataFrame:
+    """Parse a text ``timestamp`` column as ISO 8601 into naive UTC ``datetime64[ns]``.
+
+    Unparseable values become ``NaT`` (reported by the checks as missing timestamps); a
+    frame without the column, or with it already parsed, is returned unchanged.
+    """
+    if "timestamp" not in frame.columns or pd.api.types.is_datetime64_dtype(frame["timestamp"]):
+        return frame
+    column = frame["timestamp"]
+    if not isinstance(column.dtype, pd.DatetimeTZDtype):
+        column = pd.to_datetime(
+            column.astype("string"), errors="coerce", format="ISO8601", utc=True
+        )
+    parsed = column.dt.tz_convert("UTC").dt.tz_localize(None).astype("datetime64[ns]")
+    out = frame.assign(timestamp=parsed)
+    out.attrs = dict(frame.attrs)
+    return out
+
+
+def losses_from_rewards(frame: pd.DataFrame, meta: LogMetadata) -> tuple[pd.DataFrame, LogMetadata]:
+    """Convert a ``reward`` column to ``loss`` once (δ = −reward, DESIGN §3).
+
+    Parameters
+    ----------
+    frame : DataFrame
+        Canonical table with ``loss`` or ``reward``.
+    meta : LogMetadata
+        Its metadata; ``reward_bounds`` [r_min, r_max] become ``loss_bounds`` [−r_max, −r_min].
+
+    Returns
+    -------
+    frame : DataFrame
+        With ``loss`` in place of ``reward`` (unchanged when it has no ``reward``).
+    meta : LogMetadata
+        With loss bounds and no reward bounds.
+
+    Raises
+    ------
+    InvalidLogError
+        When ``reward`` sits beside ``loss`` (ambiguous), or rewards come without reward bounds.
+    """
+    if "reward" not in frame.columns:
+        return frame, meta
+    n = len(frame)
+    if "loss" in frame.columns:
+        raise InvalidLogError(
+            [
+                Violation(
+                    "reward",
+                    0,
+                    n,
+                    (),
+                    "column is given beside 'loss': ambiguous, which one is the outcome?",
+                    "Keep one of the two columns (losses δ, or rewards converted as δ = −reward)",
+                )
+            ]
+        )
+    if meta.reward_bounds is None:
+        found = (
+            f"the log declares loss bounds {list(meta.loss_bounds)}"
+            if meta.loss_bounds
+            else "no reward bounds are declared"
+        )
+        raise InvalidLogError(
+            [
+                Violation(
+                    "loss",
+                    0,
+                    n,
+                    (),
+                    f"column is missing; found 'reward' but {found}",
+                    "Declare reward_bounds to convert rewards (δ = −reward), or write losses",
+                )
+            ]
+        )
+    lo, hi = meta.reward_bounds
+    rewards = frame["reward"]
+    out = frame.rename(columns={"reward": "loss"})
+    if rewards.dtype.kind in "biuf":  # non-numbers are left for the type checks to report
+        out["loss"] = -rewards.to_numpy(dtype=np.float64, na_value=np.nan)  # DESIGN §3: δ = −reward
+    meta = replace(meta, loss_bounds=(-hi, -lo), reward_bounds=None)
+    out.attrs = {**frame.attrs, METADATA_KEY: json.loads(meta.to_json())}
+    return out, meta
+
+
+def _indexed(name: Any, prefix: str) -> bool:
+    return isinstance(name, str) and name.startswith(prefix) and name[len(prefix) :].isdigit()

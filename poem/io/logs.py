@@ -1,0 +1,213 @@
+"""One front door for log files: :func:`read_log_table` (DESIGN §2 "load", STYLE §13).
+
+Every reader of logged data — ``poem-pipeline check``, the ``retrain`` flow, scripts — goes
+through :func:`read_log_table`, which in one place
+
+1. lists exactly the files it reads (:func:`log_files`: a CSV and its ``.meta.json``, a
+   Parquet file, or every ``*.parquet`` below a folder, following symlinked ``date=``
+   partitions) — :func:`log_fingerprint` hashes the same list;
+2. reads them into one frame (:func:`poem.io.parquet.read_frame` or
+   :func:`poem.io.csv.read_csv_frame`);
+3. resolves the metadata once (declared, then overridden by the caller; values checked);
+4. converts rewards to losses once (δ = −reward; ``reward`` beside ``loss`` is an error);
+5. parses timestamps once (ISO 8601 text → naive UTC), and refuses a time window for a log
+   without timestamps (rows outside a window are then reported by the checks).
+
+The result, a :class:`LogTable`, is one table (or one partition of a larger log) that the
+data checks validate and :meth:`LogTable.to_log` turns into a :class:`~poem.data.LoggedBandit`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from poem.data import LoggedBandit
+from poem.exceptions import InvalidLogError, Violation
+from poem.io.csv import metadata_path, read_csv_frame
+from poem.io.log_format import (
+    METADATA_KEY,
+    LogMetadata,
+    frame_metadata,
+    frame_to_log,
+    losses_from_rewards,
+    parse_timestamps,
+)
+from poem.io.parquet import list_log_files, read_frame
+
+__all__ = ["LogTable", "log_files", "log_fingerprint", "read_log", "read_log_table"]
+
+
+@dataclass(frozen=True)
+class LogTable:
+    """A log read through the front door: canonical frame plus its resolved metadata.
+
+    Parameters
+    ----------
+    frame : DataFrame
+        Canonical columns (losses, parsed timestamps); ``frame.attrs["poem"]`` holds ``meta``.
+    meta : LogMetadata
+        The resolved metadata (loss bounds always set).
+    source : str
+        The path given to :func:`read_log_table`.
+    files : tuple of str
+        The files read (the ones :func:`log_fingerprint` hashes).
+    """
+
+    frame: pd.DataFrame = field(repr=False)
+    meta: LogMetadata
+    source: str = ""
+    files: tuple[str, ...] = ()
+
+    @property
+    def n_rows(self) -> int:
+        """Number of rows."""
+        return len(self.frame)
+
+    def take(self, mask: Any) -> LogTable:
+        """Return the table of the rows where ``mask`` is true (input order kept)."""
+        frame = self.frame.loc[np.asarray(mask, dtype=bool)]
+        frame.attrs = dict(self.frame.attrs)
+        return replace(self, frame=frame)
+
+    def to_log(self) -> LoggedBandit:
+        """Build the :class:`~poem.data.LoggedBandit` (raises :class:`InvalidLogError`)."""
+        return frame_to_log(self.frame)
+
+
+def log_files(path: str | Path) -> list[Path]:
+    """The files a log consists of: a CSV (and its ``.meta.json``), or its Parquet files.
+
+    Raises
+    ------
+    FileNotFoundError
+        When ``path`` does not exist.
+    InvalidLogError
+        For a folder without ``*.parquet`` files.
+    """
+    path = Path(path)
+    if path.suffix.lower() == ".csv":
+        if not path.is_file():
+            raise FileNotFoundError(f"log {path} does not exist")
+        side = metadata_path(path)
+        return [path, side] if side.is_file() else [path]
+    return list_log_files(path)
+
+
+def log_fingerprint(path: str | Path) -> str:
+    """SHA-256 over the names (relative to ``path``) and bytes of exactly :func:`log_files`."""
+    path = Path(path)
+    digest = hashlib.sha256()
+    for file in log_files(path):
+        name = file.relative_to(path) if path.is_dir() else file.name
+        digest.update(str(name).encode())
+        with open(file, "rb") as fh:
+            for block in iter(lambda fh=fh: fh.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def _window_needs_timestamps(frame: pd.DataFrame, window: Any) -> None:
+    if window is None or "timestamp" in frame.columns:
+        return
+    start, end = window
+    raise InvalidLogError(
+        [
+            Violation(
+                "timestamp",
+                0,
+                len(frame),
+                (),
+                f"column is missing, but a time window [{start}, {end}] is configured",
+                "Log a timestamp column, or remove the window (data.window_start/window_end, "
+                "--window)",
+            )
+        ]
+    )
+
+
+def read_log_table(
+    path: str | Path,
+    *,
+    family: str | None = None,
+    window: tuple[Any, Any] | None = None,
+    **overrides: Any,
+) -> LogTable:
+    """Read a Parquet or CSV log into a :class:`LogTable` (the one ingestion path).
+
+    Parameters
+    ----------
+    path : str or Path
+        Parquet file, folder of ``date=`` partitions (symlinks followed), or CSV file.
+    family : str or None, default=None
+        Expected family; required for a log without metadata (a plain CSV).
+    window : tuple or None, default=None
+        Accepted [start, end] of the timestamps; the log must then have timestamps.
+    **overrides
+        :class:`~poem.io.log_format.LogMetadata` fields replacing declared ones
+        (``loss_bounds`` or ``reward_bounds``, ``n_actions``, ``context_columns``); None
+        values are ignored.
+
+    Returns
+    -------
+    LogTable
+
+    Raises
+    ------
+    FileNotFoundError
+        When ``path`` does not exist.
+    InvalidLogError
+        Naming the file, column or metadata key: unreadable files, inconsistent partitions,
+        invalid metadata, ``reward`` beside ``loss``, rewards without reward bounds, a window
+        without timestamps.
+    ValueError
+        When ``family`` contradicts the declared family or is missing for a plain log.
+    """
+    files = log_files(path)
+    csv = Path(path).suffix.lower() == ".csv"
+    frame = read_csv_frame(path) if csv else read_frame(path)
+    meta = frame_metadata(frame, family=family, **overrides)
+    frame.attrs[METADATA_KEY] = json.loads(meta.to_json())
+    frame, meta = losses_from_rewards(frame, meta)
+    if "loss" in frame.columns and meta.loss_bounds is None:
+        raise InvalidLogError(
+            [
+                Violation(
+                    "loss",
+                    0,
+                    len(frame),
+                    (),
+                    "has no declared loss bounds",
+                    "Declare loss_bounds (or reward_bounds for a reward column)",
+                )
+            ]
+        )
+    frame = parse_timestamps(frame)
+    _window_needs_timestamps(frame, window)
+    frame.attrs[METADATA_KEY] = json.loads(meta.to_json())
+    return LogTable(frame, meta, str(path), tuple(str(f) for f in files))
+
+
+def read_log(path: str | Path, *, family: str | None = None, **overrides: Any) -> LoggedBandit:
+    """Read a Parquet or CSV log into a validated :class:`~poem.data.LoggedBandit`.
+
+    Parameters
+    ----------
+    path : str or Path
+        As in :func:`read_log_table`.
+    family : str or None, default=None
+        As in :func:`read_log_table`.
+    **overrides
+        As in :func:`read_log_table`.
+
+    Returns
+    -------
+    LoggedBandit
+    """
+    return read_log_table(path, family=family, **overrides).to_log()
