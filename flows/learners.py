@@ -11,7 +11,13 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["LEARNERS", "build_learner", "learner_class", "learner_param_names"]
+__all__ = [
+    "LEARNERS",
+    "build_learner",
+    "check_learner_params",
+    "learner_class",
+    "learner_param_names",
+]
 
 # config name -> "module:Class"
 LEARNERS: dict[str, str] = {
@@ -46,3 +52,21 @@ def build_learner(
 ) -> Any:
     """Build an unfitted estimator with the fixed ``params``, then the trial ``overrides``."""
     return learner_class(name)(**{**dict(params), **dict(overrides or {})})
+
+
+def check_learner_params(name: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate ``params`` with the learner's own checks (STYLE §13); return all its params.
+
+    ``clone(est).set_params(**params).validate_params()``: the config does not mirror the
+    learner's rules, it asks the learner.
+
+    Raises
+    ------
+    ValueError, TypeError
+        From the learner, naming the parameter and the allowed values.
+    """
+    from sklearn.base import clone
+
+    estimator = clone(learner_class(name)()).set_params(**dict(params))
+    estimator.validate_params()
+    return estimator.get_params(deep=False)
