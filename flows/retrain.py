@@ -81,6 +81,42 @@ class RetrainResult:
         """``decision=<promoted|rejected> champion=<version>`` (the CLI's last line)."""
         return f"decision={self.decision} champion={self.champion_version or 'logging-policy'}"
 
+    def _metric(self, role: str, suffix: str = "") -> tuple[str, float | None]:
+        """(estimator, value) of ``<role>[_<estimator>]_risk<suffix>`` in :attr:`metrics`."""
+        for key, value in self.metrics.items():
+            if key.startswith(f"{role}_") and key.endswith(f"risk{suffix}"):
+                middle = key[len(role) + 1 : len(key) - len(f"risk{suffix}")].strip("_")
+                if "_" not in middle:
+                    return middle, value
+        return "", None
+
+    def headline(self) -> list[str]:
+        """Two lines: both risks, the difference with its interval and bound, the decision."""
+        estimator, challenger = self._metric("challenger")
+        _, champion = self._metric("champion")
+        _, difference = self._metric("difference")
+        _, lower = self._metric("difference", "_lower")
+        _, upper = self._metric("difference", "_upper")
+        _, bound = self._metric("difference", "_ucb")
+        against = (
+            f"champion v{self.previous_champion_version}"
+            if self.previous_champion_version
+            else "champion (the logging policy)"
+        )
+        now = self.champion_version or "the logging policy"
+
+        def num(value: float | None, sign: str = "") -> str:
+            return "n/a" if value is None else f"{value:{sign}.4f}"
+
+        risk = f"{estimator.upper()} risk" if estimator else "risk"
+        return [
+            f"{self.decision.upper()}: challenger v{self.challenger_version} {risk} "
+            f"{num(challenger)} vs {against} {num(champion)}",
+            f"  difference {num(difference, '+')}, interval [{num(lower, '+')}, "
+            f"{num(upper, '+')}], upper bound {num(bound, '+')}; champion is now "
+            f"{'v' + self.champion_version if self.champion_version else now}",
+        ]
+
 
 def _search(parts: Any, cfg: Any, data_key: str) -> list[Any]:
     """Submit every grid point, at most ``search.max_workers`` at a time."""
@@ -108,7 +144,11 @@ def _search(parts: Any, cfg: Any, data_key: str) -> list[Any]:
 
 
 @flow(name="retrain", task_runner=ThreadPoolTaskRunner(max_workers=8), validate_parameters=False)
-def retrain(config_path: str | Path, logs: str | Path | None = None) -> RetrainResult:
+def retrain(
+    config_path: str | Path,
+    logs: str | Path | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> RetrainResult:
     """Validate new logs, learn a policy, gate it against the champion, register and promote.
 
     Parameters
@@ -117,6 +157,8 @@ def retrain(config_path: str | Path, logs: str | Path | None = None) -> RetrainR
         ``mlflow.yml``.
     logs : str or Path or None, default=None
         Log file or folder overriding ``data.path``.
+    overrides : dict or None, default=None
+        Dotted config keys → values applied on top of the file (``retrain --set``).
 
     Returns
     -------
@@ -130,7 +172,7 @@ def retrain(config_path: str | Path, logs: str | Path | None = None) -> RetrainR
     flows.config.ConfigError
         When ``mlflow.yml`` is invalid.
     """
-    cfg = load_config(config_path)
+    cfg = load_config(config_path, overrides)
     if logs is not None:
         cfg = cfg.with_data_path(logs)
     flow_run_id = str(flow_run.get_id() or "local")
@@ -160,6 +202,9 @@ def retrain(config_path: str | Path, logs: str | Path | None = None) -> RetrainR
         version = register_policy(policy, run, tags)
         if comparison.promote:
             promote_policy(version, run)  # the last step: champion moves only here
+    except KeyboardInterrupt:
+        finish_tracking.fn(run, "KILLED")  # directly: the task machinery may be shutting down
+        raise
     except BaseException:
         finish_tracking(run, "FAILED")
         raise
