@@ -35,7 +35,15 @@ from flows.tasks.train import train_policy
 from flows.tasks.validate import enforce_checks, quarantine_rows, record_check_report, validate_logs
 from poem.learners.search import expand_grid
 
-__all__ = ["RetrainResult", "retrain"]
+__all__ = ["RetrainInterrupted", "RetrainResult", "retrain"]
+
+
+class RetrainInterrupted(KeyboardInterrupt):
+    """Ctrl-C after the run's MLflow run started; that run is marked KILLED, nothing promoted."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(run_id)
+        self.run_id = run_id
 
 
 @dataclass(frozen=True)
@@ -169,6 +177,8 @@ def retrain(
     ------
     poem.InvalidLogError
         When the logs fail the data or propensity checks (nothing is trained or registered).
+    RetrainInterrupted
+        On Ctrl-C after the MLflow run started (the run is marked KILLED).
     flows.config.ConfigError
         When ``mlflow.yml`` is invalid.
     """
@@ -202,9 +212,9 @@ def retrain(
         version = register_policy(policy, run, tags)
         if comparison.promote:
             promote_policy(version, run)  # the last step: champion moves only here
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         finish_tracking.fn(run, "KILLED")  # directly: the task machinery may be shutting down
-        raise
+        raise RetrainInterrupted(run.run_id) from exc
     except BaseException:
         finish_tracking(run, "FAILED")
         raise

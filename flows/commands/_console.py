@@ -25,6 +25,7 @@ __all__ = [
     "EXIT_OK",
     "StageProgress",
     "detached_prefect_server",
+    "exit_now",
     "interruptible",
     "quiet",
 ]
@@ -136,3 +137,20 @@ def interruptible() -> Iterator[None]:
     finally:
         signal.signal(signal.SIGINT, previous)
         logging.disable(logging.NOTSET)
+
+
+def exit_now(code: int) -> None:
+    """Exit at once with ``code``: stop Prefect's temporary server, flush, ``os._exit``.
+
+    After Ctrl-C the flow has already marked its MLflow run KILLED; waiting for the search's
+    worker threads to finish their trials (whose nested runs are only created when a trial
+    completes) would only delay the exit.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if "prefect.server.api.server" in sys.modules:
+        from prefect.server.api.server import SubprocessASGIServer
+
+        for server in list(SubprocessASGIServer._instances.values()):
+            server.stop()
+    os._exit(code)

@@ -24,6 +24,7 @@ from flows.commands._console import (
     EXIT_INTERRUPTED,
     StageProgress,
     detached_prefect_server,
+    exit_now,
     interruptible,
     quiet,
 )
@@ -106,9 +107,11 @@ def run(args: argparse.Namespace) -> int:
     with interruptible():
         try:
             results = _run_days(args.config, days)
-        except KeyboardInterrupt:
-            print("interrupted: the MLflow run is marked KILLED", file=sys.stderr)
-            return EXIT_INTERRUPTED
+        except KeyboardInterrupt as exc:
+            run_id = getattr(exc, "run_id", None)
+            what = f"MLflow run {run_id} is marked KILLED" if run_id else "no run had started"
+            print(f"interrupted: {what}; champion did not move", file=sys.stderr)
+            exit_now(EXIT_INTERRUPTED)
     if not isinstance(results, list):
         return results
     print(
@@ -118,7 +121,10 @@ def run(args: argparse.Namespace) -> int:
     )
     print("see the runs, nested trials, reports and registered versions with:")
     print(f"  mlflow ui --backend-store-uri {cfg.tracking.uri}")
-    print(f"  poem-pipeline compare --config {args.config}")
+    from flows.config import default_config_path
+
+    own = "" if Path(args.config) == default_config_path() else f" --config {args.config}"
+    print(f"  poem-pipeline compare{own}")
     print(results[-1].summary_line())
     return 0
 

@@ -26,6 +26,7 @@ from flows.commands._console import (
     EXIT_OK,
     StageProgress,
     detached_prefect_server,
+    exit_now,
     interruptible,
     quiet,
 )
@@ -133,10 +134,13 @@ def run_retrain(
     with interruptible():
         try:
             return _run_flow(config, path, overrides, verbose, t0)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
+            run_id = getattr(exc, "run_id", None)
+            what = (
+                f"MLflow run {run_id} is marked KILLED" if run_id else "no MLflow run had started"
+            )
             print(
-                f"interrupted after {time.perf_counter() - t0:.1f}s: the MLflow run is marked "
-                "KILLED; champion did not move",
+                f"interrupted after {time.perf_counter() - t0:.1f}s: {what}; champion did not move",
                 file=sys.stderr,
             )
             return EXIT_INTERRUPTED
@@ -187,4 +191,7 @@ def run(args: argparse.Namespace) -> int:
         overrides = {**log_overrides(args), **parse_overrides(args.set)}
     except ConfigError as exc:
         return _fail(str(exc), EXIT_CONFIG)
-    return run_retrain(args.config, args.logs, overrides, verbose=args.verbose)
+    code = run_retrain(args.config, args.logs, overrides, verbose=args.verbose)
+    if code == EXIT_INTERRUPTED:
+        exit_now(code)  # do not wait for the trials still running in worker threads
+    return code
