@@ -57,6 +57,7 @@ def test_readme_marks_blocks_and_uses_one_way_to_call_the_tools():
 
 
 @pytest.mark.slow
+@pytest.mark.readme
 def test_runnable_readme_blocks_work_verbatim(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
