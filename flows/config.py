@@ -69,14 +69,8 @@ class _Section(BaseModel):
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
 _ALIAS = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,254}")
-_TRACKING_SCHEMES = (
-    *("sqlite", "file", "http", "https"),
-    *("postgresql", "mysql", "mssql", "databricks"),
-)
-_ARTIFACT_SCHEMES = (
-    *("file", "s3", "gs", "wasbs", "abfss", "hdfs"),
-    *("mlflow-artifacts", "http", "https"),
-)
+_TRACKING_SCHEMES = ("sqlite", "file", "http", "https", "postgresql", "mysql", "mssql")
+_ARTIFACT_SCHEMES = ("file", "s3", "gs", "wasbs", "abfss", "hdfs", "mlflow-artifacts", "http")
 MAX_TRIALS = 1000  # search.grid points
 MAX_LOSS_RANGE = 1e12  # wider loss bounds lose the precision of the scaled losses
 
@@ -93,8 +87,9 @@ def _check_uri(uri: str, schemes: Sequence[str], what: str, *, plain_paths: bool
     if scheme is None and plain_paths:
         return uri
     if scheme not in schemes:
+        found = "has no scheme" if scheme is None else f"has scheme {scheme!r}"
         raise ValueError(
-            f"{what} has scheme {scheme!r}; allowed: {', '.join(schemes)}"
+            f"{what} {found}; allowed: {', '.join(schemes)}"
             + (" or a plain path" if plain_paths else "")
         )
     if scheme == "sqlite" and not uri.startswith("sqlite:///"):
