@@ -572,10 +572,26 @@ def load_config(
         raise ConfigError(
             f"config file {path} must hold a mapping of sections, got {type(raw).__name__}"
         )
-    cfg = _validate(raw, path)
-    if overrides:  # on top of the file's values and the defaults it left out
-        cfg = _validate(apply_overrides(cfg.model_dump(mode="json"), overrides), path)
-    return _resolve(cfg, Path.cwd())
+    if overrides:
+        raw = apply_overrides(_with_default_tables(raw), overrides)
+    return _resolve(_validate(raw, path), Path.cwd())
+
+
+def _with_default_tables(raw: dict[str, Any]) -> dict[str, Any]:
+    """Fill an absent ``training.params`` / ``search.grid`` with the defaults.
+
+    So ``--set training.params.max_iter=5`` changes one parameter instead of replacing them all.
+    """
+    training, search = raw.get("training", {}), raw.get("search", {})
+    if not (isinstance(training, dict) and isinstance(search, dict)):
+        return raw  # the validation names the bad section
+    if training.get("learner", "poem") != "poem":
+        return {**raw, "training": {"params": {}, **training}}
+    return {
+        **raw,
+        "training": {"params": dict(POEM_PARAMS), **training},
+        "search": {"grid": dict(SearchConfig().grid), **search},
+    }
 
 
 def _validate(raw: dict[str, Any], path: Path) -> PipelineConfig:

@@ -121,6 +121,8 @@ def run_retrain(
 ) -> int:
     """Check the config and the logs, run the flow, print stages and headline; the exit code."""
     quiet(libraries=not verbose)
+    if logs is not None and not Path(logs).exists():
+        return _fail(f"--logs: {logs} does not exist", EXIT_CONFIG)
     try:
         cfg = load_config(config, overrides)
     except ConfigError as exc:

@@ -308,3 +308,11 @@ def test_environment_tracking_uri_is_validated(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "ftp://nowhere")
     with pytest.raises(ConfigError, match=r"MLFLOW_TRACKING_URI: tracking URI has scheme 'ftp'"):
         load_config(_write(tmp_path, ""))
+
+
+def test_overrides_of_another_learner_keep_its_own_defaults(tmp_path):
+    path = _write(tmp_path, "training:\n  learner: banditnet\n")
+    with pytest.raises(ConfigError, match=r"the default grid is POEM's"):
+        load_config(path, parse_overrides(["training.params.max_iter=5"]))
+    cfg = load_config(path, parse_overrides(["search.grid={l2_penalty: [0.0, 1.0]}"]))
+    assert cfg.training.params == {} and cfg.search.grid == {"l2_penalty": [0.0, 1.0]}
