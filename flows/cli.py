@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import sys
 from collections.abc import Sequence
 
 # subcommand name -> module under flows.commands (append new commands here)
 COMMANDS: dict[str, str] = {
+    "init": "init",
     "demo": "demo",
     "make-logs": "make_logs",
     "check": "check",
@@ -26,12 +28,22 @@ COMMANDS: dict[str, str] = {
 }
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version("poem-pipeline")
+    except importlib.metadata.PackageNotFoundError:  # running from a source tree
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with one subparser per registered command."""
     parser = argparse.ArgumentParser(
         prog="poem-pipeline",
         description="Counterfactual Risk Minimization pipeline: validate logged bandit feedback, "
         "learn with POEM, gate against the champion, register and serve stochastic policies.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {_version()}", help="print the version"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in COMMANDS.values():

@@ -5,23 +5,42 @@ returns a frozen :class:`PipelineConfig`; the flow passes each task only its sub
 (``cfg.training``, ``cfg.gate``, ...). Unknown keys, wrong types and a missing file all
 raise one :class:`ConfigError` whose message names the offending key.
 
+Everything is checked here, at load, before any data is read or any server starts: every
+value (learner parameters and every grid value through the learner's own ``validate_params``),
+and the combinations that would otherwise fail mid-run or silently do nothing (``gate.clip``
+without ``clipped_ips``, a ``variance_scale`` grid with a numeric ``variance_penalty``, an empty
+grid, aliases equal to each other or reserved, reversed bounds or windows, a policy family that
+is not the data's). The YAML itself is read strictly (:mod:`flows._yaml`: no aliases, no
+duplicate keys, UTF-8). Messages are bounded in size.
+
 Relative paths (the sqlite database of ``tracking.uri``, ``tracking.artifact_location``,
 ``data.path``) are resolved against the current working directory when the file is loaded,
 so the resolved config logged to MLflow is unambiguous. ``MLFLOW_TRACKING_URI``, when set,
-overrides ``tracking.uri``.
+overrides ``tracking.uri``. The package carries the annotated default config
+(:func:`default_config_path`, written by ``poem-pipeline init``); an empty file means the same.
 """
 
 from __future__ import annotations
 
 import os
-from datetime import datetime
+import re
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from flows.learners import LEARNERS, learner_param_names
+from flows._yaml import (
+    ConfigError,
+    YamlError,
+    apply_overrides,
+    parse_overrides,
+    read_yaml_file,
+    shorten,
+)
+from flows.learners import LEARNERS, check_learner_params, learner_param_names
 
 __all__ = [
     "ChecksConfig",
@@ -34,18 +53,48 @@ __all__ = [
     "SplitConfig",
     "TrackingConfig",
     "TrainingConfig",
+    "apply_overrides",
+    "default_config_path",
     "load_config",
+    "parse_overrides",
+    "resolve_config_path",
 ]
 
 Scalar = bool | int | float | str | None
 
 
-class ConfigError(ValueError):
-    """``mlflow.yml`` is missing, unreadable or invalid; the message names the key."""
-
-
 class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
+_ALIAS = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,254}")
+_TRACKING_SCHEMES = ("sqlite", "file", "http", "https", "postgresql", "mysql", "mssql")
+_ARTIFACT_SCHEMES = ("file", "s3", "gs", "wasbs", "abfss", "hdfs", "mlflow-artifacts", "http")
+MAX_TRIALS = 1000  # search.grid points
+MAX_LOSS_RANGE = 1e12  # wider loss bounds lose the precision of the scaled losses
+
+
+def _scheme(uri: str) -> str | None:
+    match = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):", uri)
+    return match.group(1).lower() if match and len(match.group(1)) > 1 else None
+
+
+def _check_uri(uri: str, schemes: Sequence[str], what: str, *, plain_paths: bool) -> str:
+    if not uri.strip():
+        raise ValueError(f"{what} must not be empty")
+    scheme = _scheme(uri)
+    if scheme is None and plain_paths:
+        return uri
+    if scheme not in schemes:
+        found = "has no scheme" if scheme is None else f"has scheme {scheme!r}"
+        raise ValueError(
+            f"{what} {found}; allowed: {', '.join(schemes)}"
+            + (" or a plain path" if plain_paths else "")
+        )
+    if scheme == "sqlite" and not uri.startswith("sqlite:///"):
+        raise ValueError(f"{what} must look like sqlite:///relative.db or sqlite:////abs/path.db")
+    return uri
 
 
 class TrackingConfig(_Section):
@@ -59,6 +108,55 @@ class TrackingConfig(_Section):
     challenger_alias: str = "challenger"
     previous_champion_alias: str = "previous-champion"
 
+    @field_validator("uri")
+    @classmethod
+    def _tracking_uri(cls, uri: str) -> str:
+        return _check_uri(uri, _TRACKING_SCHEMES, "tracking URI", plain_paths=False)
+
+    @field_validator("artifact_location")
+    @classmethod
+    def _artifact_location(cls, location: str) -> str:
+        return _check_uri(location, _ARTIFACT_SCHEMES, "artifact location", plain_paths=True)
+
+    @field_validator("experiment")
+    @classmethod
+    def _experiment(cls, name: str) -> str:
+        if not name.strip() or any(ord(c) < 32 for c in name) or len(name) > 500:
+            raise ValueError("experiment name must be 1-500 printable characters")
+        return name
+
+    @field_validator("registered_model")
+    @classmethod
+    def _model_name(cls, name: str) -> str:
+        if not _NAME.fullmatch(name):
+            raise ValueError(
+                "registered model name must be 1-255 letters, digits, '.', '_' or '-' "
+                "(no '/', ':', '@' or spaces: it is part of models:/NAME@ALIAS URIs)"
+            )
+        return name
+
+    @field_validator("champion_alias", "challenger_alias", "previous_champion_alias")
+    @classmethod
+    def _alias(cls, alias: str) -> str:
+        if not _ALIAS.fullmatch(alias) or alias.lower() == "latest" or re.fullmatch(r"v\d+", alias):
+            raise ValueError(
+                "an alias is a letter or '_' followed by letters, digits, '_' or '-', and not "
+                "'latest' or v<number> (reserved by MLflow)"
+            )
+        return alias
+
+    @model_validator(mode="after")
+    def _distinct_aliases(self) -> TrackingConfig:
+        names = ("champion_alias", "challenger_alias", "previous_champion_alias")
+        for i, a in enumerate(names):
+            for b in names[i + 1 :]:
+                if getattr(self, a) == getattr(self, b):
+                    raise ValueError(
+                        f"tracking.{a} and tracking.{b} are both {getattr(self, a)!r}; the three "
+                        "aliases must differ (one version per role)"
+                    )
+        return self
+
 
 class SplitConfig(_Section):
     """Train / validation / test split (by time when timestamps exist, else seeded random)."""
@@ -66,7 +164,7 @@ class SplitConfig(_Section):
     validation_fraction: float = Field(0.25, gt=0, lt=1)
     test_fraction: float = Field(0.25, gt=0, lt=1)
     by_time: bool = True
-    random_state: int = 0
+    random_state: int = Field(0, ge=0)
 
     @model_validator(mode="after")
     def _fractions(self) -> SplitConfig:
@@ -85,7 +183,7 @@ class DataConfig(_Section):
     given here.
     """
 
-    path: str = "demo-output/logs"
+    path: str = Field("demo-output/logs/round-1", min_length=1)
     family: Literal["discrete", "multilabel", "candidates"] = "discrete"
     loss_bounds: tuple[float, float] | None = None
     reward_bounds: tuple[float, float] | None = None
@@ -94,10 +192,31 @@ class DataConfig(_Section):
     window_end: datetime | None = None
     split: SplitConfig = SplitConfig()
 
+    @field_validator("loss_bounds", "reward_bounds")
+    @classmethod
+    def _bounds(cls, bounds: tuple[float, float] | None) -> tuple[float, float] | None:
+        if bounds is not None:
+            low, high = bounds
+            if not low < high:
+                raise ValueError(f"bounds must be [min, max] with min < max, got [{low}, {high}]")
+            if high - low > MAX_LOSS_RANGE:
+                raise ValueError(
+                    f"bounds span {high - low:.3g}, more than {MAX_LOSS_RANGE:.0e}; rescale "
+                    "the losses (e.g. to thousands) so the scaled losses keep their precision"
+                )
+        return bounds
+
     @model_validator(mode="after")
     def _one_kind_of_bounds(self) -> DataConfig:
         if self.loss_bounds is not None and self.reward_bounds is not None:
             raise ValueError("give loss_bounds or reward_bounds, not both")
+        if self.window_start is not None and self.window_end is not None:
+            start, end = (_utc(self.window_start), _utc(self.window_end))
+            if not start < end:
+                raise ValueError(
+                    f"data.window_start {self.window_start.isoformat()} must be before "
+                    f"data.window_end {self.window_end.isoformat()}"
+                )
         return self
 
     def overrides(self) -> dict[str, Any]:
@@ -112,6 +231,11 @@ class DataConfig(_Section):
         return (self.window_start or datetime(1970, 1, 1), self.window_end or datetime(2262, 4, 11))
 
 
+def _utc(moment: datetime) -> datetime:
+    """Naive datetimes are UTC (as log timestamps are)."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+
+
 class PropensityChecksConfig(_Section):
     """Thresholds of the propensity checks (``PropensityThresholds`` of ``poem.diagnostics``)."""
 
@@ -120,6 +244,7 @@ class PropensityChecksConfig(_Section):
     near_deterministic_warn: float = Field(0.5, ge=0)
     near_deterministic_fail: float = Field(0.99, ge=0)
     uniform_weight_fail_tolerance: float = Field(0.25, ge=0)
+    uniform_weight_min_ess: float = Field(100.0, ge=0)
     min_ess_fraction_warn: float = Field(0.1, ge=0)
     min_ess_fraction_fail: float = Field(0.01, ge=0)
     never_logged_warn: float = Field(0.0, ge=0)
@@ -127,6 +252,20 @@ class PropensityChecksConfig(_Section):
     distribution_tolerance: float = Field(1e-6, ge=0)
     clipped_fraction_warn: float = Field(0.05, ge=0)
     confidence_level: float = Field(0.95, gt=0, lt=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> PropensityChecksConfig:
+        for low, high in (
+            ("near_deterministic_warn", "near_deterministic_fail"),
+            ("min_ess_fraction_fail", "min_ess_fraction_warn"),
+            ("never_logged_warn", "never_logged_fail"),
+        ):
+            if getattr(self, low) > getattr(self, high):
+                raise ValueError(
+                    f"checks.propensity.{low} ({getattr(self, low)}) must be <= "
+                    f"checks.propensity.{high} ({getattr(self, high)})"
+                )
+        return self
 
 
 class ChecksConfig(_Section):
@@ -151,27 +290,52 @@ class SearchConfig(_Section):
     the others (:func:`poem.learners.search.select_trial`).
     """
 
-    grid: dict[str, list[Scalar]] = {"variance_scale": [0.0, 0.01, 0.1, 1.0]}
+    grid: dict[str, list[Scalar]] = {"variance_scale": [0.0, 0.1, 1.0], "clip": ["p90/p10", 100.0]}
     scoring: Literal["ips", "snips"] = "ips"
     min_ess_fraction: float = Field(0.01, ge=0, lt=1)
     confidence_level: float = Field(0.95, gt=0, lt=1)
-    max_workers: int = Field(2, ge=1)
-    cache_expiration_hours: float = Field(24.0, gt=0)
+    max_workers: int = Field(2, ge=1, le=64)
+    cache_expiration_hours: float = Field(24.0, gt=0, le=24 * 365 * 10)
 
     @field_validator("grid")
     @classmethod
     def _non_empty(cls, grid: dict[str, list[Scalar]]) -> dict[str, list[Scalar]]:
+        if not grid:
+            raise ValueError(
+                "the grid is empty (one trial would run silently); give at least one parameter "
+                "with its values, e.g. variance_scale: [0.0, 0.1, 1.0] (one value = one trial)"
+            )
+        n_trials = 1
         for key, values in grid.items():
             if not values:
                 raise ValueError(f"grid entry {key!r} has no values")
+            repeated = [v for i, v in enumerate(values) if v in values[:i]]
+            if repeated:
+                raise ValueError(f"grid entry {key!r} repeats {repeated[:3]} (identical trials)")
+            n_trials *= len(values)
+        if n_trials > MAX_TRIALS:
+            raise ValueError(f"the grid has {n_trials:,} points; at most {MAX_TRIALS:,}")
         return grid
+
+
+# training.params of the packaged default config (used when ``params`` is absent for POEM)
+POEM_PARAMS: dict[str, Scalar] = {
+    "policy": "discrete",
+    "solver": "lbfgs",
+    "variance_penalty": "calibrated",
+    "l2_penalty": 0.0,
+    "max_iter": 100,
+    "temperature": 1.0,
+    "exploration_floor": 0.01,
+    "random_state": 0,
+}
 
 
 class TrainingConfig(_Section):
     """The learner and its fixed parameters (grid values override them per trial)."""
 
     learner: str = "poem"
-    params: dict[str, Scalar] = {}
+    params: dict[str, Scalar] = Field(default_factory=lambda: dict(POEM_PARAMS))
     refit_on: Literal["train", "train+validation"] = "train"
 
     @field_validator("learner")
@@ -180,6 +344,14 @@ class TrainingConfig(_Section):
         if learner not in LEARNERS:
             raise ValueError(f"unknown learner {learner!r}; choose one of {sorted(LEARNERS)}")
         return learner
+
+    @model_validator(mode="before")
+    @classmethod
+    def _learner_defaults(cls, raw: Any) -> Any:
+        # POEM's default params belong to POEM; another learner starts from its own defaults
+        if isinstance(raw, dict) and "params" not in raw and raw.get("learner", "poem") != "poem":
+            return {**raw, "params": {}}
+        return raw
 
 
 class GateConfig(_Section):
@@ -196,6 +368,12 @@ class GateConfig(_Section):
     def _clip_for_clipped(self) -> GateConfig:
         if self.estimator == "clipped_ips" and self.clip is None:
             raise ValueError("estimator 'clipped_ips' needs a clip value")
+        if self.estimator != "clipped_ips" and self.clip is not None:
+            raise ValueError(
+                f"gate.clip ({self.clip}) is only used by estimator 'clipped_ips', but "
+                f"gate.estimator is {self.estimator!r}; set gate.clip: null or "
+                "gate.estimator: clipped_ips"
+            )
         return self
 
 
@@ -209,9 +387,25 @@ class PipelineConfig(_Section):
     training: TrainingConfig = TrainingConfig()
     gate: GateConfig = GateConfig()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _grid_for_learner(cls, raw: Any) -> Any:
+        if not isinstance(raw, dict):
+            return raw
+        learner = (raw.get("training") or {}).get("learner", "poem")
+        search = raw.get("search") or {}
+        default = learner == "poem" or learner not in LEARNERS
+        if not default and isinstance(search, dict) and "grid" not in search:
+            raise ValueError(
+                f"search.grid: the default grid is POEM's; give learner {learner!r} its own, "
+                "e.g. grid: {l2_penalty: [0.0, 1.0]}"
+            )
+        return raw
+
     @model_validator(mode="after")
     def _learner_params(self) -> PipelineConfig:
-        known = learner_param_names(self.training.learner)
+        learner = self.training.learner
+        known = learner_param_names(learner)
         for section, keys in (
             ("training.params", self.training.params),
             ("search.grid", self.search.grid),
@@ -220,9 +414,36 @@ class PipelineConfig(_Section):
             if unknown:
                 raise ValueError(
                     f"{section}: unknown parameter(s) {unknown} for learner "
-                    f"{self.training.learner!r}; valid: {sorted(known)}"
+                    f"{learner!r}; valid: {sorted(known)}"
                 )
+        fixed = dict(self.training.params)
+        effective = _learner_check("training.params", learner, fixed)
+        for key, values in self.search.grid.items():
+            for i, value in enumerate(values):
+                _learner_check(f"search.grid.{key}[{i}]", learner, {**fixed, key: value})
+        self._check_combinations(effective)
         return self
+
+    def _check_combinations(self, effective: dict[str, Any]) -> None:
+        grid = self.search.grid
+        penalties = grid.get("variance_penalty", [effective.get("variance_penalty")])
+        numeric = [p for p in penalties if not isinstance(p, str)]
+        if len(grid.get("variance_scale", [])) > 1 and numeric:
+            raise ValueError(
+                f"search.grid.variance_scale only scales variance_penalty 'calibrated', but "
+                f"variance_penalty is {numeric[0]!r}: the trials would be identical; set "
+                "training.params.variance_penalty: calibrated, or search variance_penalty instead"
+            )
+        policy = effective.get("policy")
+        if policy is not None and policy != self.data.family:
+            where = (
+                "training.params.policy"
+                if "policy" in self.training.params
+                else (f"the {self.training.learner!r} learner's default policy")
+            )
+            raise ValueError(
+                f"{where} is {policy!r} but data.family is {self.data.family!r}; they must match"
+            )
 
     def with_data_path(self, path: str | os.PathLike[str]) -> PipelineConfig:
         """Return a copy reading logs from ``path`` (the ``--logs`` override)."""
@@ -248,23 +469,40 @@ class PipelineConfig(_Section):
         return out
 
 
+def _learner_check(where: str, learner: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The learner's own validation of ``params``; errors become ``ValueError`` naming ``where``."""
+    try:
+        return check_learner_params(learner, params)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
 def _resolve(cfg: PipelineConfig, cwd: Path) -> PipelineConfig:
     tracking = cfg.tracking
     uri = os.environ.get("MLFLOW_TRACKING_URI") or tracking.uri
+    if uri != tracking.uri:
+        try:
+            _check_uri(uri, _TRACKING_SCHEMES, "tracking URI", plain_paths=False)
+        except ValueError as exc:
+            raise ConfigError(f"environment variable MLFLOW_TRACKING_URI: {exc}") from None
     prefix = "sqlite:///"
     if uri.startswith(prefix) and not uri.startswith(prefix + "/"):
         uri = prefix + str((cwd / uri[len(prefix) :]).resolve())
     location = tracking.artifact_location
-    if "://" not in location:
+    if _scheme(location) is None:
         location = (cwd / location).resolve().as_uri()
     tracking = tracking.model_copy(update={"uri": uri, "artifact_location": location})
     data = cfg.data.model_copy(update={"path": str((cwd / cfg.data.path).resolve())})
     return cfg.model_copy(update={"tracking": tracking, "data": data})
 
 
+MAX_MESSAGE_ERRORS = 5
+
+
 def _format_errors(path: Path, err: ValidationError) -> str:
     lines = []
-    for e in err.errors():
+    errors = err.errors()
+    for e in errors[:MAX_MESSAGE_ERRORS]:
         loc = ".".join(str(p) for p in e["loc"])
         if e["type"] == "extra_forbidden":
             lines.append(f"unknown key {loc!r}")
@@ -272,18 +510,41 @@ def _format_errors(path: Path, err: ValidationError) -> str:
             lines.append(f"missing key {loc!r}")
         else:
             msg = e["msg"].removeprefix("Value error, ")
-            where = f"{loc}: " if loc else ""
-            lines.append(f"{where}{msg} (got {e.get('input')!r})" if loc else msg)
+            if not loc or msg.startswith(f"{loc}.") or msg.startswith(f"{e['loc'][0]}."):
+                lines.append(msg)  # a combination check: its message names the keys
+            else:
+                lines.append(f"{loc}: {msg} (got {shorten(e.get('input'))})")
+    if len(errors) > MAX_MESSAGE_ERRORS:
+        lines.append(f"and {len(errors) - MAX_MESSAGE_ERRORS} more")
     return f"invalid config {path}: " + "; ".join(lines)
 
 
-def load_config(path: str | os.PathLike[str]) -> PipelineConfig:
+def default_config_path() -> Path:
+    """The annotated default ``mlflow.yml`` carried by the package (``poem-pipeline init``)."""
+    return Path(__file__).with_name("mlflow.yml")
+
+
+def resolve_config_path(path: str | os.PathLike[str] | None) -> Path:
+    """``path``, or when None ``./mlflow.yml`` if present, else :func:`default_config_path`."""
+    if path is not None:
+        return Path(path)
+    local = Path("mlflow.yml")
+    return local if local.is_file() else default_config_path()
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None, overrides: Mapping[str, Any] | None = None
+) -> PipelineConfig:
     """Read, validate and resolve ``mlflow.yml``.
 
     Parameters
     ----------
-    path : str or path-like
-        The YAML file. Every section is optional; defaults are documented on the models.
+    path : str or path-like or None, default=None
+        The YAML file; None means :func:`resolve_config_path`'s choice. Every section is
+        optional; an empty file gives the packaged default config.
+    overrides : mapping or None, default=None
+        Dotted key path → value (``--set``, see :func:`parse_overrides`), applied before
+        validation.
 
     Returns
     -------
@@ -293,22 +554,48 @@ def load_config(path: str | os.PathLike[str]) -> PipelineConfig:
     Raises
     ------
     ConfigError
-        If the file is missing, is not a YAML mapping, has an unknown key or a value of the
-        wrong type or range; the message names the file and the key.
+        If the file is missing, unreadable, not UTF-8, not strict YAML (aliases, duplicate
+        keys), not a mapping, or has an unknown key, a value of the wrong type or range or an
+        inconsistent combination; one bounded message naming the file and the key path.
     """
-    path = Path(path)
+    path = resolve_config_path(path)
     if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
+        raise ConfigError(f"config file not found: {path} (`poem-pipeline init` writes one)")
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from exc
+        raw = read_yaml_file(path)
+    except YamlError as exc:
+        raise ConfigError(str(exc)) from None
+    except OSError as exc:
+        raise ConfigError(f"config file {path} cannot be read: {exc.strerror}") from None
+    raw = {} if raw is None else raw
     if not isinstance(raw, dict):
         raise ConfigError(
             f"config file {path} must hold a mapping of sections, got {type(raw).__name__}"
         )
+    if overrides:
+        raw = apply_overrides(_with_default_tables(raw), overrides)
+    return _resolve(_validate(raw, path), Path.cwd())
+
+
+def _with_default_tables(raw: dict[str, Any]) -> dict[str, Any]:
+    """Fill an absent ``training.params`` / ``search.grid`` with the defaults.
+
+    So ``--set training.params.max_iter=5`` changes one parameter instead of replacing them all.
+    """
+    training, search = raw.get("training", {}), raw.get("search", {})
+    if not (isinstance(training, dict) and isinstance(search, dict)):
+        return raw  # the validation names the bad section
+    if training.get("learner", "poem") != "poem":
+        return {**raw, "training": {"params": {}, **training}}
+    return {
+        **raw,
+        "training": {"params": dict(POEM_PARAMS), **training},
+        "search": {"grid": dict(SearchConfig().grid), **search},
+    }
+
+
+def _validate(raw: dict[str, Any], path: Path) -> PipelineConfig:
     try:
-        cfg = PipelineConfig.model_validate(raw)
+        return PipelineConfig.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(_format_errors(path, exc)) from None
-    return _resolve(cfg, Path.cwd())

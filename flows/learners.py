@@ -14,6 +14,7 @@ from typing import Any
 __all__ = [
     "LEARNERS",
     "build_learner",
+    "check_learner_params",
     "learner_class",
     "learner_param_names",
     "resolve_warm_start",
@@ -85,3 +86,21 @@ def build_learner(
     if merged.get("warm_start") == CHAMPION:
         merged = resolve_warm_start(merged, champion, log)
     return learner_class(name)(**merged)
+
+
+def check_learner_params(name: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate ``params`` with the learner's own checks (STYLE §13); return all its params.
+
+    ``clone(est).set_params(**params).validate_params()``: the config does not mirror the
+    learner's rules, it asks the learner.
+
+    Raises
+    ------
+    ValueError, TypeError
+        From the learner, naming the parameter and the allowed values.
+    """
+    from sklearn.base import clone
+
+    estimator = clone(learner_class(name)()).set_params(**dict(params))
+    estimator.validate_params()
+    return estimator.get_params(deep=False)

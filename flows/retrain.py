@@ -35,7 +35,15 @@ from flows.tasks.train import train_policy
 from flows.tasks.validate import enforce_checks, quarantine_rows, record_check_report, validate_logs
 from poem.learners.search import expand_grid
 
-__all__ = ["RetrainResult", "retrain"]
+__all__ = ["RetrainInterrupted", "RetrainResult", "retrain"]
+
+
+class RetrainInterrupted(KeyboardInterrupt):
+    """Ctrl-C after the run's MLflow run started; that run is marked KILLED, nothing promoted."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(run_id)
+        self.run_id = run_id
 
 
 @dataclass(frozen=True)
@@ -81,6 +89,42 @@ class RetrainResult:
         """``decision=<promoted|rejected> champion=<version>`` (the CLI's last line)."""
         return f"decision={self.decision} champion={self.champion_version or 'logging-policy'}"
 
+    def _metric(self, role: str, suffix: str = "") -> tuple[str, float | None]:
+        """(estimator, value) of ``<role>[_<estimator>]_risk<suffix>`` in :attr:`metrics`."""
+        for key, value in self.metrics.items():
+            if key.startswith(f"{role}_") and key.endswith(f"risk{suffix}"):
+                middle = key[len(role) + 1 : len(key) - len(f"risk{suffix}")].strip("_")
+                if "_" not in middle:
+                    return middle, value
+        return "", None
+
+    def headline(self) -> list[str]:
+        """Two lines: both risks, the difference with its interval and bound, the decision."""
+        estimator, challenger = self._metric("challenger")
+        _, champion = self._metric("champion")
+        _, difference = self._metric("difference")
+        _, lower = self._metric("difference", "_lower")
+        _, upper = self._metric("difference", "_upper")
+        _, bound = self._metric("difference", "_ucb")
+        against = (
+            f"champion v{self.previous_champion_version}"
+            if self.previous_champion_version
+            else "champion (the logging policy)"
+        )
+        now = self.champion_version or "the logging policy"
+
+        def num(value: float | None, sign: str = "") -> str:
+            return "n/a" if value is None else f"{value:{sign}.4f}"
+
+        risk = f"{estimator.upper()} risk" if estimator else "risk"
+        return [
+            f"{self.decision.upper()}: challenger v{self.challenger_version} {risk} "
+            f"{num(challenger)} vs {against} {num(champion)}",
+            f"  difference {num(difference, '+')}, interval [{num(lower, '+')}, "
+            f"{num(upper, '+')}], upper bound {num(bound, '+')}; champion is now "
+            f"{'v' + self.champion_version if self.champion_version else now}",
+        ]
+
 
 def _search(parts: Any, cfg: Any, data_key: str, champion: Any, champion_key: Any) -> list[Any]:
     """Submit every grid point, at most ``search.max_workers`` at a time."""
@@ -110,7 +154,11 @@ def _search(parts: Any, cfg: Any, data_key: str, champion: Any, champion_key: An
 
 
 @flow(name="retrain", task_runner=ThreadPoolTaskRunner(max_workers=8), validate_parameters=False)
-def retrain(config_path: str | Path, logs: str | Path | None = None) -> RetrainResult:
+def retrain(
+    config_path: str | Path,
+    logs: str | Path | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> RetrainResult:
     """Validate new logs, learn a policy, gate it against the champion, register and promote.
 
     Parameters
@@ -119,6 +167,8 @@ def retrain(config_path: str | Path, logs: str | Path | None = None) -> RetrainR
         ``mlflow.yml``.
     logs : str or Path or None, default=None
         Log file or folder overriding ``data.path``.
+    overrides : dict or None, default=None
+        Dotted config keys → values applied on top of the file (``retrain --set``).
 
     Returns
     -------
@@ -129,10 +179,12 @@ def retrain(config_path: str | Path, logs: str | Path | None = None) -> RetrainR
     ------
     poem.InvalidLogError
         When the logs fail the data or propensity checks (nothing is trained or registered).
+    RetrainInterrupted
+        On Ctrl-C after the MLflow run started (the run is marked KILLED).
     flows.config.ConfigError
         When ``mlflow.yml`` is invalid.
     """
-    cfg = load_config(config_path)
+    cfg = load_config(config_path, overrides)
     if logs is not None:
         cfg = cfg.with_data_path(logs)
     flow_run_id = str(flow_run.get_id() or "local")
@@ -167,6 +219,9 @@ def retrain(config_path: str | Path, logs: str | Path | None = None) -> RetrainR
         version = register_policy(policy, run, tags)
         if comparison.promote:
             promote_policy(version, run)  # the last step: champion moves only here
+    except KeyboardInterrupt as exc:
+        finish_tracking.fn(run, "KILLED")  # directly: the task machinery may be shutting down
+        raise RetrainInterrupted(run.run_id) from exc
     except BaseException:
         finish_tracking(run, "FAILED", None, cfg.data.path)
         raise

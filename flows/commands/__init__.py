@@ -32,8 +32,24 @@ def command_parser(
     return parser
 
 
+_DEFAULT_CONFIG = "./mlflow.yml, else the packaged default"
+
+
+def _config_path(value: str) -> Path:
+    from flows.config import resolve_config_path
+
+    return resolve_config_path(None if value == _DEFAULT_CONFIG else value)
+
+
 def add_config_argument(parser: argparse.ArgumentParser, help: str) -> None:
-    """Add ``--config PATH`` (default ``mlflow.yml``), the pipeline's one config file."""
+    """Add ``--config PATH``: the pipeline's one config file.
+
+    Default: ``./mlflow.yml`` when it exists, else the default config carried by the package
+    (so commands work from any folder; ``poem-pipeline init`` writes an editable copy).
+    """
     parser.add_argument(
-        "--config", type=Path, default=Path("mlflow.yml"), help=f"{help} (default: %(default)s)"
+        "--config",
+        type=_config_path,
+        default=_DEFAULT_CONFIG,
+        help=f"{help} (default: %(default)s)",
     )

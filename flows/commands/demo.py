@@ -15,26 +15,19 @@ Exit codes: 0 when both runs complete, 1 when a run fails, 2 for an invalid conf
 from __future__ import annotations
 
 import argparse
-import logging
-import os
 import sys
 import time
-import warnings
 from pathlib import Path
 
 from flows.commands import add_config_argument, command_parser
+from flows.commands._console import (
+    EXIT_INTERRUPTED,
+    StageProgress,
+    exit_now,
+    interruptible,
+    quiet,
+)
 from flows.config import ConfigError, load_config
-
-# Quiet, offline defaults for a direct `poem-pipeline demo` (.ci/env.sh sets the same).
-_QUIET_ENV = {
-    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-    "DO_NOT_TRACK": "true",
-    "MLFLOW_DISABLE_TELEMETRY": "true",
-    "PREFECT_SERVER_LOGGING_LEVEL": "CRITICAL",
-    "PREFECT_LOGGING_LEVEL": "ERROR",
-    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90",
-    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
-}
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -96,31 +89,6 @@ def simulate_days(out: Path, seed: int, replays: int) -> list[tuple[Path, int]]:
     return days
 
 
-class _Progress(logging.Handler):
-    """Prints one line per finished flow stage, with the time since the run started."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.start = time.perf_counter()
-
-    def emit(self, record: logging.LogRecord) -> None:
-        print(f"    {time.perf_counter() - self.start:6.1f}s  {record.getMessage()}", flush=True)
-
-
-def _quiet() -> None:
-    for key, value in _QUIET_ENV.items():
-        os.environ.setdefault(key, value)
-    warnings.simplefilter("ignore")
-    for name in (
-        "mlflow",
-        "great_expectations",
-        "great_expectations.data_context.types.base",
-        "alembic",
-        "py.warnings",
-    ):
-        logging.getLogger(name).setLevel(logging.ERROR)
-
-
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``poem-pipeline demo``."""
     _quiet()
@@ -135,53 +103,62 @@ def run(args: argparse.Namespace) -> int:
         flush=True,
     )
     days = simulate_days(args.out, args.seed, args.replays)
-    # imported here so that _quiet() below silences it too (GX sets this logger to INFO)
-    import great_expectations.data_context.types.base  # noqa: F401
+    from flows.prefect_server import prefect_api
 
-    from flows.retrain import retrain
-    from flows.tasks import PROGRESS
-    from poem.exceptions import InvalidLogError
-
-    _quiet()  # importing prefect and GX configures logging; silence the libraries again
-    progress = _Progress()
-    PROGRESS.addHandler(progress)
-    PROGRESS.setLevel(logging.INFO)
-    PROGRESS.propagate = False
-    results = []
-    for i, (folder, n_rows) in enumerate(days, start=1):
-        print(f"[{i}/2] retrain on {folder} ({n_rows:,} rows)", flush=True)
-        if i == 1:
-            print("    (the first run also starts Prefect's temporary API server)", flush=True)
-        progress.start = time.perf_counter()
+    with interruptible():
         try:
-            result = retrain(args.config, logs=folder)
-        except InvalidLogError as exc:
-            print(f"error: the logs failed their checks:\n{exc}", file=sys.stderr)
-            return 1
-        except Exception as exc:  # noqa: BLE001 - report any failure as an exit code
-            print(f"error: retrain failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-            return 1
-        against = (
-            f"version {result.previous_champion_version}"
-            if result.previous_champion_version
-            else ("the logging policy")
-        )
-        m = result.metrics
-        print(
-            f"      challenger v{result.challenger_version} vs champion ({against}): IPS risk "
-            f"{m['challenger_risk']:.3f} vs {m['champion_risk']:.3f}, upper bound of the "
-            f"difference {m['risk_difference_ucb']:+.3f} -> {result.decision}",
-            flush=True,
-        )
-        results.append(result)
-    store = cfg.tracking.uri
+            print("    (starting Prefect's temporary API server)", flush=True)
+            with prefect_api():  # dies with this command, even on kill -9; no Ctrl-C noise
+                results = _run_days(args.config, days)
+        except KeyboardInterrupt as exc:
+            run_id = getattr(exc, "run_id", None)
+            what = f"MLflow run {run_id} is marked KILLED" if run_id else "no run had started"
+            print(f"interrupted: {what}; champion did not move", file=sys.stderr)
+            exit_now(EXIT_INTERRUPTED)
+    if not isinstance(results, list):
+        return results
     print(
         f"done in {time.perf_counter() - t0:.0f}s; champion is version "
         f"{results[-1].champion_version} "
         f"of {cfg.tracking.registered_model!r}"
     )
     print("see the runs, nested trials, reports and registered versions with:")
-    print(f"  mlflow ui --backend-store-uri {store}")
-    print(f"  poem-pipeline compare --config {args.config}")
+    print(f"  mlflow ui --backend-store-uri {cfg.tracking.uri}")
+    from flows.config import default_config_path
+
+    own = "" if Path(args.config) == default_config_path() else f" --config {args.config}"
+    print(f"  poem-pipeline compare{own}")
     print(results[-1].summary_line())
     return 0
+
+
+def _quiet() -> None:
+    quiet(libraries=True)
+
+
+def _run_days(config: Path, days: list[tuple[Path, int]]) -> list | int:
+    """Run ``retrain`` on each day with one line per stage; the results, or an exit code."""
+    # imported here so that quiet() below silences it too (GX sets this logger to INFO)
+    import great_expectations.data_context.types.base  # noqa: F401
+
+    from flows.retrain import retrain
+    from poem.exceptions import InvalidLogError
+
+    _quiet()  # importing prefect and GX configures logging; silence the libraries again
+    results = []
+    with StageProgress().attached() as progress:
+        for i, (folder, n_rows) in enumerate(days, start=1):
+            print(f"[{i}/2] retrain on {folder} ({n_rows:,} rows)", flush=True)
+            progress.restart()
+            try:
+                result = retrain(config, logs=folder)
+            except InvalidLogError as exc:
+                print(f"error: the logs failed their checks:\n{exc}", file=sys.stderr)
+                return 1
+            except Exception as exc:  # noqa: BLE001 - report any failure as an exit code
+                print(f"error: retrain failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+                return 1
+            for line in result.headline():
+                print(f"      {line.strip()}", flush=True)
+            results.append(result)
+    return results

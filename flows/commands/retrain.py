@@ -1,20 +1,37 @@
 """``poem-pipeline retrain``: run the ``retrain`` flow once.
 
+The config (with ``--set`` and the log flags applied) and the log path are checked before
+Prefect starts. Prints one line per finished stage, then a headline: both risks, the
+difference with its interval and upper bound, the decision and the versions.
+
 Exit codes: 0 when the flow completes (decision ``promoted`` or ``rejected``), 1 when the logs
-fail their checks or the run fails, 2 for an invalid config. The last line printed is
-``decision=<promoted|rejected> champion=<version>``.
+fail their checks or the run fails, 2 for an invalid config or a missing log path, 130 when
+interrupted (Ctrl-C; the MLflow run is marked KILLED, ``champion`` does not move). The last
+line printed is ``decision=<promoted|rejected> champion=<version>``.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 from flows.commands import add_config_argument, command_parser
-from flows.config import ConfigError, load_config
+from flows.commands._console import (
+    EXIT_CONFIG,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    StageProgress,
+    exit_now,
+    interruptible,
+    quiet,
+)
+from flows.config import ConfigError, load_config, parse_overrides
 
-EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
+__all__ = ["add_log_arguments", "add_parser", "log_overrides", "run", "run_retrain"]
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -33,38 +50,150 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="log file or date-partitioned folder; overrides data.path of the config",
     )
+    add_log_arguments(parser)
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override a config value (YAML value; repeatable), e.g. --set search.scoring=snips "
+        "--set training.params.max_iter=50",
+    )
+    parser.add_argument(
+        "--verbose", action="store_true", help="keep Prefect's own log lines on stderr"
+    )
 
 
-def run_retrain(config: Path, logs: Path | None) -> int:
-    """Load the config, run the flow, print the outcome; return the exit code."""
+def add_log_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--family``, ``--loss-bounds``, ``--reward-bounds``, ``--n-actions``, ``--window``."""
+    parser.add_argument(
+        "--family",
+        choices=("discrete", "multilabel", "candidates"),
+        default=None,
+        help="the log's family (sets data.family and training.params.policy)",
+    )
+    for name, what in (("loss", "loss"), ("reward", "reward (loss = -reward)")):
+        parser.add_argument(
+            f"--{name}-bounds",
+            type=float,
+            nargs=2,
+            metavar=("MIN", "MAX"),
+            default=None,
+            help=f"declared {what} bounds, for logs without metadata (data.{name}_bounds)",
+        )
+    parser.add_argument(
+        "--n-actions", type=int, default=None, help="number of actions K (data.n_actions)"
+    )
+    parser.add_argument(
+        "--window",
+        nargs=2,
+        metavar=("START", "END"),
+        default=None,
+        help="accepted timestamp window, ISO 8601 (data.window_start, data.window_end)",
+    )
+
+
+def log_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The config overrides of the log flags (dotted keys → values)."""
+    out: dict[str, Any] = {}
+    if args.family is not None:
+        out |= {"data.family": args.family, "training.params.policy": args.family}
+    for name in ("loss_bounds", "reward_bounds", "n_actions"):
+        if getattr(args, name) is not None:
+            out[f"data.{name}"] = getattr(args, name)
+    if args.window is not None:
+        out |= {"data.window_start": args.window[0], "data.window_end": args.window[1]}
+    return out
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return code
+
+
+def run_retrain(
+    config: Path,
+    logs: Path | None,
+    overrides: dict[str, Any] | None = None,
+    *,
+    verbose: bool = False,
+) -> int:
+    """Check the config and the logs, run the flow, print stages and headline; the exit code."""
+    quiet(libraries=not verbose)
+    if logs is not None and not Path(logs).exists():
+        return _fail(f"--logs: {logs} does not exist", EXIT_CONFIG)
     try:
-        load_config(config)
+        cfg = load_config(config, overrides)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    from flows.prefect_server import prefect_api
+        return _fail(str(exc), EXIT_CONFIG)
+    path = Path(logs) if logs is not None else Path(cfg.data.path)
+    if not path.exists():
+        where = "--logs" if logs is not None else f"data.path of {config}"
+        return _fail(f"{where}: {path} does not exist", EXIT_CONFIG)
+    print(f"retrain on {path} (config {config})", flush=True)
+    t0 = time.perf_counter()
+    with interruptible():
+        try:
+            return _run_flow(config, path, overrides, verbose, t0)
+        except KeyboardInterrupt as exc:
+            run_id = getattr(exc, "run_id", None)
+            what = (
+                f"MLflow run {run_id} is marked KILLED" if run_id else "no MLflow run had started"
+            )
+            print(
+                f"interrupted after {time.perf_counter() - t0:.1f}s: {what}; champion did not move",
+                file=sys.stderr,
+            )
+            return EXIT_INTERRUPTED
+
+
+def _run_flow(
+    config: Path, logs: Path, overrides: dict[str, Any] | None, verbose: bool, t0: float
+) -> int:
+    # imported here: Prefect, MLflow and GX take seconds to import and configure logging
+    import great_expectations.data_context.types.base  # noqa: F401
+
     from flows.retrain import retrain
     from poem.exceptions import InvalidLogError
 
-    try:
-        with prefect_api():  # a temporary server that dies with this command, even on kill -9
-            result = retrain(config, logs)
-    except InvalidLogError as exc:
-        print(
-            f"error: the logs failed their checks; nothing was trained or registered:\n{exc}",
-            file=sys.stderr,
-        )
-        return EXIT_FAILED
-    except Exception as exc:  # noqa: BLE001 - the CLI reports any failure as an exit code
-        print(f"error: retrain failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+    quiet(libraries=not verbose)
+    from flows.prefect_server import prefect_api
+
+    print("    (starting Prefect's temporary API server)", flush=True)
+    with prefect_api(), StageProgress().attached() as progress:
+        progress.start = t0
+        try:
+            result = retrain(config, logs, overrides or None)
+        except InvalidLogError as exc:
+            return _fail(
+                f"the logs failed their checks; nothing was trained or registered:\n{exc}",
+                EXIT_FAILED,
+            )
+        except ConfigError as exc:
+            return _fail(str(exc), EXIT_CONFIG)
+        except FileNotFoundError as exc:
+            return _fail(str(exc), EXIT_CONFIG)
+        except Exception as exc:  # noqa: BLE001 - the CLI reports any failure as an exit code
+            return _fail(f"retrain failed: {type(exc).__name__}: {exc}", EXIT_FAILED)
+    for line in result.headline():
+        print(line)
     for reason in result.reasons:
         print(f"  {reason}")
-    print(f"challenger version {result.challenger_version}; MLflow run {result.mlflow_run_id}")
+    print(
+        f"done in {time.perf_counter() - t0:.0f}s; MLflow run {result.mlflow_run_id} "
+        f"(experiment {result.experiment_id})"
+    )
     print(result.summary_line())
     return EXIT_OK
 
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``poem-pipeline retrain``."""
-    return run_retrain(args.config, args.logs)
+    try:
+        overrides = {**log_overrides(args), **parse_overrides(args.set)}
+    except ConfigError as exc:
+        return _fail(str(exc), EXIT_CONFIG)
+    code = run_retrain(args.config, args.logs, overrides, verbose=args.verbose)
+    if code == EXIT_INTERRUPTED:
+        exit_now(code)  # do not wait for the trials still running in worker threads
+    return code

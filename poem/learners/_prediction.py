@@ -34,6 +34,25 @@ class PolicyPredictionMixin:
     and exploration floor, so these methods return exactly what a served policy would.
     """
 
+    def validate_params(self) -> Any:
+        """Check the hyperparameters as ``fit`` does, without data; return ``self``.
+
+        The pipeline calls it on ``clone(est).set_params(**p)`` for every configured value when
+        ``mlflow.yml`` is loaded, so a bad value fails before any data is read.
+
+        Returns
+        -------
+        self
+            The unchanged estimator.
+
+        Raises
+        ------
+        ValueError, TypeError
+            For an invalid hyperparameter; the message names it and the allowed values.
+        """
+        self._validate_params()
+        return self
+
     def predict_proba(self, X: Any) -> np.ndarray:
         """Return the served distribution π(·|x).
 

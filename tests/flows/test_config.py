@@ -7,7 +7,16 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from flows.config import ConfigError, GateConfig, PipelineConfig, load_config
+from flows.config import (
+    ConfigError,
+    GateConfig,
+    PipelineConfig,
+    apply_overrides,
+    default_config_path,
+    load_config,
+    parse_overrides,
+    resolve_config_path,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -106,3 +115,204 @@ def test_learner_is_a_config_choice(tmp_path):
         ConfigError, match=r"unknown parameter\(s\) \['variance_scale'\] for learner 'banditnet'"
     ):
         load_config(_write(tmp_path, bad))
+
+
+# Every defect of issues #12 and #14 ("Config"): one ConfigError naming the key path and the
+# allowed values, raised at load (before any data is read).
+DEFECTS = [
+    (
+        "search:\n  grid: {clip: ['p90/p1']}\n",
+        r"search\.grid\.clip\[0\]: clip must be one of \['p90/p10'",
+    ),
+    (
+        "search:\n  grid: {variance_scale: [0.1, -1]}\n",
+        r"search\.grid\.variance_scale\[1\]: variance_scale == -1, must be >= 0",
+    ),
+    (
+        "search:\n  grid: {max_iter: [5, '7']}\n",
+        r"search\.grid\.max_iter\[1\]: max_iter must be an instance of int",
+    ),
+    (
+        "training:\n  params: {variance_penalty: calibrate}\n",
+        r"training\.params: variance_penalty must be a number >= 0 or 'calibrated', got 'calibrate'",
+    ),
+    (
+        "training:\n  params: {solver: sgd, variance_penalty: calibrated}\n",
+        r"training\.params: solver must be one of \['adagrad', 'lbfgs'\], got 'sgd'",
+    ),
+    (
+        "training:\n  params: {max_iter: ten, variance_penalty: calibrated}\n",
+        r"training\.params: max_iter must be an instance of int, not str",
+    ),
+    (
+        "gate:\n  clip: 5\n",
+        r"gate\.clip \(5\.0\) is only used by estimator 'clipped_ips', but gate\.estimator is 'ips'",
+    ),
+    (
+        "training:\n  params: {variance_penalty: 1.0}\n",
+        r"variance_scale only scales variance_penalty 'calibrated', but variance_penalty is 1\.0: the trials would be identical",
+    ),
+    ("search:\n  grid: {}\n", r"search\.grid: the grid is empty \(one trial would run silently\)"),
+    (
+        "search:\n  grid: {variance_scale: [0.1, 0.1]}\n",
+        r"grid entry 'variance_scale' repeats \[0\.1\]",
+    ),
+    (
+        "tracking:\n  challenger_alias: champion\n",
+        r"tracking\.champion_alias and tracking\.challenger_alias are both 'champion'",
+    ),
+    (
+        "tracking:\n  previous_champion_alias: champion\n",
+        r"tracking\.champion_alias and tracking\.previous_champion_alias are both 'champion'",
+    ),
+    (
+        "tracking:\n  champion_alias: latest\n",
+        r"tracking\.champion_alias: .*not 'latest' or v<number>",
+    ),
+    (
+        "tracking:\n  registered_model: team/policy\n",
+        r"tracking\.registered_model: .*no '/'.*\(got 'team/policy'\)",
+    ),
+    (
+        "tracking:\n  registered_model: ''\n",
+        r"tracking\.registered_model: registered model name must be 1-255",
+    ),
+    (
+        "tracking:\n  experiment: ' '\n",
+        r"tracking\.experiment: experiment name must be 1-500 printable",
+    ),
+    (
+        "tracking:\n  uri: ftp://host/x\n",
+        r"tracking\.uri: tracking URI has scheme 'ftp'; allowed: sqlite, file, http",
+    ),
+    (
+        "tracking:\n  artifact_location: ftp://host/x\n",
+        r"tracking\.artifact_location: artifact location has scheme 'ftp'; allowed: file, s3",
+    ),
+    (
+        "data:\n  loss_bounds: [1, 0]\n",
+        r"data\.loss_bounds: bounds must be \[min, max\] with min < max, got \[1\.0, 0\.0\]",
+    ),
+    (
+        "data:\n  reward_bounds: [0, 1.0e+308]\n",
+        r"data\.reward_bounds: bounds span 1e\+308, more than 1e\+12",
+    ),
+    (
+        "data:\n  window_start: 2026-02-01\n  window_end: 2026-01-01\n",
+        r"data\.window_start 2026-02-01T00:00:00 must be before data\.window_end 2026-01-01",
+    ),
+    (
+        "data:\n  family: multilabel\n",
+        r"training\.params\.policy is 'discrete' but data\.family is 'multilabel'",
+    ),
+    ("gate:\n  min_ess: .inf\n", r"gate\.min_ess: Input should be a finite number"),
+    (
+        "search:\n  cache_expiration_hours: 1.0e+12\n",
+        r"search\.cache_expiration_hours: Input should be less than or equal to 87600",
+    ),
+    (
+        "checks:\n  propensity: {never_logged_warn: 0.6}\n",
+        r"checks\.propensity\.never_logged_warn \(0\.6\) must be <= checks\.propensity\.never_logged_fail \(0\.5\)",
+    ),
+    (
+        "training:\n  learner: banditnet\n",
+        r"search\.grid: the default grid is POEM's; give learner 'banditnet' its own",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), DEFECTS)
+def test_every_config_defect_is_one_clear_error_at_load(tmp_path, text, message):
+    path = _write(tmp_path, text)
+    with pytest.raises(ConfigError, match=message) as info:
+        load_config(path)
+    assert str(info.value).startswith(f"invalid config {path}: ")
+    assert "\n" not in str(info.value) and len(str(info.value)) < 600
+
+
+def test_uniform_weight_min_ess_is_settable(tmp_path):
+    cfg = load_config(_write(tmp_path, "checks:\n  propensity: {uniform_weight_min_ess: 10}\n"))
+    assert cfg.checks.propensity.uniform_weight_min_ess == 10.0
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (
+            b"a: &x [1, 2]\nb: *x\n",
+            r"YAML alias \*x at line 2, column 4: aliases and anchors are not allowed",
+        ),
+        (b"gate:\n  min_ess: 1\n  min_ess: 2\n", r"duplicate key 'min_ess' at line 3, column 3"),
+        (b"gate:\n  estimator: \xffips\n", r"is not UTF-8 text \(byte 0xff at offset 19\)"),
+        (b"# " + b"x" * (1 << 20) + b"\n", r"is larger than 1,048,576 bytes"),
+    ],
+)
+def test_yaml_is_read_strictly(tmp_path, content, message):
+    path = tmp_path / "mlflow.yml"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError, match=message):
+        load_config(path)
+
+
+def test_alias_bomb_is_refused_before_expansion(tmp_path):
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 9)]
+    path = tmp_path / "mlflow.yml"
+    path.write_text("search:\n  grid: {clip: [*a8]}\n" + "\n".join(lines))
+    with pytest.raises(ConfigError, match=r"alias") as info:
+        load_config(path)
+    assert len(str(info.value)) < 300
+
+
+def test_error_messages_are_bounded(tmp_path):
+    grid = {f"p{i}": ["y" * 5000] for i in range(50)}
+    path = _write(tmp_path, "search:\n  grid: " + str(grid).replace("'", '"') + "\n")
+    with pytest.raises(ConfigError, match=r"unknown parameter") as info:
+        load_config(path)
+    assert len(str(info.value)) < 2000
+    many = "".join(f"k{i}: 1\n" for i in range(40))
+    with pytest.raises(ConfigError, match=r"unknown key 'k0'.*and 35 more") as info:
+        load_config(_write(tmp_path, many))
+
+
+def test_packaged_default_equals_empty_file_and_repository_copy(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    packaged = default_config_path()
+    assert packaged.read_text() == (REPO / "mlflow.yml").read_text()
+    empty = tmp_path / "empty.yml"
+    empty.write_text("")
+    assert load_config(packaged) == load_config(empty)
+    assert resolve_config_path(None) == packaged  # no mlflow.yml here
+    (tmp_path / "mlflow.yml").write_text("")
+    assert resolve_config_path(None) == Path("mlflow.yml")
+
+
+def test_overrides_set_nested_keys_and_are_validated(tmp_path):
+    path = _write(tmp_path, "")
+    overrides = parse_overrides(
+        ["search.scoring=snips", "training.params.max_iter=7", "data.loss_bounds=[0, 2]"]
+    )
+    cfg = load_config(path, overrides)
+    assert cfg.search.scoring == "snips" and cfg.training.params["max_iter"] == 7
+    assert cfg.training.params["solver"] == "lbfgs"  # the other params are kept
+    assert cfg.data.loss_bounds == (0.0, 2.0)
+    with pytest.raises(ConfigError, match=r"gate\.min_ess: Input should be a finite number"):
+        load_config(path, parse_overrides(["gate.min_ess=.inf"]))
+    with pytest.raises(ConfigError, match=r"--set expects SECTION\.KEY=VALUE, got 'gate'"):
+        parse_overrides(["gate"])
+    with pytest.raises(ConfigError, match=r"--set search\.scoring\.x: search\.scoring is 'ips'"):
+        apply_overrides({"search": {"scoring": "ips"}}, {"search.scoring.x": 1})
+
+
+def test_environment_tracking_uri_is_validated(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "ftp://nowhere")
+    with pytest.raises(ConfigError, match=r"MLFLOW_TRACKING_URI: tracking URI has scheme 'ftp'"):
+        load_config(_write(tmp_path, ""))
+
+
+def test_overrides_of_another_learner_keep_its_own_defaults(tmp_path):
+    path = _write(tmp_path, "training:\n  learner: banditnet\n")
+    with pytest.raises(ConfigError, match=r"the default grid is POEM's"):
+        load_config(path, parse_overrides(["training.params.max_iter=5"]))
+    cfg = load_config(path, parse_overrides(["search.grid={l2_penalty: [0.0, 1.0]}"]))
+    assert cfg.training.params == {} and cfg.search.grid == {"l2_penalty": [0.0, 1.0]}

@@ -14,6 +14,7 @@ from poem.io.parquet import read_log
 def test_demo_runs_retrain_twice_and_prints_where_to_look(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.setattr(demo, "_quiet", lambda: None)
+    monkeypatch.setattr(demo, "detached_prefect_server", lambda: None)
     config = tmp_path / "mlflow.yml"
     config.write_text(f"tracking:\n  uri: sqlite:///{tmp_path / 'store.db'}\n")
     calls = []
@@ -44,8 +45,14 @@ def test_demo_runs_retrain_twice_and_prints_where_to_look(tmp_path, monkeypatch,
     day1, day2 = (read_log(c) for c in calls)
     assert day1.n_rows == day2.n_rows > 1000 and day1.n_actions == 10
     assert day1.timestamps.max() < day2.timestamps.min()
-    assert any("vs champion (the logging policy)" in line and "promoted" in line for line in out)
-    assert any("vs champion (version 1)" in line and "rejected" in line for line in out)
+    assert (
+        "      PROMOTED: challenger v1 IPS risk 0.2000 vs champion (the logging policy) 0.4000"
+        in out
+    )
+    assert "      REJECTED: challenger v2 IPS risk 0.2000 vs champion v1 0.4000" in out
+    assert (
+        "      difference n/a, interval [n/a, n/a], upper bound -0.1000; champion is now v1" in out
+    )
     assert f"  mlflow ui --backend-store-uri sqlite:///{tmp_path / 'store.db'}" in out
     assert out[-1] == "decision=rejected champion=1"
 

@@ -1,0 +1,88 @@
+"""The ``poem-pipeline`` front door: --version, init, and retrain's checks before Prefect starts."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flows.cli import main
+from flows.config import default_config_path, load_config
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.startswith("poem-pipeline ")
+
+
+def test_init_writes_the_annotated_default_config(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert main(["init"]) == 0
+    written = tmp_path / "mlflow.yml"
+    assert written.read_text() == default_config_path().read_text()
+    assert "# " in written.read_text() and load_config(written).tracking.experiment
+    assert "wrote mlflow.yml" in capsys.readouterr().out
+    written.write_text("gate: {min_ess: 5}\n")
+    assert main(["init"]) == 2
+    assert "mlflow.yml exists; pass --force" in capsys.readouterr().err
+    assert written.read_text() == "gate: {min_ess: 5}\n"
+    assert main(["init", "--force"]) == 0
+    assert written.read_text() == default_config_path().read_text()
+
+
+def _run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """Run the CLI in a fresh interpreter; report whether Prefect was imported at all."""
+    code = (
+        "import sys; from flows.cli import main; rc = main(sys.argv[1:]); "
+        "print('prefect imported:', 'prefect' in sys.modules); sys.exit(rc)"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=cwd, env=env, capture_output=True, text=True
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "config", "message"),
+    [
+        (
+            ["retrain"],
+            "search:\n  grid: {variance_scale: [-1]}\n",
+            r"^error: invalid config mlflow\.yml: search\.grid\.variance_scale\[0\]: "
+            r"variance_scale == -1, must be >= 0",
+        ),
+        (
+            ["retrain", "--logs", "no/such/logs"],
+            "",
+            r"^error: --logs: no/such/logs does not exist$",
+        ),
+        (
+            ["retrain", "--set", "gate.estimator=ipss"],
+            "",
+            r"^error: invalid config mlflow\.yml: gate\.estimator: Input should be 'ips', "
+            r"'snips' or 'clipped_ips'",
+        ),
+        (
+            ["retrain", "--family", "multilabel", "--loss-bounds", "1", "0"],
+            "",
+            r"^error: invalid config mlflow\.yml: data\.loss_bounds: bounds must be \[min, max\]",
+        ),
+    ],
+)
+def test_retrain_mistakes_exit_2_in_one_line_before_prefect(tmp_path, args, config, message):
+    (tmp_path / "mlflow.yml").write_text(config)
+    done = _run_cli(args, tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert re.search(message, done.stderr.strip()), done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "prefect imported: False"
