@@ -101,6 +101,9 @@ def check_learner_params(name: str, params: Mapping[str, Any]) -> dict[str, Any]
     """
     from sklearn.base import clone
 
-    estimator = clone(learner_class(name)()).set_params(**dict(params))
+    params = dict(params)
+    if params.get("warm_start") == CHAMPION:  # resolved against the registry at run time
+        params["warm_start"] = "zeros"
+    estimator = clone(learner_class(name)()).set_params(**params)
     estimator.validate_params()
     return estimator.get_params(deep=False)
