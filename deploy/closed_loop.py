@@ -204,11 +204,14 @@ def _serve_round(
 
 
 def _gate_interval(metrics: dict[str, float]) -> tuple[float | None, float | None, float | None]:
-    keys = [k for k in metrics if k.startswith("difference_") and k.endswith("_risk")]
-    if not keys:
+    """The gate's difference and its interval (keys from ``PolicyComparison.metrics``)."""
+    if "risk_difference" not in metrics:
         return None, None, None
-    k = keys[0]
-    return metrics[k], metrics.get(f"{k}_lower"), metrics.get(f"{k}_upper")
+    return (
+        metrics["risk_difference"],
+        metrics.get("risk_difference_lower"),
+        metrics.get("risk_difference_upper"),
+    )
 
 
 def run_closed_loop(

@@ -14,7 +14,6 @@ from poem.io.parquet import read_log
 def test_demo_runs_retrain_twice_and_prints_where_to_look(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.setattr(demo, "_quiet", lambda: None)
-    monkeypatch.setattr(demo, "detached_prefect_server", lambda: None)
     config = tmp_path / "mlflow.yml"
     config.write_text(f"tracking:\n  uri: sqlite:///{tmp_path / 'store.db'}\n")
     calls = []
