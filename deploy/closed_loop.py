@@ -24,8 +24,6 @@ there for the duration of the run, so a simulation never touches the production 
 from __future__ import annotations
 
 import datetime as _dt
-import os
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -120,27 +118,6 @@ class ClosedLoopResult:
             f"- round {r.round} gate: " + "; ".join(r.reasons) for r in self.rounds if r.reasons
         ]
         return "\n".join(lines)
-
-
-@contextmanager
-def _tracking(uri: str):
-    """Point ``MLFLOW_TRACKING_URI`` and MLflow's global URIs at ``uri``; restore both after."""
-    import mlflow
-
-    previous_env = os.environ.get("MLFLOW_TRACKING_URI")
-    previous = (mlflow.get_tracking_uri(), mlflow.get_registry_uri())
-    os.environ["MLFLOW_TRACKING_URI"] = uri
-    mlflow.set_tracking_uri(uri)
-    mlflow.set_registry_uri(uri)
-    try:
-        yield
-    finally:
-        mlflow.set_tracking_uri(previous[0])
-        mlflow.set_registry_uri(previous[1])
-        if previous_env is None:
-            os.environ.pop("MLFLOW_TRACKING_URI", None)
-        else:
-            os.environ["MLFLOW_TRACKING_URI"] = previous_env
 
 
 def _simulation_config(
@@ -264,7 +241,7 @@ def run_closed_loop(
     from flows.config import load_config
     from flows.registry import load_version_policy, log_policy_model, promote, register_version
     from flows.retrain import retrain
-    from flows.tracking import ensure_experiment
+    from flows.tracking import ensure_experiment, tracking_uri_scope
     from poem.datasets import load_dataset
     from poem.io.decisions import DecisionLog
     from poem.policies import StochasticPolicy
@@ -302,7 +279,7 @@ def run_closed_loop(
     def true_loss(policy: Any) -> float:
         return true_expected_loss(policy, ds.X_test, ds.Y_test)
 
-    with _tracking(f"sqlite:///{workdir / 'mlflow.db'}"):
+    with tracking_uri_scope(f"sqlite:///{workdir / 'mlflow.db'}"):
         cfg = load_config(config)
         tracking = cfg.tracking
         client = MlflowClient(tracking.uri, tracking.uri)

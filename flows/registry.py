@@ -43,7 +43,7 @@ from mlflow.entities import LoggedModelOutput
 from mlflow.exceptions import MlflowException
 
 from flows.config import TrackingConfig
-from flows.tracking import store_lock
+from flows.tracking import store_lock, tracking_uri_scope
 from poem.io.artifact import ArtifactError, artifact_digest, load_policy, save_policy
 
 __all__ = [
@@ -180,9 +180,12 @@ def log_policy_model(
     """
     import deploy.pyfunc as serving
 
-    mlflow.set_tracking_uri(tracking.uri)  # log_model resolves its store from the global URI
     model = client.create_logged_model(experiment_id, name="policy", source_run_id=run_id)
-    with tempfile.TemporaryDirectory(prefix="poem-policy-") as tmp:
+    # log_model resolves its store from the global URI: scoped, so it does not leak
+    with (
+        tracking_uri_scope(tracking.uri),
+        tempfile.TemporaryDirectory(prefix="poem-policy-") as tmp,
+    ):
         folder = Path(tmp) / serving.ARTIFACT_KEY
         save_policy(policy, folder)
         info = serving.log_policy_model(folder, "policy", model_id=model.model_id)

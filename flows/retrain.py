@@ -70,6 +70,8 @@ class RetrainResult:
         Where to find the run, and what data it used.
     n_rows : int
         Rows of the validated log.
+    estimator : str
+        The gate's estimator option (``ips``, ``snips``, ``clipped_ips``).
     """
 
     decision: str
@@ -84,28 +86,18 @@ class RetrainResult:
     flow_run_id: str = ""
     data_fingerprint: str = ""
     n_rows: int = 0
+    estimator: str = ""
 
     def summary_line(self) -> str:
         """``decision=<promoted|rejected> champion=<version>`` (the CLI's last line)."""
         return f"decision={self.decision} champion={self.champion_version or 'logging-policy'}"
 
-    def _metric(self, role: str, suffix: str = "") -> tuple[str, float | None]:
-        """(estimator, value) of ``<role>[_<estimator>]_risk<suffix>`` in :attr:`metrics`."""
-        for key, value in self.metrics.items():
-            if key.startswith(f"{role}_") and key.endswith(f"risk{suffix}"):
-                middle = key[len(role) + 1 : len(key) - len(f"risk{suffix}")].strip("_")
-                if "_" not in middle:
-                    return middle, value
-        return "", None
-
     def headline(self) -> list[str]:
         """Two lines: both risks, the difference with its interval and bound, the decision."""
-        estimator, challenger = self._metric("challenger")
-        _, champion = self._metric("champion")
-        _, difference = self._metric("difference")
-        _, lower = self._metric("difference", "_lower")
-        _, upper = self._metric("difference", "_upper")
-        _, bound = self._metric("difference", "_ucb")
+        m = self.metrics  # keys spelled once, in PolicyComparison.metrics
+        challenger, champion = m.get("challenger_risk"), m.get("champion_risk")
+        difference, bound = m.get("risk_difference"), m.get("risk_difference_ucb")
+        lower, upper = m.get("risk_difference_lower"), m.get("risk_difference_upper")
         against = (
             f"champion v{self.previous_champion_version}"
             if self.previous_champion_version
@@ -116,7 +108,7 @@ class RetrainResult:
         def num(value: float | None, sign: str = "") -> str:
             return "n/a" if value is None else f"{value:{sign}.4f}"
 
-        risk = f"{estimator.upper()} risk" if estimator else "risk"
+        risk = f"{self.estimator.upper()} risk" if self.estimator else "risk"
         return [
             f"{self.decision.upper()}: challenger v{self.challenger_version} {risk} "
             f"{num(challenger)} vs {against} {num(champion)}",
@@ -246,4 +238,5 @@ def retrain(
         flow_run_id=flow_run_id,
         data_fingerprint=fingerprint,
         n_rows=log.n_rows,
+        estimator=comparison.estimator,
     )

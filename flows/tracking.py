@@ -55,6 +55,7 @@ __all__ = [
     "run_name",
     "start_run",
     "store_lock",
+    "tracking_uri_scope",
 ]
 
 PARENT_RUN_TAG = "mlflow.parentRunId"
@@ -363,6 +364,29 @@ def log_dataset_input(
     )
     tags = [InputTag("mlflow.data.context", context)]
     client.log_inputs(run_id, datasets=[DatasetInput(dataset, tags)])
+
+
+@contextlib.contextmanager
+def tracking_uri_scope(uri: str) -> Iterator[None]:
+    """Point MLflow's global tracking and registry URIs at ``uri`` for a block; restore after.
+
+    ``mlflow.set_tracking_uri`` also exports ``MLFLOW_TRACKING_URI`` (for subprocesses), so
+    an unscoped call leaks into every later config load of the process (``load_config`` honours
+    that variable). APIs that resolve the store from the global URI (``log_model``) run inside
+    this scope instead.
+    """
+    import mlflow
+
+    previous = os.environ.get("MLFLOW_TRACKING_URI"), os.environ.get("MLFLOW_REGISTRY_URI")
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(previous[0])  # None unsets the global and the variable
+        mlflow.set_registry_uri(previous[1])
+        if previous[1] is None:
+            os.environ.pop("MLFLOW_REGISTRY_URI", None)
 
 
 def data_fingerprint(path: str | Path) -> str:

@@ -27,6 +27,7 @@ def test_demo_runs_retrain_twice_and_prints_where_to_look(tmp_path, monkeypatch,
             champion_version="1",
             previous_champion_version=None if first else "1",
             reasons=("passed: x",),
+            estimator="ips",
             metrics={
                 "challenger_risk": 0.2,
                 "champion_risk": 0.4,

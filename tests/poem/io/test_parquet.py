@@ -13,6 +13,8 @@ import scipy.sparse as sp
 from poem.data import CandidateSets, LoggedBandit
 from poem.exceptions import InvalidLogError
 from poem.io.csv import metadata_path, read_csv_frame, write_csv
+from poem.io.logs import read_log as read_any_log
+from poem.io.logs import read_log_table
 from poem.io.parquet import (
     METADATA_KEY,
     frame_to_log,
@@ -22,8 +24,6 @@ from poem.io.parquet import (
     read_log,
     write_log,
 )
-from poem.io.logs import read_log_table
-from poem.io.logs import read_log as read_any_log
 
 
 def _logs() -> dict[str, LoggedBandit]:
