@@ -5,14 +5,15 @@ Usage::
     .venv/bin/python benchmarks/make_large_logs.py /tmp/big --rows 10000000 --features 50
     .venv/bin/python benchmarks/scale_pass.py /tmp/big [--rows 1000000 3000000 10000000]
         [--workers 1 2] [--repeats 3] [--train-rows 10000000] [--train-workers 2]
-        [--lbfgs-iter 20] [--memory-limit 3.5GiB]
+        [--lbfgs-iter 20] [--memory-budget-gib 7.5]
 
 For each row count (a prefix of the log's ``part-*.parquet`` partitions) and worker count, it
 starts a ``LocalCluster`` (processes, one thread each), reads the partitions on the workers
 (:func:`poem._dask.load_partitions`), and times one objective + gradient pass at a random w
 (:func:`poem._dask.dask_statistics` + reduce + J, ∇J; median of ``--repeats``). Then L-BFGS
 (``--lbfgs-iter`` iterations, λ = 0.1, M = 100) on ``--train-rows`` rows with
-``--train-workers`` workers. Memory: peak RSS (``VmHWM``) of every worker process plus the
+``--train-workers`` workers. Each worker's Dask memory limit is ``--memory-budget-gib`` divided
+by the number of workers. Memory: peak RSS (``VmHWM``) of every worker process plus the
 client process, summed — the whole footprint. The pass of the in-memory path is timed on the
 smallest size for reference (same arrays, one process).
 """
@@ -157,7 +158,7 @@ def main() -> None:
     ap.add_argument("--train-rows", type=int, default=None)
     ap.add_argument("--train-workers", type=int, default=2)
     ap.add_argument("--lbfgs-iter", type=int, default=20)
-    ap.add_argument("--memory-limit", default="3.5GiB")
+    ap.add_argument("--memory-budget-gib", type=float, default=7.5)
     ap.add_argument("--skip-in-memory", action="store_true")
     args = ap.parse_args()
     pieces = log_partitions(args.logs)
@@ -165,9 +166,11 @@ def main() -> None:
         in_memory_pass(pieces, min(args.rows), args.repeats)
     for rows in args.rows:
         for workers in args.workers:
-            time_pass(args.logs, pieces, rows, workers, args.repeats, args.memory_limit)
+            limit = f"{args.memory_budget_gib / workers:.2f}GiB"
+            time_pass(args.logs, pieces, rows, workers, args.repeats, limit)
     if args.train_rows:
-        train(pieces, args.train_rows, args.train_workers, args.lbfgs_iter, args.memory_limit)
+        limit = f"{args.memory_budget_gib / args.train_workers:.2f}GiB"
+        train(pieces, args.train_rows, args.train_workers, args.lbfgs_iter, limit)
 
 
 if __name__ == "__main__":
