@@ -55,8 +55,17 @@ def _pieces_for(pieces, rows):
 
 
 def _cluster(workers, memory_limit):
+    import dask
     from distributed import Client, LocalCluster
 
+    # the partitions must stay in memory: no spilling to disk (it would time the disk)
+    dask.config.set(
+        {
+            "distributed.worker.memory.target": False,
+            "distributed.worker.memory.spill": False,
+            "distributed.worker.memory.pause": 0.95,
+        }
+    )
     cluster = LocalCluster(
         n_workers=workers,
         threads_per_worker=1,

@@ -101,19 +101,18 @@ def weight_statistics(losses: Any, weights: Any) -> WeightStatistics:
         As :func:`~poem.estimators.ips.ips` (non-finite or negative weights, losses of the
         wrong length or non-finite), naming the counts.
     """
-    if np.size(weights) == 0 and np.size(losses) == 0:  # an empty partition adds nothing
+    w = np.asarray(weights, dtype=np.float64)
+    d = np.asarray(losses, dtype=np.float64)
+    if w.size == 0 and d.size == 0:  # an empty partition adds nothing
         return WeightStatistics(0, 0.0, 0.0, 0.0, 0.0, 0.0)
-    w = _check_weights(weights)
-    d = _check_losses(losses, w.size)
+    if w.ndim != 1 or d.shape != w.shape:
+        _check_losses(d, _check_weights(w).size)  # raises, naming the shapes
     u = d * w
-    return WeightStatistics(
-        n=int(w.size),
-        sum_w=float(w.sum()),
-        sum_w2=float(w @ w),
-        sum_u=float(u.sum()),
-        sum_u2=float(u @ u),
-        sum_w2_loss=float(u @ w),
-    )
+    sums = (float(w.sum()), float(w @ w), float(u.sum()), float(u @ u), float(u @ w))
+    if not np.all(np.isfinite(sums)) or w.min() < 0:
+        # a non-finite δ or r makes a sum non-finite: the full checks name counts and rows
+        _check_losses(d, _check_weights(w).size)
+    return WeightStatistics(int(w.size), *sums)
 
 
 def _check(stats: WeightStatistics, confidence_level: float, interval: str) -> float:
