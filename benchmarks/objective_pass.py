@@ -129,13 +129,13 @@ def _run_case(name, family, coef, inputs, actions, losses, props, sk_args, X, co
     _report(name, _median_seconds(fns, repeats))
 
 
-def dense_case(rng, n, d, K, repeats, loss_kind):
-    X = np.ascontiguousarray(rng.normal(size=(n, d)))
+def discrete_case(rng, X, K, repeats, loss_kind, label):
+    n, d = X.shape
     coef = 0.3 * rng.normal(size=(K, d))
     actions, props, losses = _bandit_arrays(rng, n, K, loss_kind)
     y = actions.astype(np.float64)
     _run_case(
-        f"discrete dense {n:,}x{d}x{K}, {loss_kind} δ",
+        f"discrete {label}x{K}, {loss_kind} δ",
         DiscreteFamily(d, K),
         coef,
         X,
@@ -148,6 +148,11 @@ def dense_case(rng, n, d, K, repeats, loss_kind):
         2 * K,
         repeats,
     )
+
+
+def dense_case(rng, n, d, K, repeats, loss_kind):
+    X = np.ascontiguousarray(rng.normal(size=(n, d)))
+    discrete_case(rng, X, K, repeats, loss_kind, f"dense {n:,}x{d}")
 
 
 def sparse_case(rng, n, d, nnz, K, repeats, loss_kind):
@@ -156,23 +161,7 @@ def sparse_case(rng, n, d, nnz, K, repeats, loss_kind):
         (rng.normal(size=n * nnz), cols, np.arange(0, n * nnz + 1, nnz)), shape=(n, d)
     )
     X.sum_duplicates()
-    coef = 0.3 * rng.normal(size=(K, d))
-    actions, props, losses = _bandit_arrays(rng, n, K, loss_kind)
-    y = actions.astype(np.float64)
-    _run_case(
-        f"discrete CSR {n:,}x{d} ({nnz} nnz)x{K}, {loss_kind} δ",
-        DiscreteFamily(d, K),
-        coef,
-        X,
-        actions,
-        losses,
-        props,
-        (X, y, coef, K),
-        X,
-        coef,
-        2 * K,
-        repeats,
-    )
+    discrete_case(rng, X, K, repeats, loss_kind, f"CSR {n:,}x{d} ({nnz} nnz)")
 
 
 def candidate_case(rng, n_candidates, d, k, repeats, loss_kind):

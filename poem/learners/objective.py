@@ -73,6 +73,11 @@ class CRMStatistics:
             self.n_clipped + other.n_clipped,
         )
 
+    @classmethod
+    def zeros(cls, coef_shape: tuple[int, ...]) -> CRMStatistics:
+        """Statistics of no rows (an empty partition), the identity of ``+``."""
+        return cls(0, 0.0, 0.0, np.zeros(coef_shape), np.zeros(coef_shape), 0)
+
     def __radd__(self, other: Any) -> CRMStatistics:
         if other == 0:  # support sum()
             return self
@@ -168,8 +173,7 @@ def _block_statistics(
     """:func:`crm_statistics` of one block of rows, in one pass (Eq. 13)."""
     n = family.n_rows(inputs)
     if n == 0:  # an empty partition adds nothing
-        zeros = np.zeros(family.coef_shape)
-        return CRMStatistics(0, 0.0, 0.0, zeros, zeros.copy(), 0)
+        return CRMStatistics.zeros(family.coef_shape)
     prob, vjp = family.prob_and_vjp(coef, inputs, actions)
     r = prob / propensities
     active = r < clip
