@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from poem._blas import single_blas_thread
 from poem.estimators.bounds import _check_confidence_level, _check_option, confidence_interval
 from poem.estimators.ips import Estimate
 from poem.estimators.weights import _check_losses, _check_weights
@@ -108,7 +109,8 @@ def weight_statistics(losses: Any, weights: Any) -> WeightStatistics:
     if w.ndim != 1 or d.shape != w.shape:
         _check_losses(d, _check_weights(w).size)  # raises, naming the shapes
     u = d * w
-    sums = (float(w.sum()), float(w @ w), float(u.sum()), float(u @ u), float(u @ w))
+    with single_blas_thread():  # dot products: threads only cost (poem._blas)
+        sums = (float(w.sum()), float(w @ w), float(u.sum()), float(u @ u), float(u @ w))
     if not np.all(np.isfinite(sums)) or w.min() < 0:
         # a non-finite δ or r makes a sum non-finite: the full checks name counts and rows
         _check_losses(d, _check_weights(w).size)

@@ -18,20 +18,14 @@ up to the exact full-batch objective and gradient — the scale-out seam of DESI
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
 import numpy as np
-from threadpoolctl import ThreadpoolController
 
+from poem._blas import single_blas_thread
 from poem.policies._base import PolicyFamily
 
 _CHUNK_ROWS = 65_536  # rows per block: a block's temporaries stay in cache
-
-
-@cache
-def _threadpools() -> ThreadpoolController:
-    return ThreadpoolController()  # inspects the loaded BLAS libraries once (~ms)
 
 
 __all__ = [
@@ -152,9 +146,7 @@ def crm_statistics(
     """
     n = family.n_rows(inputs)
     step = _CHUNK_ROWS if chunk_size is None else int(chunk_size)
-    # One BLAS thread: the blocks' thin products (K×d by d×b) gain nothing from threads and
-    # lose several-fold when the cores are shared (as scikit-learn's k-means does).
-    with _threadpools().limit(limits=1, user_api="blas"):
+    with single_blas_thread():  # thin blocked products: threads only cost (poem._blas)
         if n <= step:
             return _block_statistics(
                 coef, family, inputs, actions, scaled_losses, propensities, clip
