@@ -3,27 +3,30 @@
 Usage::
 
     .venv/bin/python benchmarks/objective_pass.py [--rows 1000000] [--features 10] [--actions 5]
-        [--repeats 7] [--sparse-features 1000] [--nnz 10] [--candidates 5] [--skip-sparse]
-        [--skip-candidates]
+        [--repeats 7] [--losses continuous binary] [--blas-threads N] [--sparse-features 1000]
+        [--nnz 10] [--candidates 5] [--skip-sparse] [--skip-candidates]
 
-All figures come from one process on the same arrays (float64, C-contiguous), single-threaded
-BLAS is NOT forced: both sides use whatever threads numpy/scikit-learn use by default, so the
-ratio is fair. Prints, for each case, the median over ``--repeats`` of
+All figures come from one process on the same arrays (float64, C-contiguous); the contenders
+alternate within every repeat and the medians are printed. For each case:
 
 - ``poem``: :func:`poem.learners.objective.crm_statistics` followed by
-  :func:`~poem.learners.objective.crm_objective_from_statistics` (clip M = 10 with some clipped
-  rows, λ = 0.5, μ = 1e-4) — exactly what L-BFGS calls per iteration;
+  :func:`~poem.learners.objective.crm_objective_from_statistics` (clip M = 10, λ = 0.5,
+  μ = 1e-4) — what L-BFGS calls per iteration (it runs its blocks with one BLAS thread,
+  :mod:`poem._blas`);
 - ``sklearn``: ``LinearModelLoss(HalfMultinomialLoss(n_classes=K)).loss_gradient`` on the same
-  X, W and actions (its ``n_threads=1`` default);
-- ``floor``: the two bare matmuls X·Wᵀ and Xᵀ·G with G of shape (n, 2K) (the same two passes
-  over X the CRM gradient needs for its two stacked products);
+  X, W and actions (``n_threads=1``, BLAS threads as configured);
+- ``floor``: the two bare matmuls (scores, and the 2K stacked products), the faster of the two
+  orientations;
 
-and the ratios poem / sklearn and poem / floor. Cases: dense discrete (the issue #13 criterion:
-ratio ≤ 1.0 at 1 M × 10 × 5), sparse discrete (CSR, ``--nnz`` non-zeros per row among
-``--sparse-features``) and candidate sets (``--candidates`` per row, ``rows/candidates`` rows so
-that the stacked candidate matrix has ``--rows`` rows; scikit-learn has no ragged softmax, so the
-comparison is its multinomial pass on ``rows/candidates`` × (``--candidates`` · d) dense rows
-— the same number of floats — and the floor).
+and the ratios poem / sklearn and poem / floor. ``--blas-threads 1`` (or
+``OPENBLAS_NUM_THREADS=1``) gives scikit-learn one BLAS thread too: on shared cores OpenBLAS's
+threads make its thin ``X @ coef.T`` several times slower, so report both. Cases: dense discrete
+(the issue #13 criterion: ratio ≤ 1.0 at 1 M × 10 × 5), sparse discrete (CSR, ``--nnz``
+non-zeros per row among ``--sparse-features``) and candidate sets (``--candidates`` per row,
+``rows/candidates`` rows; scikit-learn has no ragged softmax, so its multinomial pass on the
+same floats laid out as ``rows/candidates`` × (``--candidates``·d) is only a yardstick). Losses:
+``continuous`` (every row has δ' < 0) and ``binary`` (70 % zeros, whose rows the gradient
+skips).
 """
 
 from __future__ import annotations
@@ -129,13 +132,13 @@ def _run_case(name, family, coef, inputs, actions, losses, props, sk_args, X, co
     _report(name, _median_seconds(fns, repeats))
 
 
-def dense_case(rng, n, d, K, repeats, loss_kind):
-    X = np.ascontiguousarray(rng.normal(size=(n, d)))
+def discrete_case(rng, X, K, repeats, loss_kind, label):
+    n, d = X.shape
     coef = 0.3 * rng.normal(size=(K, d))
     actions, props, losses = _bandit_arrays(rng, n, K, loss_kind)
     y = actions.astype(np.float64)
     _run_case(
-        f"discrete dense {n:,}x{d}x{K}, {loss_kind} δ",
+        f"discrete {label}x{K}, {loss_kind} δ",
         DiscreteFamily(d, K),
         coef,
         X,
@@ -148,6 +151,11 @@ def dense_case(rng, n, d, K, repeats, loss_kind):
         2 * K,
         repeats,
     )
+
+
+def dense_case(rng, n, d, K, repeats, loss_kind):
+    X = np.ascontiguousarray(rng.normal(size=(n, d)))
+    discrete_case(rng, X, K, repeats, loss_kind, f"dense {n:,}x{d}")
 
 
 def sparse_case(rng, n, d, nnz, K, repeats, loss_kind):
@@ -156,23 +164,7 @@ def sparse_case(rng, n, d, nnz, K, repeats, loss_kind):
         (rng.normal(size=n * nnz), cols, np.arange(0, n * nnz + 1, nnz)), shape=(n, d)
     )
     X.sum_duplicates()
-    coef = 0.3 * rng.normal(size=(K, d))
-    actions, props, losses = _bandit_arrays(rng, n, K, loss_kind)
-    y = actions.astype(np.float64)
-    _run_case(
-        f"discrete CSR {n:,}x{d} ({nnz} nnz)x{K}, {loss_kind} δ",
-        DiscreteFamily(d, K),
-        coef,
-        X,
-        actions,
-        losses,
-        props,
-        (X, y, coef, K),
-        X,
-        coef,
-        2 * K,
-        repeats,
-    )
+    discrete_case(rng, X, K, repeats, loss_kind, f"CSR {n:,}x{d} ({nnz} nnz)")
 
 
 def candidate_case(rng, n_candidates, d, k, repeats, loss_kind):

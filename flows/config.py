@@ -45,6 +45,7 @@ from flows.learners import LEARNERS, check_learner_params, learner_param_names
 __all__ = [
     "ChecksConfig",
     "ConfigError",
+    "DaskConfig",
     "DataConfig",
     "GateConfig",
     "PipelineConfig",
@@ -377,6 +378,24 @@ class GateConfig(_Section):
         return self
 
 
+class DaskConfig(_Section):
+    """Where the search trials run (DESIGN §8): threads in this process, or a Dask cluster.
+
+    ``mode``: ``auto`` starts a ``LocalCluster`` when the log's files hold more than
+    ``min_log_mib`` MiB, ``always`` always does, ``never`` keeps the thread pool. A
+    ``scheduler_address`` (``tcp://host:8786``) uses that cluster instead of starting one.
+    Dask workers report to Prefect's API, so a cluster needs a Prefect server
+    (``PREFECT_API_URL``), not the ephemeral one (:mod:`flows.dask_runner`).
+    """
+
+    mode: Literal["auto", "always", "never"] = "auto"
+    min_log_mib: float = Field(2048.0, ge=0)
+    scheduler_address: str | None = None
+    n_workers: int = Field(2, ge=1)
+    threads_per_worker: int = Field(1, ge=1)
+    memory_limit: str = "4GiB"
+
+
 class PipelineConfig(_Section):
     """The whole ``mlflow.yml``."""
 
@@ -386,6 +405,7 @@ class PipelineConfig(_Section):
     search: SearchConfig = SearchConfig()
     training: TrainingConfig = TrainingConfig()
     gate: GateConfig = GateConfig()
+    dask: DaskConfig = DaskConfig()
 
     @model_validator(mode="before")
     @classmethod

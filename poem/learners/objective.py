@@ -22,9 +22,11 @@ from typing import Any
 
 import numpy as np
 
+from poem._blas import single_blas_thread
 from poem.policies._base import PolicyFamily
 
 _CHUNK_ROWS = 65_536  # rows per block: a block's temporaries stay in cache
+
 
 __all__ = [
     "CRMStatistics",
@@ -72,6 +74,11 @@ class CRMStatistics:
             self.sum_u_grad_u + other.sum_u_grad_u,
             self.n_clipped + other.n_clipped,
         )
+
+    @classmethod
+    def zeros(cls, coef_shape: tuple[int, ...]) -> CRMStatistics:
+        """Statistics of no rows (an empty partition), the identity of ``+``."""
+        return cls(0, 0.0, 0.0, np.zeros(coef_shape), np.zeros(coef_shape), 0)
 
     def __radd__(self, other: Any) -> CRMStatistics:
         if other == 0:  # support sum()
@@ -139,8 +146,17 @@ def crm_statistics(
     """
     n = family.n_rows(inputs)
     step = _CHUNK_ROWS if chunk_size is None else int(chunk_size)
-    if n <= step:
-        return _block_statistics(coef, family, inputs, actions, scaled_losses, propensities, clip)
+    with single_blas_thread():  # thin blocked products: threads only cost (poem._blas)
+        if n <= step:
+            return _block_statistics(
+                coef, family, inputs, actions, scaled_losses, propensities, clip
+            )
+        return _blocks(coef, family, inputs, actions, scaled_losses, propensities, clip, step)
+
+
+def _blocks(coef, family, inputs, actions, scaled_losses, propensities, clip, step):
+    """Sum of :func:`_block_statistics` over contiguous blocks of ``step`` rows."""
+    n = family.n_rows(inputs)
     parts = [
         _block_statistics(
             coef,
@@ -168,8 +184,7 @@ def _block_statistics(
     """:func:`crm_statistics` of one block of rows, in one pass (Eq. 13)."""
     n = family.n_rows(inputs)
     if n == 0:  # an empty partition adds nothing
-        zeros = np.zeros(family.coef_shape)
-        return CRMStatistics(0, 0.0, 0.0, zeros, zeros.copy(), 0)
+        return CRMStatistics.zeros(family.coef_shape)
     prob, vjp = family.prob_and_vjp(coef, inputs, actions)
     r = prob / propensities
     active = r < clip

@@ -124,9 +124,8 @@ def partition_statistics(
     CRMStatistics
         Zero statistics with n = 0 for an empty partition.
     """
-    if partition is None or partition.n_rows == 0:
-        zeros = np.zeros(family.coef_shape)
-        return CRMStatistics(0, 0.0, 0.0, zeros, zeros.copy(), 0)
+    if partition is None:
+        return CRMStatistics.zeros(family.coef_shape)
     return crm_statistics(
         coef,
         family,

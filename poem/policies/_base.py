@@ -4,7 +4,9 @@ A family knows the structure of the action space and computes, for a flat
 parameter array ``coef`` of shape :attr:`PolicyFamily.coef_shape`:
 
 - ``log_prob_and_vjp``: log π_w(yᵢ|xᵢ) and a vector–Jacobian product
-  v ↦ Σᵢ vᵢ ∇_w log π_w(yᵢ|xᵢ) (never a dense n×d Jacobian);
+  v ↦ Σᵢ vᵢ ∇_w log π_w(yᵢ|xᵢ) (never a dense n×d Jacobian); ``prob_and_vjp`` gives
+  π_w(yᵢ|xᵢ) itself with the same product (the CRM pass needs no logarithm);
+- ``row_slice``: contiguous rows as a view (the CRM pass works in cache-sized blocks);
 - ``action_probability``, ``predict_proba``, ``sample`` and ``predict`` (MAP) under the
   *served* distribution: temperature α and exploration floor ε applied.
 

@@ -68,13 +68,14 @@ class DiscreteFamily(PolicyFamily):
         def vjp(v: np.ndarray) -> np.ndarray:
             V = v.reshape(v.shape[0], -1)  # (n, m)
             X, Ek, tot, acts = inputs, E, total, actions
-            nonzero = V[:, 0] != 0
-            for j in range(1, V.shape[1]):
-                nonzero |= V[:, j] != 0
-            keep = np.flatnonzero(nonzero)
-            if keep.size <= V.shape[0] // 2:  # rows with v = 0 add nothing: skip them
-                X = inputs[keep] if sp.issparse(inputs) else np.take(inputs, keep, axis=0)
-                Ek, tot, acts, V = E[:, keep], total[keep], actions[keep], V[keep]
+            if 2 * (V.size - np.count_nonzero(V)) >= V.size:  # maybe half the rows are 0
+                nonzero = V[:, 0] != 0
+                for j in range(1, V.shape[1]):
+                    nonzero |= V[:, j] != 0
+                keep = np.flatnonzero(nonzero)
+                if keep.size <= V.shape[0] // 2:  # rows with v = 0 add nothing: skip them
+                    X = inputs[keep] if sp.issparse(inputs) else np.take(inputs, keep, axis=0)
+                    Ek, tot, acts, V = E[:, keep], total[keep], actions[keep], V[keep]
             m, (K, n) = V.shape[1], Ek.shape
             GT = np.empty((m, K, n))  # C order: the flat view below is a view
             np.multiply(Ek[None, :, :], (V.T / -tot)[:, None, :], out=GT)  # −vᵢ πᵢ, transposed
