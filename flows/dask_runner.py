@@ -85,8 +85,15 @@ def select_task_runner(dask: DaskConfig, log_mib: float) -> Any | None:
     )
 
 
-def run_retrain(config_path: str | Path, logs: str | Path | None = None) -> Any:
+def run_retrain(
+    config_path: str | Path,
+    logs: str | Path | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> Any:
     """Run the ``retrain`` flow on the task runner the config's ``dask`` section selects.
+
+    ``overrides`` are the CLI's ``--set`` values (dotted keys), as :func:`flows.retrain.retrain`
+    takes them.
 
     Returns
     -------
@@ -95,7 +102,7 @@ def run_retrain(config_path: str | Path, logs: str | Path | None = None) -> Any:
     """
     from flows.retrain import retrain
 
-    cfg = load_config(config_path)
+    cfg = load_config(config_path, overrides)
     runner = select_task_runner(cfg.dask, log_size_mib(logs if logs is not None else cfg.data.path))
     flow = retrain if runner is None else retrain.with_options(task_runner=runner)
-    return flow(config_path, logs)
+    return flow(config_path, logs, overrides)

@@ -153,7 +153,7 @@ def _run_flow(
     # imported here: Prefect, MLflow and GX take seconds to import and configure logging
     import great_expectations.data_context.types.base  # noqa: F401
 
-    from flows.retrain import retrain
+    from flows.dask_runner import run_retrain as retrain  # threads, or Dask by config.dask
     from poem.exceptions import InvalidLogError
 
     quiet(libraries=not verbose)
