@@ -298,7 +298,8 @@ def load_version_policy(client: MlflowClient, tracking: TrackingConfig, version:
     """
     mv = client.get_model_version(tracking.registered_model, version)
     uri = mv.tags[POLICY_URI_TAG]
-    with tempfile.TemporaryDirectory(prefix="poem-champion-") as tmp:
+    scope = tracking_uri_scope(tracking.uri)  # models:/ URIs resolve through the global URI
+    with scope, tempfile.TemporaryDirectory(prefix="poem-champion-") as tmp:
         local = mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=tmp)
         return load_policy(local, expected_digest=mv.tags.get(POLICY_DIGEST_TAG))
 
@@ -331,13 +332,14 @@ def verify_model_version(
             f"version {version} of {tracking.registered_model!r} has no {missing} tag(s); it "
             "was registered before digests were recorded and cannot be verified"
         )
-    local = Path(
-        mlflow.artifacts.download_artifacts(
-            artifact_uri=mv.tags.get(MODEL_LOCATION_TAG)
-            or mv.tags[POLICY_URI_TAG].removesuffix("/artifacts/policy"),
-            dst_path=str(dst_path),
+    with tracking_uri_scope(tracking.uri):  # models:/ URIs resolve through the global URI
+        local = Path(
+            mlflow.artifacts.download_artifacts(
+                artifact_uri=mv.tags.get(MODEL_LOCATION_TAG)
+                or mv.tags[POLICY_URI_TAG].removesuffix("/artifacts/policy"),
+                dst_path=str(dst_path),
+            )
         )
-    )
     actual = model_code_digest(local)
     if actual != mv.tags[CODE_DIGEST_TAG]:
         raise ArtifactError(
