@@ -32,13 +32,12 @@ import numpy as np
 
 from poem.data import LoggedBandit
 from poem.diagnostics.propensity import (
-    PropensityCheck,
+    QUANTILE_NAMES,
     PropensityReport,
     PropensityThresholds,
-    _grade,
     reference_probabilities,
+    report_from_statistics,
 )
-from poem.estimators.bounds import confidence_interval
 from poem.estimators.reliability import flags_from_moments
 from poem.estimators.weights import importance_weights
 
@@ -345,145 +344,35 @@ def summary_report(
     """The :class:`~poem.diagnostics.propensity.PropensityReport` of a merged summary.
 
     The same checks, statuses and explanations as
-    :func:`~poem.diagnostics.propensity.propensity_report` on the whole log; quantiles, the
-    suggested clip and the clipped fraction within the sketch's error (module docstring).
+    :func:`~poem.diagnostics.propensity.propensity_report` on the whole log (both call
+    :func:`~poem.diagnostics.propensity.report_from_statistics`); quantiles, the suggested
+    clip and the clipped fraction within the sketch's error (module docstring).
     """
     t = thresholds or PropensityThresholds()
-    n = summary.n_rows
+    n, m = summary.n_rows, summary.uniform
     hist = summary.propensities
-    p01, p10, p50, p90 = (float(v) for v in hist.quantile(_QUANTILES))
-    quantiles = {
-        "min": hist.minimum,
-        "p01": p01,
-        "p10": p10,
-        "p50": p50,
-        "p90": p90,
-        "max": hist.maximum,
-    }
-    clip = p90 / p10
-    lo = hist.minimum
-    checks = [
-        PropensityCheck(
-            "min_propensity",
-            _grade(lo < t.min_propensity_warn, False),
-            lo,
-            f"smallest propensity {lo:.3g} (largest weight 1/p = {1 / lo:.3g}); "
-            f"warn below {t.min_propensity_warn:g}",
-        ),
-    ]
-    frac = summary.near_deterministic / n
-    checks.append(
-        PropensityCheck(
-            "near_deterministic",
-            _grade(frac > t.near_deterministic_warn, frac > t.near_deterministic_fail),
-            frac,
-            f"{frac:.1%} of rows have p ≥ 1 − {t.near_deterministic_epsilon:g}; a "
-            f"deterministic logger gives no "
-            "information about other actions",
+    inner = (float(v) for v in hist.quantile(_QUANTILES))
+    quantiles = dict(zip(QUANTILE_NAMES, (hist.minimum, *inner, hist.maximum), strict=True))
+    clip = quantiles["p90"] / quantiles["p10"]
+    uniform = None
+    if n >= 2:
+        uniform = (
+            m.standard_error,
+            m.ess,
+            flags_from_moments(m.n, m.ess, m.nonzero, m.skewness),
         )
-    )
-    checks.append(_uniform_weight_check(summary.uniform, t))
-    if summary.action_counts is not None:
-        checks.append(_support_check(summary, t))
-    if summary.distribution_bad is not None:
-        bad_sum, bad_p, n_bad = summary.distribution_bad
-        checks.append(
-            PropensityCheck(
-                "logging_distribution",
-                _grade(n_bad > 0, n_bad > 0),
-                n_bad / n,
-                f"{bad_sum:,} rows whose distribution does not sum to 1 and {bad_p:,} whose "
-                f"probability of the logged action differs from the propensity (tolerance "
-                f"{t.distribution_tolerance:g})",
-                {
-                    "rows_not_summing_to_one": bad_sum,
-                    "rows_inconsistent_with_propensity": bad_p,
-                },
-            )
-        )
-    if summary.target is not None:
-        ess = summary.target.ess
-        checks.append(
-            PropensityCheck(
-                "effective_sample_size",
-                _grade(ess < t.min_ess_fraction_warn * n, ess < t.min_ess_fraction_fail * n),
-                ess / n,
-                f"ESS {ess:,.0f} of {n:,} rows ({ess / n:.1%}) for the target policy; "
-                f"warn below {t.min_ess_fraction_warn:.0%}, fail below "
-                f"{t.min_ess_fraction_fail:.0%}",
-                {"ess": ess},
-            )
-        )
-    clipped = summary.clip_weights.count_at_least(clip) / n
-    which = "target" if summary.target is not None else "uniform reference"
-    note = " (propensities nearly constant: set M explicitly, e.g. 100)" if clip < 1.5 else ""
-    checks.append(
-        PropensityCheck(
-            "clipping",
-            _grade(clipped > t.clipped_fraction_warn, False),
-            clipped,
-            f"suggested clip M = p90/p10 = {clip:.3g}{note}; {clipped:.1%} of the {which} "
-            f"policy's weights reach M",
-            {"suggested_clip": clip},
-        )
-    )
-    return PropensityReport(n, summary.family, quantiles, clip, tuple(checks), summary.target_name)
-
-
-def _uniform_weight_check(m: Moments, t: PropensityThresholds) -> PropensityCheck:
-    mean = m.mean
-    if m.n < 2:
-        return PropensityCheck(
-            "uniform_weight", "warn", mean, "mean uniform weight needs at least 2 rows"
-        )
-    lo, hi = confidence_interval(mean, m.standard_error, m.n, t.confidence_level)
-    ess = m.ess
-    details = {"lower": lo, "upper": hi, "ess": ess}
-    if ess < t.uniform_weight_min_ess:
-        return PropensityCheck(
-            "uniform_weight",
-            "warn",
-            mean,
-            f"inconclusive: the uniform policy's weights are too heavy-tailed (ESS {ess:.3g} < "
-            f"{t.uniform_weight_min_ess:g}) to test their mean {mean:.3g} against 1",
-            details,
-        )
-    tol = t.uniform_weight_fail_tolerance
-    status = _grade(not lo <= 1.0 <= hi, hi < 1.0 - tol or lo > 1.0 + tol)
-    verdict = {
-        "pass": "consistent with the logger's propensities",
-        "warn": "excludes 1: propensities may not be the logger's (or it lacks full support)",
-        "fail": "far from 1: propensities are not the logger's probabilities (wrong scale "
-        "or deterministic)",
-    }
-    flags = flags_from_moments(m.n, ess, m.nonzero, m.skewness)
-    caveat = f"; the CI may undercover ({'; '.join(flags)})" if flags else ""
-    return PropensityCheck(
-        "uniform_weight",
-        status,
-        mean,
-        f"mean weight of the uniform policy {mean:.3g}, {t.confidence_level:.0%} CI "
-        f"[{lo:.3g}, {hi:.3g}] "
-        f"(expected 1): {verdict[status]}{caveat}",
-        details,
-    )
-
-
-def _support_check(summary: PropensitySummary, t: PropensityThresholds) -> PropensityCheck:
-    counts, K = summary.action_counts, summary.n_actions
-    if summary.family == "discrete":
-        never = np.flatnonzero(counts == 0)
-        what = "actions"
-    else:
-        never = np.flatnonzero((counts == 0) | (counts == summary.n_rows))
-        what = "labels (never on or never off)"
-    frac = never.size / K
-    return PropensityCheck(
-        "support",
-        _grade(frac > t.never_logged_warn, frac > t.never_logged_fail),
-        frac,
-        f"{never.size} of {K} {what} never "
-        f"logged{': ' + str(never[:10].tolist()) if never.size else ''}; "
-        "policies cannot be evaluated on actions the logger never took",
-        {"never_logged": never.tolist()},
+    return report_from_statistics(
+        t,
+        n=n,
+        family=summary.family,
+        quantiles=quantiles,
+        clip=clip,
+        near_deterministic=summary.near_deterministic / n,
+        uniform_mean=m.mean,
+        uniform=uniform,
+        support=summary.action_counts,
+        distribution=summary.distribution_bad,
+        target=summary.target_name,
+        target_ess=None if summary.target is None else summary.target.ess,
+        clipped=summary.clip_weights.count_at_least(clip) / n,
     )
