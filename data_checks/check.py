@@ -13,6 +13,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from data_checks.partitioned import (
+    PartitionOptions,
+    check_partitioned,
+    open_client,
+    use_partitions,
+)
 from data_checks.quarantine import write_quarantine
 from data_checks.report import DataCheckReport
 from data_checks.stages import (
@@ -134,6 +140,8 @@ def check_logs(
     target_policy: Any = None,
     context: Any = None,
     plots: bool = True,
+    partitions: Any = None,
+    client: Any = None,
     **overrides: Any,
 ) -> CheckOutcome:
     """Validate a log file or ``date=`` directory end to end.
@@ -153,6 +161,11 @@ def check_logs(
         Reused GX context (tests); a new ephemeral one otherwise.
     plots : bool, default=True
         Whether to write the plots (needs ``out_dir``).
+    partitions : PartitionOptions or None, default=None
+        When (and where) to check a Parquet log partition by partition
+        (:mod:`data_checks.partitioned`); None always checks in memory.
+    client : distributed.Client or None, default=None
+        Cluster for the partitioned check, instead of the one ``partitions`` describes.
     **overrides
         Metadata for logs without it (or replacing the declared one): ``loss_bounds``,
         ``reward_bounds``, ``n_actions``.
@@ -171,6 +184,8 @@ def check_logs(
         max_quarantine_fraction=max_quarantine_fraction,
         thresholds=thresholds,
     )
+    if client is not None or use_partitions(path, partitions):
+        return _check_partitioned(path, settings, out, partitions, client, target_policy)
     table, failure = read_stage(path, settings)
     if failure is not None:
         return _finish(CheckOutcome(failure), out)
@@ -180,6 +195,33 @@ def check_logs(
         logger.debug("check of %s failed unexpectedly", path, exc_info=True)
         problem = RuntimeError(f"unexpected {type(exc).__name__}: {exc} (please report this)")
         return _finish(CheckOutcome(failed_report(str(path), problem, "check")), out)
+
+
+def _check_partitioned(
+    path: str | Path,
+    settings: CheckSettings,
+    out: Path | None,
+    partitions: Any,
+    client: Any,
+    target_policy: Any,
+) -> CheckOutcome:
+    options = partitions or PartitionOptions(mode="always", scheduler="sync")
+    own = client is None
+    client = open_client(options) if own else client
+    try:
+        report, prop, files = check_partitioned(
+            path,
+            settings,
+            out_dir=out,
+            client=client,
+            target_policy=target_policy,
+            rows_per_bucket=options.rows_per_bucket,
+        )
+    finally:
+        if own and client is not None:
+            client.close()
+            client.cluster.close()
+    return _finish(CheckOutcome(report, prop, None, files), out)
 
 
 def _check_table(

@@ -284,6 +284,34 @@ class ChecksConfig(_Section):
     propensity: PropensityChecksConfig = PropensityChecksConfig()
 
 
+class PartitionsConfig(_Section):
+    """``check`` / validate on Parquet partitions (``data_checks.partitioned``, DESIGN §8).
+
+    Not yet wired into :class:`PipelineConfig` (suggested: ``checks.partitions``). ``mode``
+    ``auto`` checks a Parquet log of at least ``min_size_mb`` on disk one row group at a time on
+    a Dask cluster (``scheduler``: ``local`` = a LocalCluster of ``n_workers``, ``sync`` = in
+    this process, or an address ``tcp://host:8786``).
+    """
+
+    mode: Literal["auto", "always", "never"] = "auto"
+    min_size_mb: float = Field(1024.0, ge=0)
+    scheduler: str = "local"
+    n_workers: int = Field(2, ge=1)
+    rows_per_bucket: int = Field(1_000_000, ge=1)
+
+    def to_options(self) -> Any:
+        """The :class:`data_checks.partitioned.PartitionOptions` of this section."""
+        from data_checks.partitioned import PartitionOptions
+
+        return PartitionOptions(
+            mode=self.mode,
+            min_bytes=int(self.min_size_mb * 2**20),
+            scheduler=self.scheduler,
+            n_workers=self.n_workers,
+            rows_per_bucket=self.rows_per_bucket,
+        )
+
+
 class SearchConfig(_Section):
     """Hyperparameter grid searched on the validation split (selection by IPS or SNIPS).
 

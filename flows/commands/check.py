@@ -83,6 +83,25 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="policy artifact folder (poem.io.artifact) for the ESS check and weight plot",
     )
     parser.add_argument(
+        "--partitions",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="check a Parquet log one row group at a time (Dask): auto = when its files "
+        "total at least --partitions-min-mb (default: auto)",
+    )
+    parser.add_argument(
+        "--partitions-min-mb", type=float, default=1024.0, help="size for auto (default: 1024)"
+    )
+    parser.add_argument(
+        "--scheduler",
+        default="local",
+        help="for partitions: local (a LocalCluster), sync (in this process) or a Dask "
+        "scheduler address tcp://HOST:PORT (default: local)",
+    )
+    parser.add_argument(
+        "--workers", type=int, default=2, help="workers of the LocalCluster (default: 2)"
+    )
+    parser.add_argument(
         "--json", action="store_true", help="print the JSON report instead of the table"
     )
     parser.set_defaults(func=run)
@@ -94,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from data_checks.check import check_logs
+    from data_checks.partitioned import PartitionOptions
 
     target = None
     if args.target_policy is not None:
@@ -111,6 +131,12 @@ def run(args: argparse.Namespace) -> int:
         loss_bounds=args.loss_bounds,
         reward_bounds=args.reward_bounds,
         n_actions=args.n_actions,
+        partitions=PartitionOptions(
+            mode=args.partitions,
+            min_bytes=int(args.partitions_min_mb * 2**20),
+            scheduler=args.scheduler,
+            n_workers=args.workers,
+        ),
     )
     print(json.dumps(outcome.to_dict(), indent=2, default=str) if args.json else outcome.to_text())
     return outcome.exit_code

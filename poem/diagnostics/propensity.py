@@ -38,11 +38,13 @@ __all__ = [
     "PropensityThresholds",
     "propensity_report",
     "reference_probabilities",
+    "report_from_statistics",
     "suggested_clip",
 ]
 
 STATUSES = ("pass", "warn", "fail")
 _QUANTILES = (0.0, 0.01, 0.1, 0.5, 0.9, 1.0)
+QUANTILE_NAMES = ("min", "p01", "p10", "p50", "p90", "max")
 
 
 @dataclass(frozen=True)
@@ -257,20 +259,114 @@ def propensity_report(
     t = thresholds or PropensityThresholds()
     p, n = log.propensities, log.n_rows
     qs = np.quantile(p, _QUANTILES)
-    quantiles = dict(
-        zip(("min", "p01", "p10", "p50", "p90", "max"), (float(v) for v in qs), strict=True)
-    )
+    quantiles = dict(zip(QUANTILE_NAMES, (float(v) for v in qs), strict=True))
     clip = suggested_clip(p)
+    w = importance_weights(reference_probabilities(log), p)
+    uniform = None
+    if w.size >= 2:
+        uniform = (standard_error(w), effective_sample_size(w), interval_flags(w, w))
+    support = None
+    if log.family == "discrete":
+        support = np.bincount(log.actions, minlength=int(log.n_actions))
+    elif log.family == "multilabel":
+        support = np.asarray(log.actions.sum(axis=0)).ravel()
+    distribution = None
+    if log.logging_distribution is not None:
+        dist = log.logging_distribution
+        bad_sum = np.abs(dist.sum(axis=1) - 1.0) > t.distribution_tolerance
+        at_logged = dist[np.arange(log.n_rows), log.actions]
+        bad_p = np.abs(at_logged - p) > t.distribution_tolerance
+        distribution = (int(bad_sum.sum()), int(bad_p.sum()), int((bad_sum | bad_p).sum()))
+    target, target_ess, weights = None, None, w
+    if target_policy is not None:
+        weights = importance_weights(target_policy.log_action_probability_on(log), p)
+        target_ess = effective_sample_size(weights)
+        target = f"{type(target_policy).__name__}({target_policy.family.__class__.__name__})"
+    return report_from_statistics(
+        t,
+        n=n,
+        family=log.family,
+        quantiles=quantiles,
+        clip=clip,
+        near_deterministic=float(np.mean(p >= 1.0 - t.near_deterministic_epsilon)),
+        uniform_mean=float(w.mean()),
+        uniform=uniform,
+        support=support,
+        distribution=distribution,
+        target=target,
+        target_ess=target_ess,
+        clipped=clipped_fraction(weights, clip),
+    )
+
+
+def report_from_statistics(
+    t: PropensityThresholds,
+    *,
+    n: int,
+    family: str,
+    quantiles: dict,
+    clip: float,
+    near_deterministic: float,
+    uniform_mean: float,
+    uniform: tuple[float, float, tuple[str, ...]] | None,
+    support: np.ndarray | None,
+    distribution: tuple[int, int, int] | None,
+    target: str | None,
+    target_ess: float | None,
+    clipped: float,
+) -> PropensityReport:
+    """Grade and explain the checks from a log's statistics (the one place that does).
+
+    :func:`propensity_report` computes the statistics of a log in memory,
+    :func:`poem.diagnostics.propensity_summary.summary_report` from the merged summaries of
+    its partitions.
+
+    Parameters
+    ----------
+    t : PropensityThresholds
+        Thresholds.
+    n : int
+        Rows.
+    family : str
+        Policy family.
+    quantiles : dict
+        Propensity quantiles ``{"min", "p01", "p10", "p50", "p90", "max"}``.
+    clip : float
+        Suggested clip M = p₉₀/p₁₀.
+    near_deterministic : float
+        Fraction of rows with p ≥ 1 − ε.
+    uniform_mean : float
+        Mean weight of the uniform reference policy.
+    uniform : tuple or None
+        Its standard error, Kong's ESS and :func:`~poem.estimators.reliability.interval_flags`
+        (None for fewer than 2 rows).
+    support : ndarray or None
+        Rows per action (discrete) or per label switched on (multilabel); None for candidates.
+    distribution : tuple of int or None
+        Rows whose logging distribution does not sum to 1, rows where it differs from p at
+        the logged action, rows with either problem; None without a logging distribution.
+    target : str or None
+        Description of the target policy.
+    target_ess : float or None
+        Kong's ESS of the target's weights.
+    clipped : float
+        Fraction of the target's (else the uniform policy's) weights reaching M.
+
+    Returns
+    -------
+    PropensityReport
+    """
+    lo = quantiles["min"]
     checks = [
         PropensityCheck(
             "min_propensity",
-            _grade(qs[0] < t.min_propensity_warn, False),
-            float(qs[0]),
-            f"smallest propensity {qs[0]:.3g} (largest weight 1/p = {1 / qs[0]:.3g}); "
+            _grade(lo < t.min_propensity_warn, False),
+            float(lo),
+            f"smallest propensity {lo:.3g} (largest weight 1/p = {1 / lo:.3g}); "
             f"warn below {t.min_propensity_warn:g}",
         ),
     ]
-    frac = float(np.mean(p >= 1.0 - t.near_deterministic_epsilon))
+    frac = near_deterministic
     checks.append(
         PropensityCheck(
             "near_deterministic",
@@ -281,16 +377,13 @@ def propensity_report(
             "information about other actions",
         )
     )
-    checks.append(_uniform_weight_check(log, t))
-    if log.family in ("discrete", "multilabel"):
-        checks.append(_support_check(log, t))
-    if log.logging_distribution is not None:
-        checks.append(_distribution_check(log, t))
-    target = None
-    if target_policy is not None:
-        weights = importance_weights(target_policy.log_action_probability_on(log), p)
-        ess = effective_sample_size(weights)
-        target = f"{type(target_policy).__name__}({target_policy.family.__class__.__name__})"
+    checks.append(_uniform_weight_check(n, uniform_mean, uniform, t))
+    if support is not None:
+        checks.append(_support_check(family, support, n, t))
+    if distribution is not None:
+        checks.append(_distribution_check(distribution, n, t))
+    if target_ess is not None:
+        ess = target_ess
         checks.append(
             PropensityCheck(
                 "effective_sample_size",
@@ -302,10 +395,7 @@ def propensity_report(
                 {"ess": ess},
             )
         )
-    else:
-        weights = importance_weights(reference_probabilities(log), p)
-    clipped = clipped_fraction(weights, clip)
-    which = "target" if target_policy is not None else "uniform reference"
+    which = "target" if target is not None else "uniform reference"
     note = " (propensities nearly constant: set M explicitly, e.g. 100)" if clip < 1.5 else ""
     checks.append(
         PropensityCheck(
@@ -317,20 +407,21 @@ def propensity_report(
             {"suggested_clip": clip},
         )
     )
-    return PropensityReport(n, log.family, quantiles, clip, tuple(checks), target)
+    return PropensityReport(n, family, quantiles, clip, tuple(checks), target)
 
 
-def _uniform_weight_check(log: LoggedBandit, t: PropensityThresholds) -> PropensityCheck:
-    w = importance_weights(reference_probabilities(log), log.propensities)
-    mean = float(w.mean())
-    if w.size < 2:
+def _uniform_weight_check(
+    n: int,
+    mean: float,
+    stats: tuple[float, float, tuple[str, ...]] | None,
+    t: PropensityThresholds,
+) -> PropensityCheck:
+    if stats is None:
         return PropensityCheck(
             "uniform_weight", "warn", mean, "mean uniform weight needs at least 2 rows"
         )
-    lo, hi = confidence_interval(
-        mean, standard_error(w), w.size, t.confidence_level
-    )  # CI of (1/n) Σ u/pᵢ
-    ess = effective_sample_size(w)
+    se, ess, flags = stats
+    lo, hi = confidence_interval(mean, se, n, t.confidence_level)  # CI of (1/n) Σ u/pᵢ
     details = {"lower": lo, "upper": hi, "ess": ess}
     if ess < t.uniform_weight_min_ess:
         return PropensityCheck(
@@ -349,8 +440,7 @@ def _uniform_weight_check(log: LoggedBandit, t: PropensityThresholds) -> Propens
         "fail": "far from 1: propensities are not the logger's probabilities (wrong scale "
         "or deterministic)",
     }
-    flags = interval_flags(w, w)  # the CI may undercover: say why (DESIGN §4.2)
-    caveat = f"; the CI may undercover ({'; '.join(flags)})" if flags else ""
+    caveat = f"; the CI may undercover ({'; '.join(flags)})" if flags else ""  # DESIGN §4.2
     return PropensityCheck(
         "uniform_weight",
         status,
@@ -362,15 +452,15 @@ def _uniform_weight_check(log: LoggedBandit, t: PropensityThresholds) -> Propens
     )
 
 
-def _support_check(log: LoggedBandit, t: PropensityThresholds) -> PropensityCheck:
-    K = int(log.n_actions)
-    if log.family == "discrete":
-        counts = np.bincount(log.actions, minlength=K)
+def _support_check(
+    family: str, counts: np.ndarray, n: int, t: PropensityThresholds
+) -> PropensityCheck:
+    K = int(counts.size)
+    if family == "discrete":
         never = np.flatnonzero(counts == 0)
         what = "actions"
     else:
-        ones = log.actions.sum(axis=0)
-        never = np.flatnonzero((ones == 0) | (ones == log.n_rows))
+        never = np.flatnonzero((counts == 0) | (counts == n))
         what = "labels (never on or never off)"
     frac = never.size / K
     return PropensityCheck(
@@ -384,23 +474,20 @@ def _support_check(log: LoggedBandit, t: PropensityThresholds) -> PropensityChec
     )
 
 
-def _distribution_check(log: LoggedBandit, t: PropensityThresholds) -> PropensityCheck:
-    dist = log.logging_distribution
-    sums = dist.sum(axis=1)
-    at_logged = dist[np.arange(log.n_rows), log.actions]
-    bad_sum = np.abs(sums - 1.0) > t.distribution_tolerance
-    bad_p = np.abs(at_logged - log.propensities) > t.distribution_tolerance
-    n_bad = int((bad_sum | bad_p).sum())
+def _distribution_check(
+    counts: tuple[int, int, int], n: int, t: PropensityThresholds
+) -> PropensityCheck:
+    bad_sum, bad_p, n_bad = counts
     return PropensityCheck(
         "logging_distribution",
         _grade(n_bad > 0, n_bad > 0),
-        n_bad / log.n_rows,
-        f"{int(bad_sum.sum()):,} rows whose distribution does not sum to 1 and "
-        f"{int(bad_p.sum()):,} whose "
+        n_bad / n,
+        f"{bad_sum:,} rows whose distribution does not sum to 1 and "
+        f"{bad_p:,} whose "
         f"probability of the logged action differs from the propensity (tolerance "
         f"{t.distribution_tolerance:g})",
         {
-            "rows_not_summing_to_one": int(bad_sum.sum()),
-            "rows_inconsistent_with_propensity": int(bad_p.sum()),
+            "rows_not_summing_to_one": bad_sum,
+            "rows_inconsistent_with_propensity": bad_p,
         },
     )

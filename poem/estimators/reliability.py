@@ -15,7 +15,13 @@ import numpy as np
 
 from poem.estimators.weights import effective_sample_size
 
-__all__ = ["MIN_ESS_FRACTION", "MIN_NONZERO_TERMS", "MAX_SKEWNESS_RATIO", "interval_flags"]
+__all__ = [
+    "MAX_SKEWNESS_RATIO",
+    "MIN_ESS_FRACTION",
+    "MIN_NONZERO_TERMS",
+    "flags_from_moments",
+    "interval_flags",
+]
 
 MIN_ESS_FRACTION = 0.1  # Kong's ESS below this fraction of n: heavy-tailed weights
 MIN_NONZERO_TERMS = 100  # fewer non-zero terms: rare losses (or rare support)
@@ -60,25 +66,55 @@ def interval_flags(terms: Any, weights: Any, clipped_fraction: float = 0.0) -> t
     Kong (1992), Technical Report 348, University of Chicago (effective sample size).
     """
     u = np.asarray(terms, dtype=np.float64)
-    n = u.size
+    centred = u - u.mean()
+    spread = float(np.mean(centred**2)) ** 1.5
+    skewness = float(np.mean(centred**3)) / spread if spread > 0 else 0.0  # 0 on underflow too
+    return flags_from_moments(
+        u.size, effective_sample_size(weights), int(np.count_nonzero(u)), skewness, clipped_fraction
+    )
+
+
+def flags_from_moments(
+    n: int, ess: float, nonzero: int, skewness: float, clipped_fraction: float = 0.0
+) -> tuple[str, ...]:
+    r"""The flags of :func:`interval_flags` from summary numbers (partitioned logs, DESIGN §8).
+
+    .. math:: n_e < 0.1\,n, \quad k < 100, \quad |\hat\gamma| / \sqrt{n} > 0.25
+
+    where n_e is Kong's effective sample size, k the number of non-zero terms and γ̂ their
+    skewness (0 for constant terms), as in :func:`interval_flags`.
+
+    Parameters
+    ----------
+    n : int
+        Number of terms.
+    ess : float
+        Kong's effective sample size of the weights, i.e. n_e.
+    nonzero : int
+        Number of non-zero terms, i.e. k.
+    skewness : float
+        Skewness of the terms, i.e. γ̂.
+    clipped_fraction : float, default=0.0
+        Fraction of weights at the clip M.
+
+    Returns
+    -------
+    tuple of str
+        One sentence per reason; empty when none applies.
+    """
     flags = []
-    ess = effective_sample_size(weights)
     if ess < MIN_ESS_FRACTION * n:
         flags.append(
             f"weight tail: effective sample size {ess:,.1f} of {n:,} rows "
             f"({ess / n:.1%} < {MIN_ESS_FRACTION:.0%})"
         )
-    nonzero = int(np.count_nonzero(u))
     if nonzero < MIN_NONZERO_TERMS:
         flags.append(
             f"few non-zero terms (rare losses): {nonzero:,} of {n:,} rows (< {MIN_NONZERO_TERMS})"
         )
-    centred = u - u.mean()
-    spread = float(np.mean(centred**2)) ** 1.5
-    if spread > 0:  # (0 also when the terms' spread underflows)
-        ratio = abs(float(np.mean(centred**3)) / spread) / np.sqrt(n)
-        if ratio > MAX_SKEWNESS_RATIO:
-            flags.append(f"skewed terms: |skewness|/sqrt(n) = {ratio:.2f} > {MAX_SKEWNESS_RATIO}")
+    ratio = abs(skewness) / np.sqrt(n)
+    if ratio > MAX_SKEWNESS_RATIO:
+        flags.append(f"skewed terms: |skewness|/sqrt(n) = {ratio:.2f} > {MAX_SKEWNESS_RATIO}")
     if clipped_fraction > 0:
         flags.append(
             f"clipped: {clipped_fraction:.1%} of weights reach the clip, so the interval "

@@ -41,7 +41,14 @@ from poem.io.log_format import (
 )
 from poem.io.parquet import list_log_files, read_frame
 
-__all__ = ["LogTable", "log_files", "log_fingerprint", "read_log", "read_log_table"]
+__all__ = [
+    "LogTable",
+    "log_files",
+    "log_fingerprint",
+    "read_log",
+    "read_log_table",
+    "table_from_frame",
+]
 
 
 @dataclass(frozen=True)
@@ -172,6 +179,37 @@ def read_log_table(
     files = log_files(path)
     csv = Path(path).suffix.lower() == ".csv"
     frame = read_csv_frame(path) if csv else read_frame(path)
+    return table_from_frame(
+        frame, family=family, window=window, source=str(path), files=files, **overrides
+    )
+
+
+def table_from_frame(
+    frame: pd.DataFrame,
+    *,
+    family: str | None = None,
+    window: tuple[Any, Any] | None = None,
+    source: str = "",
+    files: Any = (),
+    **overrides: Any,
+) -> LogTable:
+    """Steps 3-5 of :func:`read_log_table` on a frame already read (e.g. one partition).
+
+    Parameters
+    ----------
+    frame : DataFrame
+        The raw rows, with the declared metadata (if any) in ``frame.attrs["poem"]``.
+    family, window, **overrides
+        As in :func:`read_log_table`.
+    source : str, default=""
+        Name of the log (or partition) for reports.
+    files : sequence of str, default=()
+        The files the rows come from.
+
+    Returns
+    -------
+    LogTable
+    """
     meta = frame_metadata(frame, family=family, **overrides)
     frame.attrs[METADATA_KEY] = json.loads(meta.to_json())
     frame, meta = losses_from_rewards(frame, meta)
@@ -191,7 +229,7 @@ def read_log_table(
     frame = parse_timestamps(frame)
     _window_needs_timestamps(frame, window)
     frame.attrs[METADATA_KEY] = json.loads(meta.to_json())
-    return LogTable(frame, meta, str(path), tuple(str(f) for f in files))
+    return LogTable(frame, meta, source, tuple(str(f) for f in files))
 
 
 def read_log(path: str | Path, *, family: str | None = None, **overrides: Any) -> LoggedBandit:

@@ -22,7 +22,7 @@ from poem.data import LoggedBandit
 from poem.io.log_format import METADATA_KEY, frame_to_log
 from poem.io.parquet import list_log_files
 
-__all__ = ["LogPartition", "log_partitions", "read_partition"]
+__all__ = ["LogPartition", "log_partitions", "read_partition", "read_partition_frame"]
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,11 @@ def read_partition(
     """
     if partition.n_rows == 0:
         return None
+    return frame_to_log(read_partition_frame(partition), family=family, **overrides)
+
+
+def read_partition_frame(partition: LogPartition) -> pd.DataFrame:
+    """Read one partition's rows as a raw frame (declared metadata in ``attrs["poem"]``)."""
     table = pq.ParquetFile(partition.path).read_row_group(partition.row_group)
     raw = (table.schema.metadata or {}).get(METADATA_KEY.encode())
     frame = table.replace_schema_metadata(None).to_pandas(
@@ -94,4 +99,4 @@ def read_partition(
     )
     if raw is not None:
         frame.attrs[METADATA_KEY] = json.loads(raw)
-    return frame_to_log(frame, family=family, **overrides)
+    return frame

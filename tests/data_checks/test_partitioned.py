@@ -1,0 +1,207 @@
+"""The partitioned check (data_checks.partitioned) equals the in-memory check on one log."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from data_checks.check import check_logs
+from data_checks.partitioned import PartitionOptions, use_partitions
+from poem.diagnostics.propensity import propensity_report
+from poem.diagnostics.propensity_summary import (
+    SKETCH_RELATIVE_ERROR,
+    LogHistogram,
+    Moments,
+    merge_summaries,
+    propensity_summary,
+    summary_report,
+)
+from poem.io.parquet import write_log
+from poem.io.partitions import log_partitions
+
+SIZES = (150, 0, 37, 300, 113)  # uneven row groups, one empty
+
+
+def _write_groups(table: pa.Table, path, sizes=SIZES) -> None:
+    with pq.ParquetWriter(path, table.schema) as writer:
+        start = 0
+        for size in sizes:
+            writer.write_table(table.slice(start, size), row_group_size=max(size, 1))
+            start += size
+
+
+def _defective_table(tmp_path, log_factory, cross_duplicate=False) -> pa.Table:
+    write_log(log_factory("discrete", n=sum(SIZES), seed=3), tmp_path / "clean.parquet")
+    table = pq.read_table(tmp_path / "clean.parquet")
+    frame = table.to_pandas()
+    frame.loc[[5, 300], "propensity"] = 1.5  # row rule / GX range: quarantined
+    frame.loc[[100, 101, 420], "loss"] = 7.0  # out of the loss bounds
+    frame.loc[51, "event_id"] = frame.loc[50, "event_id"]  # duplicate within a partition
+    if cross_duplicate:
+        frame.loc[400, "event_id"] = frame.loc[10, "event_id"]  # partitions 0 and 3
+    return pa.Table.from_pandas(frame, preserve_index=False).replace_schema_metadata(
+        table.schema.metadata
+    )
+
+
+@pytest.fixture
+def parts_log(tmp_path, log_factory):
+    path = tmp_path / "parts.parquet"
+    _write_groups(_defective_table(tmp_path, log_factory), path)
+    return path
+
+
+def _core(report) -> dict:
+    d = report.to_dict()
+    for key in ("source", "docs_path"):
+        d.pop(key)
+    return d
+
+
+def test_row_groups_are_uneven_with_an_empty_one(parts_log):
+    assert [p.n_rows for p in log_partitions(parts_log)] == list(SIZES)
+
+
+def test_partitioned_check_equals_in_memory(parts_log, tmp_path, gx_context):
+    memory = check_logs(parts_log, out_dir=tmp_path / "mem", context=gx_context, plots=False)
+    parts = check_logs(
+        parts_log,
+        out_dir=tmp_path / "parts",
+        partitions=PartitionOptions(mode="always", scheduler="sync"),
+    )
+    assert memory.report.n_quarantined == 7  # 2 propensity + 3 loss + 2 duplicated ids
+    assert _core(parts.report) == _core(memory.report)
+    assert parts.report.n_kept + parts.report.n_quarantined == sum(SIZES)
+    # quarantine: one file per partition with bad rows; together the in-memory file
+    files = sorted((tmp_path / "parts" / "quarantine").glob("part-*.parquet"))
+    assert [f.name for f in files] == ["part-00000.parquet", "part-00003.parquet"]
+    together = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+    pd.testing.assert_frame_equal(
+        together, pd.read_parquet(tmp_path / "mem" / "quarantine.parquet")
+    )
+    # propensity report: exact but for the sketched quantiles, clip and clipped fraction
+    a, b = memory.propensity, parts.propensity
+    assert (a.n_rows, a.family, a.status) == (b.n_rows, b.family, b.status)
+    rho = SKETCH_RELATIVE_ERROR
+    for key, value in a.quantiles.items():
+        tol = 0.0 if key in ("min", "max") else rho
+        assert b.quantiles[key] == pytest.approx(value, rel=tol, abs=0), key
+    assert b.suggested_clip == pytest.approx(a.suggested_clip, rel=2.1 * rho)
+    assert [c.name for c in a.checks] == [c.name for c in b.checks]
+    for ca, cb in zip(a.checks, b.checks, strict=True):
+        assert ca.status == cb.status, ca.name
+        if ca.name == "clipping":
+            continue
+        assert cb.value == pytest.approx(ca.value, rel=1e-9), ca.name
+        assert set(cb.details) == set(ca.details)
+        for k, v in ca.details.items():
+            assert cb.details[k] == pytest.approx(v, rel=1e-9), (ca.name, k)
+        if ca.name != "uniform_weight":
+            assert cb.explanation == ca.explanation
+    clip = memory.propensity.suggested_clip
+    w = 0.25 / memory.log.propensities  # K = 4: the uniform reference weights
+    near = np.mean(np.abs(w / clip - 1.0) <= 3 * rho)  # the sketch's stated tolerance
+    assert abs(b.check("clipping").value - a.check("clipping").value) <= near + 1e-12
+
+
+def test_cross_partition_duplicate_ids_fail_hard(tmp_path, log_factory):
+    path = tmp_path / "dup.parquet"
+    table = _defective_table(tmp_path, log_factory, cross_duplicate=True)
+    _write_groups(table, path)
+    opts = PartitionOptions(mode="always", scheduler="sync", rows_per_bucket=7)  # 86 buckets
+    out = check_logs(path, partitions=opts)
+    (f,) = [f for f in out.report.hard_failures if f.column == "event_id"]
+    assert f.unexpected_count == 2 and f.element_count == sum(SIZES)
+    assert f.examples == (table["event_id"][10].as_py(),) * 2  # one per row, as in memory
+    assert "2 rows have an event_id that occurs in more than one partition" in f.reason
+    assert out.exit_code == 1 and out.propensity is None
+
+
+@pytest.mark.parametrize("family", ["discrete", "multilabel", "candidates"])
+def test_merged_summaries_give_the_in_memory_report(family, log_factory):
+    log = log_factory(family, n=500, seed=1)
+    cuts = np.split(np.arange(log.n_rows), [90, 91, 300])
+    merged = merge_summaries([propensity_summary(log.take(rows)) for rows in cuts])
+    a, b = propensity_report(log), summary_report(merged)
+    assert [(c.name, c.status) for c in a.checks] == [(c.name, c.status) for c in b.checks]
+    assert b.check("uniform_weight").value == pytest.approx(
+        a.check("uniform_weight").value, rel=1e-12
+    )
+    assert b.check("uniform_weight").details == pytest.approx(
+        a.check("uniform_weight").details, rel=1e-9
+    )
+    assert b.quantiles["p50"] == pytest.approx(a.quantiles["p50"], rel=SKETCH_RELATIVE_ERROR)
+
+
+def test_moments_merge_equals_numpy():
+    rng = np.random.default_rng(0)
+    w = rng.lognormal(0.0, 1.5, 10_001)
+    m = Moments()
+    for part in np.split(w, [3, 3, 5000, 7000]):
+        m = m.merge(Moments.of(part))
+    c = w - w.mean()
+    assert (m.n, m.nonzero) == (w.size, w.size)
+    assert m.mean == pytest.approx(w.mean(), rel=1e-13)
+    assert m.standard_error == pytest.approx(w.std(ddof=1) / np.sqrt(w.size), rel=1e-12)
+    assert m.ess == pytest.approx(w.sum() ** 2 / (w @ w), rel=1e-12)
+    assert m.skewness == pytest.approx(np.mean(c**3) / np.mean(c**2) ** 1.5, rel=1e-10)
+    assert Moments.of(np.ones(7)).merge(Moments.of(np.ones(3))).skewness == 0.0
+
+
+def test_sketch_quantiles_within_stated_error():
+    rng = np.random.default_rng(1)
+    p = np.concatenate([rng.uniform(1e-6, 1.0, 5000), rng.beta(0.3, 3.0, 3001) + 1e-9])
+    h = LogHistogram.of(p[:17]).merge(LogHistogram.of(p[17:]))
+    q = np.array([0.0, 0.01, 0.1, 0.37, 0.5, 0.9, 1.0])
+    np.testing.assert_allclose(h.quantile(q), np.quantile(p, q), rtol=SKETCH_RELATIVE_ERROR, atol=0)
+    assert h.n == p.size and h.bins.size < p.size
+
+
+def test_switch(tmp_path, parts_log):
+    csv = tmp_path / "x.csv"
+    csv.write_text("a\n1\n")
+    assert not use_partitions(csv, PartitionOptions(mode="always"))
+    assert use_partitions(parts_log, PartitionOptions(mode="always"))
+    assert not use_partitions(parts_log, PartitionOptions(mode="auto"))  # < 1 GiB
+    assert use_partitions(parts_log, PartitionOptions(mode="auto", min_bytes=1))
+    assert not use_partitions(parts_log, None)
+    with pytest.raises(ValueError, match="mode must be auto, always or never, got 'sometimes'"):
+        PartitionOptions(mode="sometimes")
+
+
+@pytest.mark.slow
+def test_two_worker_cluster_equals_in_memory(parts_log, tmp_path, gx_context):
+    distributed = pytest.importorskip("distributed")
+    memory = check_logs(parts_log, context=gx_context, plots=False)
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        parts = check_logs(parts_log, out_dir=tmp_path / "c", client=client)
+    assert _core(parts.report) == _core(memory.report)
+    assert parts.propensity.check("uniform_weight").value == pytest.approx(
+        memory.propensity.check("uniform_weight").value, rel=1e-12
+    )
+    n_q = sum(len(pd.read_parquet(f)) for f in (tmp_path / "c" / "quarantine").glob("*.parquet"))
+    assert n_q == parts.report.n_quarantined
+
+
+def test_cli_check_on_partitions(parts_log, tmp_path, capsys):
+    import json
+
+    from flows.cli import main
+
+    code = main(
+        ["check", str(parts_log), "--out", str(tmp_path / "o"), "--json"]
+        + ["--partitions", "always", "--scheduler", "sync"]
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert code == (0 if out["passed"] else 1)
+    d = out["data_checks"]
+    assert (d["n_rows"], d["n_kept"], d["n_quarantined"]) == (600, 593, 7)
+    assert out["files"]["quarantine"] == str(tmp_path / "o" / "quarantine")
