@@ -284,34 +284,6 @@ class ChecksConfig(_Section):
     propensity: PropensityChecksConfig = PropensityChecksConfig()
 
 
-class PartitionsConfig(_Section):
-    """``check`` / validate on Parquet partitions (``data_checks.partitioned``, DESIGN §8).
-
-    Not yet wired into :class:`PipelineConfig` (suggested: ``checks.partitions``). ``mode``
-    ``auto`` checks a Parquet log of at least ``min_size_mb`` on disk one row group at a time on
-    a Dask cluster (``scheduler``: ``local`` = a LocalCluster of ``n_workers``, ``sync`` = in
-    this process, or an address ``tcp://host:8786``).
-    """
-
-    mode: Literal["auto", "always", "never"] = "auto"
-    min_size_mb: float = Field(1024.0, ge=0)
-    scheduler: str = "local"
-    n_workers: int = Field(2, ge=1)
-    rows_per_bucket: int = Field(1_000_000, ge=1)
-
-    def to_options(self) -> Any:
-        """The :class:`data_checks.partitioned.PartitionOptions` of this section."""
-        from data_checks.partitioned import PartitionOptions
-
-        return PartitionOptions(
-            mode=self.mode,
-            min_bytes=int(self.min_size_mb * 2**20),
-            scheduler=self.scheduler,
-            n_workers=self.n_workers,
-            rows_per_bucket=self.rows_per_bucket,
-        )
-
-
 class SearchConfig(_Section):
     """Hyperparameter grid searched on the validation split (selection by IPS or SNIPS).
 
@@ -319,8 +291,14 @@ class SearchConfig(_Section):
     the others (:func:`poem.learners.search.select_trial`).
     """
 
-    grid: dict[str, list[Scalar]] = {"variance_scale": [0.0, 0.1, 1.0], "clip": ["p90/p10", 100.0]}
-    scoring: Literal["ips", "snips"] = "ips"
+    grid: dict[str, list[Scalar]] = Field(
+        default_factory=lambda: {
+            "solver": ["adagrad", "lbfgs"],
+            "variance_scale": [1e-05, 0.0001, 0.0003, 0.001, 0.003, 0.01, 0.03],
+            "clip": ["p90/p10"],
+        }
+    )
+    scoring: Literal["ips", "snips"] = "snips"
     min_ess_fraction: float = Field(0.01, ge=0, lt=1)
     confidence_level: float = Field(0.95, gt=0, lt=1)
     max_workers: int = Field(2, ge=1, le=64)
@@ -353,7 +331,13 @@ POEM_PARAMS: dict[str, Scalar] = {
     "solver": "lbfgs",
     "variance_penalty": "calibrated",
     "l2_penalty": 0.0,
-    "max_iter": 100,
+    "max_iter": 50,
+    "max_epochs": 2,
+    "learning_rate": 300.0,
+    "batch_size": 300,
+    "tol": 1e-05,
+    "standardize": True,
+    "warm_start": "champion",
     "temperature": 1.0,
     "exploration_floor": 0.01,
     "random_state": 0,
