@@ -114,6 +114,7 @@ def test_estimate_to_dict_is_plain():
         "flags",
     }
     assert d["flags"] == [
+        "small sample: effective sample size 2.3 < 1,000",
         "few non-zero terms (rare losses): 2 of 3 rows (< 100)",
         "skewed terms: |skewness|/sqrt(n) = 0.30 > 0.25",
     ]
