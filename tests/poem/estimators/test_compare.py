@@ -164,7 +164,7 @@ def test_report_and_dict(tiny_log):
     assert "| difference (challenger − champion) | ips_difference | 0.25 |" in md
     assert "**0.5904** (promotion needs < -0.01)" in md
     assert "| challenger | ips | 0.8 | [" in md and "| no (see flags) |" in md
-    assert "- difference: few non-zero terms (rare losses): 4 of 5 rows (< 100)\n" in md
+    assert "- difference: few non-zero terms (rare losses): 4 of 5 rows (< 300)\n" in md
     assert d["estimator"] == "ips" and d["flags"] == list(result.flags)
     assert d["metrics"]["risk_difference_ucb"] == pytest.approx(result.upper_bound)
     assert "**Decision: rejected**" in md
