@@ -11,7 +11,6 @@ from poem.estimators.betting import betting_lower_bound
 
 LOSSES = np.array([0.0, 1.0, 0.5, 0.25, 1.0])  # tiny_log
 WEIGHTS = np.array([0.5, 2.0, 2.0, 2.0, 0.5])  # hand-chosen target
-T_95_4 = 2.1318467863266495
 
 
 def test_paired_ips_difference_by_hand(tiny_log):
