@@ -204,10 +204,9 @@ def _serve_round(
 
 
 def _gate_interval(metrics: dict[str, float]) -> tuple[float | None, float | None, float | None]:
-    keys = [k for k in metrics if k.startswith("difference_") and k.endswith("_risk")]
-    if not keys:
+    if "risk_difference" not in metrics:  # keys: poem.estimators.compare.PolicyComparison.metrics
         return None, None, None
-    k = keys[0]
+    k = "risk_difference"
     return metrics[k], metrics.get(f"{k}_lower"), metrics.get(f"{k}_upper")
 
 
