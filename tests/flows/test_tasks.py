@@ -111,8 +111,7 @@ def test_gate_against_logging_policy_and_blocking_checks(parts, trials):
     assert comparison.promote and comparison.decision == "promoted"
     metrics = gate_metrics(comparison)
     assert (
-        metrics["gate_promoted"] == 1.0
-        and metrics["risk_difference_ucb"] == comparison.upper_bound
+        metrics["gate_promoted"] == 1.0 and metrics["risk_difference_ucb"] == comparison.upper_bound
     )
     blocked = gate_candidate.fn(policy, None, parts.test, gate, ["uniform_weight_mean"])
     assert not blocked.promote and "check did not pass: uniform_weight_mean" in blocked.reasons[-1]
