@@ -42,7 +42,9 @@ def interval_flags(terms: Any, weights: Any, clipped_fraction: float = 0.0) -> t
     n_e Kong's effective sample size, k the number of non-zero terms, m_k the central moments
     and γ̂ the skewness.
     A flag is raised when n_e < 0.1 n (weight tail) or n_e < 1,000 (small sample: the
-    benchmark measured 92–94 % coverage of 95 % t intervals there), k < 300 (rare losses) or
+    benchmark measured 92–94 % coverage of 95 % t intervals there), k < 300 or
+    n m₂²/m₄ < 300 (few rows carry the variance: rare losses, also when the other terms are
+    small but not zero, as SNIPS's linearised terms) or
     |γ̂|/√n > 0.25 (the leading Edgeworth term of the coverage error of a mean is
     proportional to γ/√n), and when any weight was clipped (the interval then covers the
     clipped risk, not the risk).
@@ -84,7 +86,15 @@ def interval_flags(terms: Any, weights: Any, clipped_fraction: float = 0.0) -> t
             f"few non-zero terms (rare losses): {nonzero:,} of {n:,} rows (< {MIN_NONZERO_TERMS})"
         )
     centred = u - u.mean()
-    spread = float(np.mean(centred**2)) ** 1.5
+    m2 = float(np.mean(centred**2))
+    spread = m2**1.5
+    if nonzero >= MIN_NONZERO_TERMS and m2 > 0:
+        carriers = n * m2**2 / float(np.mean(centred**4))  # n / kurtosis
+        if carriers < MIN_NONZERO_TERMS:
+            flags.append(
+                f"few rows carry the variance (rare losses or a weight tail): n/kurtosis = "
+                f"{carriers:,.1f} < {MIN_NONZERO_TERMS}"
+            )
     if spread > 0:  # (0 also when the terms' spread underflows)
         ratio = abs(float(np.mean(centred**3)) / spread) / np.sqrt(n)
         if ratio > MAX_SKEWNESS_RATIO:

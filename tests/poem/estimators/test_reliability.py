@@ -43,3 +43,10 @@ def test_flags_follow_the_sample_size_for_rare_losses(n):
     losses = (rng.random(n) < 0.01).astype(float)
     flagged = bool(ips(losses, np.ones(n)).flags)
     assert flagged == (n == 200)  # 2 vs 1,000 non-zero losses
+
+
+def test_few_rows_carrying_the_variance_are_flagged_even_when_no_term_is_zero():
+    rng = np.random.default_rng(3)
+    losses = (rng.random(20_000) < 0.005).astype(float)  # ~100 losses among 20,000 rows
+    estimate = snips(losses, rng.uniform(0.5, 1.5, 20_000))  # every linearised term ≠ 0
+    assert any(f.startswith("few rows carry the variance") for f in estimate.flags)
