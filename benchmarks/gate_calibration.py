@@ -205,6 +205,7 @@ def main() -> None:
     parser.add_argument("--settings", default="near-uniform,heavy-tailed,rare-loss")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--skip-gate", action="store_true", help="interval coverage only")
     args = parser.parse_args()
     settings = make_settings(args.seed)
     rng = np.random.default_rng(args.seed + 1)
@@ -224,8 +225,12 @@ def main() -> None:
             + "  ".join(f"{e:>12s}" for e in GATE_ESTIMATORS)
         )
         for champ_name, champion, base in (
-            ("logger", None, r_logger),
-            ("policy", s.champion, r_champion),
+            ()
+            if args.skip_gate
+            else (
+                ("logger", None, r_logger),
+                ("policy", s.champion, r_champion),
+            )
         ):
             for label, factor in (("equal", 1.0), ("+2% worse", 1.02), ("-5% better", 0.95)):
                 challenger = s.challenger(factor * base, champ_name)

@@ -172,12 +172,8 @@ def improvement_lower_bound(
 
     Parameters
     ----------
-    losses : array-like of shape (..., n_samples)
-        Logged losses, i.e. δᵢ.
-    challenger_weights : array-like of shape (..., n_samples)
-        Challenger's importance weights, i.e. r^c_i.
-    champion_weights : array-like of shape (..., n_samples)
-        Champion's importance weights, i.e. r^h_i.
+    losses, challenger_weights, champion_weights : array-like of shape (..., n_samples)
+        δᵢ, r^c_i and r^h_i, as for :func:`improvement_terms`.
     estimator : {"ips", "clipped_ips", "snips"}, default="ips"
         Which terms (see :func:`improvement_terms`).
     loss_bounds : tuple of float

@@ -119,14 +119,15 @@ def _ratio_statistic(losses: np.ndarray, weights: np.ndarray) -> np.ndarray:
 
 def _snips_value_and_influence(losses: np.ndarray, weights: np.ndarray) -> tuple[float, np.ndarray]:
     """SNIPS value and its delta-method linearisation eᵢ = rᵢ(δᵢ − R̂)/r̄ (mean zero)."""
-    mean_w = float(weights.mean())
-    if mean_w == 0.0:
+    total = float(weights.sum())
+    if total == 0.0:
         raise ValueError(
             "weights are all 0: the target policy puts no probability on any logged action, "
             "so SNIPS is undefined"
         )
-    value = float(np.dot(losses, weights) / weights.sum())
-    return value, weights * (losses - value) / mean_w
+    share = weights / total  # normalise first: no underflow for tiny weights
+    value = float(np.dot(losses, share))
+    return value, share * weights.size * (losses - value)  # eᵢ = rᵢ(δᵢ − R̂)/r̄
 
 
 def _interval(

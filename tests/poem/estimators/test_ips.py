@@ -114,7 +114,8 @@ def test_estimate_to_dict_is_plain():
         "flags",
     }
     assert d["flags"] == [
-        "few non-zero terms (rare losses): 2 of 3 rows (< 100)",
+        "small sample: effective sample size 2.3 < 1,000",
+        "few non-zero terms (rare losses): 2 of 3 rows (< 300)",
         "skewed terms: |skewness|/sqrt(n) = 0.30 > 0.25",
     ]
     assert type(d["n"]) is int and type(d["value"]) is float
