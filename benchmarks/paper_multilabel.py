@@ -217,11 +217,21 @@ def learner_setup(defaults: dict, solver: str, penalised: bool, seed: int, args,
         params["warm_start"] = h0
     grid = dict(defaults["grid"])
     grid.pop("solver", None)  # one row per solver; the combined rows select across them
+    if "warm_start" in grid:  # the champion before any promotion is the logging policy
+        starts = ["zeros"] if args.paper_regime else grid["warm_start"]
+        grid["warm_start"] = [h0 if w == "champion" else w for w in starts]
     if not penalised:
         for key in SEARCH_ONLY:
             grid.pop(key, None)
         grid["variance_penalty"] = [0.0]
     return POEM(**params), grid
+
+
+def printable(params: dict) -> dict:
+    """Trial params for JSON: a warm-start policy (h₀, the champion) is written "champion"."""
+    return {
+        k: v if isinstance(v, str | int | float | None) else "champion" for k, v in params.items()
+    }
 
 
 def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
@@ -274,13 +284,13 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
             "loss": true_expected_loss(best.policy_, ds.X_test, ds.Y_test),
             "map_loss": map_loss(best.policy_, ds.X_test, ds.Y_test),
             "seconds": float(np.mean([t.seconds for t in result.trials])),
-            "selected": {k: v for k, v in chosen.params.items() if k in grid},
+            "selected": printable({k: v for k, v in chosen.params.items() if k in grid}),
             "n_iter": best.n_iter_,
             "converged": best.converged_,
             # every trial, for the selection-rule sensitivity table (test losses never select)
             "trials": [
                 {
-                    "params": {k: v for k, v in t.params.items() if k in grid},
+                    "params": printable({k: v for k, v in t.params.items() if k in grid}),
                     "test_loss": true_expected_loss(t.estimator.policy_, ds.X_test, ds.Y_test),
                     "ips": t.ips.value,
                     "snips": t.snips.value,
@@ -305,7 +315,7 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
             "loss": true_expected_loss(chosen.estimator.policy_, ds.X_test, ds.Y_test),
             "map_loss": map_loss(chosen.estimator.policy_, ds.X_test, ds.Y_test),
             "seconds": float(np.mean([t.seconds for _, t in pool])),
-            "selected": {"solver": LEARNERS[row][0], **chosen.params},
+            "selected": printable({"solver": LEARNERS[row][0], **chosen.params}),
             "n_iter": chosen.n_iter,
             "converged": chosen.converged,
         }
