@@ -12,7 +12,7 @@ import argparse
 import math
 from pathlib import Path
 
-DATASETS = ("digits", "yeast", "tmc2007")
+DATASETS = ("digits", "yeast", "tmc2007", "emotions", "medical")  # poem.datasets.DATASETS
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -29,8 +29,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--dataset",
         choices=DATASETS,
         required=True,
-        help="supervised data set: digits (bundled, discrete), yeast or tmc2007 "
-        "(multilabel, need --data-dir)",
+        help="supervised data set: digits (bundled, discrete), yeast, tmc2007, emotions or "
+        "medical (multilabel, need --data-dir)",
     )
     parser.add_argument(
         "--out", type=Path, required=True, help="output folder of the partitioned log"
