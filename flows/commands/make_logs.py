@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-DATASETS = ("digits", "yeast", "tmc2007", "obd")
+DATASETS = ("digits", "yeast", "tmc2007", "emotions", "medical", "obd")  # + poem.datasets.DATASETS
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -32,8 +32,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--dataset",
         choices=DATASETS,
         required=True,
-        help="supervised data set: digits (bundled, discrete), yeast or tmc2007 "
-        "(multilabel, need --data-dir); or obd, the Open Bandit Dataset's real logs "
+        help="supervised data set: digits (bundled, discrete), yeast, tmc2007, emotions or "
+        "medical (multilabel, need --data-dir); or obd, the Open Bandit Dataset's real logs "
         "(needs --data-dir)",
     )
     parser.add_argument(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import tempfile
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from prefect.cache_policies import INPUTS, NO_CACHE, TASK_SOURCE
 import poem
 from flows import learners
 from flows.config import SearchConfig
-from flows.learners import build_learner
+from flows.learners import build_learner, resolve_warm_start
 from flows.tasks import IO_RETRIES, stage_done
 from flows.tracking import TrackedRun, create_nested_run, log_artifact, log_json, log_metrics
 from poem.diagnostics.search_plot import plot_search
@@ -64,9 +65,11 @@ def search_trial(
     champion policy (a ``warm_start: champion`` start), which are excluded from it.
     """
     estimator = build_learner(learner, fixed_params, champion=champion, log=train_log)
-    return run_trial(
-        estimator, params, train_log, validation_log, confidence_level=confidence_level
+    resolved = resolve_warm_start(params, champion, train_log)  # a grid of warm starts
+    trial = run_trial(
+        estimator, resolved, train_log, validation_log, confidence_level=confidence_level
     )
+    return replace(trial, params=dict(params))  # the record keeps "champion", not the policy
 
 
 @task(name="select-trial", cache_policy=NO_CACHE, on_completion=[stage_done])

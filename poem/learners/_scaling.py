@@ -3,7 +3,7 @@ r"""Feature standardization inside the learners, folded back into raw-space coef
 AdaGrad's per-coordinate step is about η/√t in units of w, so a fixed η only works when every
 feature has about the same scale. The learner therefore optimises over standardized inputs
 
-.. math:: z_j = (x_j - m_j) / s_j,
+.. math:: z_j = (x_j - m_j) / s_j, \qquad s_j = \sqrt{d'}\,\sigma_j,
 
 and maps the solution back to the raw inputs, so the fitted policy, its artifact and serving
 never see the transform:
@@ -11,13 +11,18 @@ never see the transform:
 .. math:: w^{raw}_{l,j} = w_{l,j} / s_j, \qquad
           b^{raw}_l = b_l - \sum_j w_{l,j}\, m_j / s_j,
 
-where l indexes the rows of the coefficient array (labels or classes), j the raw features and
-b the intercept column. The policy is unchanged (w·z + b = w^{raw}·x + b^{raw} for every x),
-so the map is exact. Centring (m ≠ 0) needs an intercept to absorb it and dense inputs to
-stay cheap: dense inputs with an intercept are centred and divided by their standard deviation;
-sparse inputs, or inputs without an intercept, are only divided by their root mean square
-(sparsity and the no-intercept model are kept); a sparse matrix that is more than half
-non-zero is made dense first. Constant-zero columns keep s = 1.
+where σ_j is the feature's standard deviation (or root mean square, below), d' the number of
+non-constant features, l indexes the rows of the coefficient array (labels or classes), j the
+raw features and b the intercept column. The factor √d' gives a standardized row a mean squared
+norm of 1, the intercept's own, so one η moves the scores as much through the weights as through
+the intercept whatever the dimension. The policy is unchanged (w·z + b = w^{raw}·x + b^{raw} for
+every x), so the map is exact. Centring (m ≠ 0) needs an intercept to absorb it and dense inputs
+to stay cheap: dense inputs with an intercept are centred and divided by their standard
+deviation; sparse inputs, or inputs without an intercept, are only divided by their root mean
+square (sparsity and the no-intercept model are kept); a sparse matrix that is more than half
+non-zero is made dense first. Constant-zero columns keep s = 1. The L2 penalty μ‖w‖² of the
+objective applies to the standardized coefficients (as with a scaler in front of a scikit-learn
+model).
 """
 
 from __future__ import annotations

@@ -216,8 +216,9 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
     standardize : bool, default=True
         Optimise over standardized features (centred and scaled when dense with an intercept,
         scaled only otherwise; :mod:`poem.learners._scaling`) and fold the transform back
-        into raw-space ``coef_``, so one η fits every feature scale. Discrete and multilabel
-        families only (candidate-set features are used as given).
+        into raw-space ``coef_``, so one η fits every feature scale; μ then penalises the
+        standardized coefficients. Discrete and multilabel families only (candidate-set
+        features are used as given).
     warm_start : "zeros", array-like, StochasticPolicy or fitted estimator, default="zeros"
         Starting point w₀: ``"zeros"`` is the paper's w₀ = 0 (the uniform policy); an array
         of shape ``family_.coef_shape`` is raw-space coefficients; a policy (e.g. the logger
