@@ -31,8 +31,11 @@ The registered model is the serving pyfunc of :mod:`deploy.pyfunc` around the po
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -152,6 +155,27 @@ def model_code_digest(model_dir: str | Path) -> str:
     return digest.hexdigest()
 
 
+@contextlib.contextmanager
+def _global_tracking_uri(uri: str) -> Iterator[None]:
+    """Point MLflow's global tracking URI at ``uri`` for ``log_model``, then restore it.
+
+    ``mlflow.set_tracking_uri`` also writes ``MLFLOW_TRACKING_URI`` into the environment,
+    which :func:`flows.config.load_config` honours as an override: left behind, it would send
+    the next run in this process to this store.
+    """
+    previous_env = os.environ.get("MLFLOW_TRACKING_URI")
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(previous)
+        if previous_env is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = previous_env
+
+
 def log_policy_model(
     client: MlflowClient, tracking: TrackingConfig, experiment_id: str, run_id: str, policy: Any
 ) -> LoggedPolicy:
@@ -180,12 +204,12 @@ def log_policy_model(
     """
     import deploy.pyfunc as serving
 
-    mlflow.set_tracking_uri(tracking.uri)  # log_model resolves its store from the global URI
     model = client.create_logged_model(experiment_id, name="policy", source_run_id=run_id)
     with tempfile.TemporaryDirectory(prefix="poem-policy-") as tmp:
         folder = Path(tmp) / serving.ARTIFACT_KEY
         save_policy(policy, folder)
-        info = serving.log_policy_model(folder, "policy", model_id=model.model_id)
+        with _global_tracking_uri(tracking.uri):
+            info = serving.log_policy_model(folder, "policy", model_id=model.model_id)
         logged = mlflow.artifacts.download_artifacts(
             artifact_uri=model.artifact_location, dst_path=f"{tmp}/model"
         )

@@ -218,12 +218,14 @@ def test_stale_running_runs_are_closed_as_killed(store, tracking):
     stale = start_run(client, experiment_id, "killed")
     client.set_tag(stale, "poem.pid", str(dead.pid))  # its owner process is gone
     alive = start_run(client, experiment_id, "this process")
+    from flows.tracking import recent_runs
+
+    status = {r["run_id"]: r["status"] for r in recent_runs(client, tracking)}
+    assert (status[stale], status[alive]) == ("KILLED?", "RUNNING")  # compare, before reaping
     assert reap_stale_runs(client, experiment_id) == [stale]
     assert client.get_run(stale).info.status == "KILLED"
     assert "ended without closing the run" in client.get_run(stale).data.tags["poem.stale"]
     assert client.get_run(alive).info.status == "RUNNING"
-    from flows.tracking import recent_runs
-
     decisions = {r["run_id"]: r["decision"] for r in recent_runs(client, tracking)}
     assert decisions[stale] == "killed"  # and `compare` shows it so
 
@@ -253,6 +255,7 @@ def _model_folder(client, version: str) -> Path:
 def test_registered_digests_catch_edits_in_the_artifact_store(store, tracking, tmp_path):
     client, _, add = store
     version = add(gated(), real=True)
+    assert "MLFLOW_TRACKING_URI" not in os.environ  # logging the model leaves no override behind
     assert load_version_policy(client, tracking, version).temperature == 1.0
     assert verify_model_version(client, tracking, version, tmp_path / "ok").is_dir()
     folder = _model_folder(client, version)
