@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from flows.config import TrackingConfig
+from flows.integrity import verify_model_version
 from flows.registry import (
     IncompatibleChampionError,
     LoggedPolicy,
@@ -28,7 +29,6 @@ from flows.registry import (
     register_version,
     repair_promotions,
     rollback,
-    verify_model_version,
 )
 from flows.tracking import client_for, ensure_experiment, reap_stale_runs, start_run
 from poem.io.artifact import ArtifactError
