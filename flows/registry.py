@@ -237,7 +237,7 @@ def register_version(
 
     Besides ``tags`` the version records where its policy folder is, the policy's family
     and sizes (for :func:`check_champion_compatible`) and the digests of the policy and of
-    the model code (checked by :func:`load_version_policy` and :func:`verify_model_version`).
+    the model code (checked by :func:`load_version_policy` and :func:`flows.integrity.verify_model_version`).
     """
     try:
         client.get_registered_model(tracking.registered_model)
