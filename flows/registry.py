@@ -237,7 +237,8 @@ def register_version(
 
     Besides ``tags`` the version records where its policy folder is, the policy's family
     and sizes (for :func:`check_champion_compatible`) and the digests of the policy and of
-    the model code (checked by :func:`load_version_policy` and :func:`flows.integrity.verify_model_version`).
+    the model code (checked by :func:`load_version_policy` and
+    :func:`flows.integrity.verify_model_version`).
     """
     try:
         client.get_registered_model(tracking.registered_model)
@@ -251,13 +252,14 @@ def register_version(
         **{k: str(v) for k, v in logged.tags.items()},
         POLICY_URI_TAG: logged.policy_uri,
     }
-    version = client.create_model_version(
-        tracking.registered_model,
-        logged.model_uri,
-        run_id=run_id,
-        tags=all_tags,
-        model_id=logged.model_id,
-    )
+    with _global_tracking_uri(tracking.uri):  # the registry resolves models:/m-… through it
+        version = client.create_model_version(
+            tracking.registered_model,
+            logged.model_uri,
+            run_id=run_id,
+            tags=all_tags,
+            model_id=logged.model_id,
+        )
     client.set_registered_model_alias(
         tracking.registered_model, tracking.challenger_alias, version.version
     )
