@@ -195,12 +195,13 @@ def audit(config: Path) -> dict:
         versions = []
     promotion = Counter(v.tags.get("promotion", "-") for v in versions)
     done = [v for v in versions if v.tags.get("promotion") == "done"]
-    wrong_base = [
+    wrong_base = [  # a version promoted by hand (no gated_against, e.g. a baseline) is exempt
         v.version
         for v in done
-        if v.tags.get("gated_against") != v.tags.get("replaced_champion", "logging-policy")
+        if "gated_against" in v.tags
+        and v.tags["gated_against"] != v.tags.get("replaced_champion", "logging-policy")
     ]
-    per_generation = Counter(v.tags.get("gated_against") for v in done)
+    per_generation = Counter(v.tags["gated_against"] for v in done if "gated_against" in v.tags)
     consistent = (
         statuses.get("RUNNING", 0) == 0
         and (champion is None or champion != previous)
@@ -286,9 +287,11 @@ def _uniform_champion(config: Path) -> None:
     client.set_terminated(run_id, "FINISHED")
 
 
-def concurrency(workdir: Path, logs: Path, sizes: list[int]) -> list[dict]:
+def concurrency(
+    workdir: Path, logs: Path, sizes: list[int], stores: tuple[str, ...] = ("fresh", "existing")
+) -> list[dict]:
     rows = []
-    for store_kind in ("fresh", "existing"):
+    for store_kind in stores:
         for n in sizes:
             store = workdir / "concurrent" / f"{store_kind}-{n}"
             shutil.rmtree(store, ignore_errors=True)
@@ -335,6 +338,7 @@ def main() -> None:
     parser.add_argument("--n-events", type=int, default=1200)
     parser.add_argument("--points", nargs="*", default=list(STAGES + INSIDE))
     parser.add_argument("--concurrency", type=int, nargs="*", default=[2, 4])
+    parser.add_argument("--stores", nargs="*", default=["fresh", "existing"])
     args = parser.parse_args()
     workdir = args.workdir.resolve()
     logs = workdir / "logs"
@@ -357,7 +361,9 @@ def main() -> None:
             stdout=subprocess.DEVNULL,
         )
     kills = kill_points(workdir, logs, args.points) if args.points else []
-    races = concurrency(workdir, logs, args.concurrency) if args.concurrency else []
+    races = (
+        concurrency(workdir, logs, args.concurrency, tuple(args.stores)) if args.concurrency else []
+    )
     if kills:
         print("\nSIGKILL at each point, then one rerun:\n")
         print(

@@ -31,7 +31,6 @@ The registered model is the serving pyfunc of :mod:`deploy.pyfunc` around the po
 
 from __future__ import annotations
 
-import hashlib
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,8 +42,15 @@ from mlflow.entities import LoggedModelOutput
 from mlflow.exceptions import MlflowException
 
 from flows.config import TrackingConfig
+from flows.integrity import (
+    CODE_DIGEST_TAG,
+    MODEL_LOCATION_TAG,
+    POLICY_DIGEST_TAG,
+    POLICY_URI_TAG,
+    model_code_digest,
+)
 from flows.tracking import store_lock, tracking_uri_scope
-from poem.io.artifact import ArtifactError, artifact_digest, load_policy, save_policy
+from poem.io.artifact import artifact_digest, load_policy, save_policy
 
 __all__ = [
     "LoggedPolicy",
@@ -58,22 +64,16 @@ __all__ = [
     "load_version_policy",
     "version_tags",
     "log_policy_model",
-    "model_code_digest",
-    "verify_model_version",
     "promote",
     "register_version",
     "rollback",
 ]
 
-POLICY_URI_TAG = "policy_uri"
 REPLACED_TAG = "replaced_champion"
 GATED_AGAINST_TAG = "gated_against"
 PROMOTION_TAG = "promotion"
 DECISION_TAG = "gate_decision"
 LOGGING_POLICY = "logging-policy"
-POLICY_DIGEST_TAG = "policy_sha256"
-CODE_DIGEST_TAG = "model_code_sha256"
-MODEL_LOCATION_TAG = "model_location"
 
 
 class RollbackError(RuntimeError):
@@ -113,43 +113,6 @@ class LoggedPolicy:
     model_id: str | None
     policy_uri: str
     tags: dict[str, str] = field(default_factory=dict)
-
-
-def model_code_digest(model_dir: str | Path) -> str:
-    """SHA-256 over everything MLflow imports or obeys when it loads the model folder.
-
-    That is ``MLmodel`` (loader and code paths), the models-from-code file it names
-    (``model_code_path``) and every file under ``code/`` (the shipped ``poem`` package),
-    by relative name and bytes; byte-code caches are skipped.
-
-    Raises
-    ------
-    poem.io.artifact.ArtifactError
-        If ``MLmodel`` or the code file it names is missing.
-    """
-    import yaml
-
-    model_dir = Path(model_dir)
-    try:
-        mlmodel = yaml.safe_load((model_dir / "MLmodel").read_text())
-        code_file = Path(str(mlmodel["flavors"]["python_function"]["model_code_path"])).name
-    except (OSError, KeyError, TypeError, yaml.YAMLError) as exc:
-        raise ArtifactError(f"{model_dir}/MLmodel: no models-from-code file ({exc})") from exc
-    files = [model_dir / "MLmodel", model_dir / code_file]
-    if (model_dir / "code").is_dir():
-        files += sorted(
-            p
-            for p in (model_dir / "code").rglob("*")
-            if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
-        )
-    digest = hashlib.sha256()
-    for path in files:
-        if not path.is_file():
-            raise ArtifactError(f"{path}: model file missing")
-        data = path.read_bytes()
-        digest.update(f"{path.relative_to(model_dir).as_posix()}\0{len(data)}\0".encode())
-        digest.update(data)
-    return digest.hexdigest()
 
 
 def log_policy_model(
@@ -253,7 +216,8 @@ def register_version(
 
     Besides ``tags`` the version records where its policy folder is, the policy's family
     and sizes (for :func:`check_champion_compatible`) and the digests of the policy and of
-    the model code (checked by :func:`load_version_policy` and :func:`verify_model_version`).
+    the model code (checked by :func:`load_version_policy` and
+    :func:`flows.integrity.verify_model_version`).
     """
     try:
         client.get_registered_model(tracking.registered_model)
@@ -267,13 +231,14 @@ def register_version(
         **{k: str(v) for k, v in logged.tags.items()},
         POLICY_URI_TAG: logged.policy_uri,
     }
-    version = client.create_model_version(
-        tracking.registered_model,
-        logged.model_uri,
-        run_id=run_id,
-        tags=all_tags,
-        model_id=logged.model_id,
-    )
+    with tracking_uri_scope(tracking.uri):  # the registry resolves models:/m-… through it
+        version = client.create_model_version(
+            tracking.registered_model,
+            logged.model_uri,
+            run_id=run_id,
+            tags=all_tags,
+            model_id=logged.model_id,
+        )
     client.set_registered_model_alias(
         tracking.registered_model, tracking.challenger_alias, version.version
     )
@@ -302,57 +267,6 @@ def load_version_policy(client: MlflowClient, tracking: TrackingConfig, version:
     with scope, tempfile.TemporaryDirectory(prefix="poem-champion-") as tmp:
         local = mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=tmp)
         return load_policy(local, expected_digest=mv.tags.get(POLICY_DIGEST_TAG))
-
-
-def verify_model_version(
-    client: MlflowClient, tracking: TrackingConfig, version: str, dst_path: str | Path
-) -> Path:
-    """Download a version's model folder and verify it before anything in it is imported.
-
-    MLflow *imports* the model's code file when it loads a models-from-code model (``mlflow
-    models serve``, ``mlflow.pyfunc.load_model``): whoever can write the artifact store can
-    run code there. This checks the code file and the policy folder against the digests
-    recorded at registration; serve the returned local folder (``mlflow models serve -m
-    <folder>``) so what runs is what was checked.
-
-    Returns
-    -------
-    Path
-        The verified local model folder.
-
-    Raises
-    ------
-    poem.io.artifact.ArtifactError
-        If a digest is missing or differs (the file is named).
-    """
-    mv = client.get_model_version(tracking.registered_model, version)
-    missing = [t for t in (CODE_DIGEST_TAG, POLICY_DIGEST_TAG) if t not in mv.tags]
-    if missing:
-        raise ArtifactError(
-            f"version {version} of {tracking.registered_model!r} has no {missing} tag(s); it "
-            "was registered before digests were recorded and cannot be verified"
-        )
-    with tracking_uri_scope(tracking.uri):  # models:/ URIs resolve through the global URI
-        local = Path(
-            mlflow.artifacts.download_artifacts(
-                artifact_uri=mv.tags.get(MODEL_LOCATION_TAG)
-                or mv.tags[POLICY_URI_TAG].removesuffix("/artifacts/policy"),
-                dst_path=str(dst_path),
-            )
-        )
-    actual = model_code_digest(local)
-    if actual != mv.tags[CODE_DIGEST_TAG]:
-        raise ArtifactError(
-            f"{local}: model code (MLmodel, the models-from-code file, code/) differs from "
-            f"the code registered with version {version} (SHA-256 {actual[:12]}… != "
-            f"{mv.tags[CODE_DIGEST_TAG][:12]}…); refusing to import it"
-        )
-    import deploy.pyfunc as serving
-
-    load_policy(
-        local / "artifacts" / serving.ARTIFACT_KEY, expected_digest=mv.tags[POLICY_DIGEST_TAG]
-    )
-    return local
 
 
 def check_champion_compatible(

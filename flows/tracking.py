@@ -224,6 +224,13 @@ def start_run(
     return run.info.run_id
 
 
+def _owner_gone(tags: Mapping[str, str]) -> bool:
+    """True when a run's owner process was on this host and is no longer running."""
+    if tags.get("poem.host") != socket.gethostname() or not tags.get("poem.pid", "").isdigit():
+        return False
+    return _process_start(int(tags["poem.pid"])) != tags.get("poem.pid_start")
+
+
 def reap_stale_runs(client: MlflowClient, experiment_id: str) -> list[str]:
     """Mark RUNNING runs whose owning process on this host is gone as KILLED; returns their ids.
 
@@ -236,10 +243,8 @@ def reap_stale_runs(client: MlflowClient, experiment_id: str) -> list[str]:
     reaped = []
     for run in runs:
         tags = run.data.tags
-        if tags.get("poem.host") != host or not tags.get("poem.pid", "").isdigit():
-            continue
-        if _process_start(int(tags["poem.pid"])) == tags.get("poem.pid_start"):
-            continue  # its process is alive: a concurrent run
+        if not _owner_gone(tags):
+            continue  # alive (a concurrent run), or owned elsewhere
         client.set_tag(
             run.info.run_id,
             "poem.stale",
@@ -420,8 +425,14 @@ def compare_metrics(metrics: Mapping[str, float]) -> dict[str, float | None]:
             continue
         for quantity in ("risk_ucb", "risk"):
             if rest.endswith(f"_{quantity}"):
-                if out.get(f"{role}_{quantity}") is None:
-                    out[f"{role}_{quantity}"] = value
+                # difference_<est>_risk_ucb is today's risk_difference_ucb
+                target = (
+                    f"{role}_{quantity}"
+                    if role != "difference"
+                    else "risk_difference" + quantity.removeprefix("risk")
+                )
+                if out.get(target) is None:
+                    out[target] = value
                 break
     return out
 
@@ -452,7 +463,9 @@ def recent_runs(
         version, decision = versions.get(r.info.run_id, ("", ""))
         n_trials = sum(1 for t in runs if t.data.tags.get(PARENT_RUN_TAG) == r.info.run_id)
         status = r.info.status
-        if status in ("FAILED", "KILLED"):
+        if status == "RUNNING" and _owner_gone(r.data.tags):
+            status = "KILLED?"  # closed as KILLED by the next retrain on this host
+        if status in ("FAILED", "KILLED", "KILLED?"):
             decision = status.lower()
         rows.append(
             {

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from flows.config import TrackingConfig
+from flows.integrity import verify_model_version
 from flows.registry import (
     IncompatibleChampionError,
     LoggedPolicy,
@@ -28,7 +29,6 @@ from flows.registry import (
     register_version,
     repair_promotions,
     rollback,
-    verify_model_version,
 )
 from flows.tracking import client_for, ensure_experiment, reap_stale_runs, start_run
 from poem.io.artifact import ArtifactError
@@ -218,12 +218,14 @@ def test_stale_running_runs_are_closed_as_killed(store, tracking):
     stale = start_run(client, experiment_id, "killed")
     client.set_tag(stale, "poem.pid", str(dead.pid))  # its owner process is gone
     alive = start_run(client, experiment_id, "this process")
+    from flows.tracking import recent_runs
+
+    status = {r["run_id"]: r["status"] for r in recent_runs(client, tracking)}
+    assert (status[stale], status[alive]) == ("KILLED?", "RUNNING")  # compare, before reaping
     assert reap_stale_runs(client, experiment_id) == [stale]
     assert client.get_run(stale).info.status == "KILLED"
     assert "ended without closing the run" in client.get_run(stale).data.tags["poem.stale"]
     assert client.get_run(alive).info.status == "RUNNING"
-    from flows.tracking import recent_runs
-
     decisions = {r["run_id"]: r["decision"] for r in recent_runs(client, tracking)}
     assert decisions[stale] == "killed"  # and `compare` shows it so
 
@@ -253,6 +255,7 @@ def _model_folder(client, version: str) -> Path:
 def test_registered_digests_catch_edits_in_the_artifact_store(store, tracking, tmp_path):
     client, _, add = store
     version = add(gated(), real=True)
+    assert "MLFLOW_TRACKING_URI" not in os.environ  # logging the model leaves no override behind
     assert load_version_policy(client, tracking, version).temperature == 1.0
     assert verify_model_version(client, tracking, version, tmp_path / "ok").is_dir()
     folder = _model_folder(client, version)
@@ -279,3 +282,18 @@ def test_registered_digests_catch_edits_in_the_artifact_store(store, tracking, t
     code.write_text(code.read_text() + "\nimport os  # injected\n")
     with pytest.raises(ArtifactError, match=r"model code .* differs .* refusing to import it"):
         verify_model_version(client, tracking, other, tmp_path / "bad")
+
+
+def test_compare_metrics_maps_older_estimator_specific_keys():
+    from flows.tracking import compare_metrics
+
+    new = {"challenger_risk": 0.2, "champion_risk": 0.4, "risk_difference_ucb": -0.1}
+    assert compare_metrics(new)["risk_difference_ucb"] == -0.1
+    old = {
+        "challenger_snips_risk": 0.3,
+        "champion_snips_risk": 0.5,
+        "difference_clipped_ips_risk_ucb": -0.05,
+    }
+    got = compare_metrics(old)
+    assert (got["challenger_risk"], got["champion_risk"]) == (0.3, 0.5)
+    assert got["risk_difference_ucb"] == -0.05

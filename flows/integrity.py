@@ -1,0 +1,122 @@
+"""What the registry records to check a model before it is used: digests of policy and code.
+
+A registered version carries, as tags written by :func:`flows.registry.log_policy_model`:
+``policy_sha256`` (:func:`poem.io.artifact.artifact_digest` of the policy folder),
+``model_code_sha256`` (:func:`model_code_digest`: what MLflow imports when it loads the model)
+and ``model_location`` (the logged model's folder). The registry is outside the artifact store,
+so an edit of the artifacts is caught against these tags (README, "Reliability").
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import mlflow
+from mlflow import MlflowClient
+
+from flows.config import TrackingConfig
+from flows.tracking import tracking_uri_scope
+from poem.io.artifact import ArtifactError, load_policy
+
+__all__ = [
+    "CODE_DIGEST_TAG",
+    "MODEL_LOCATION_TAG",
+    "POLICY_DIGEST_TAG",
+    "POLICY_URI_TAG",
+    "model_code_digest",
+    "verify_model_version",
+]
+
+POLICY_URI_TAG = "policy_uri"
+POLICY_DIGEST_TAG = "policy_sha256"
+CODE_DIGEST_TAG = "model_code_sha256"
+MODEL_LOCATION_TAG = "model_location"
+
+
+def model_code_digest(model_dir: str | Path) -> str:
+    """SHA-256 over everything MLflow imports or obeys when it loads the model folder.
+
+    That is ``MLmodel`` (loader and code paths), the models-from-code file it names
+    (``model_code_path``) and every file under ``code/`` (the shipped ``poem`` package),
+    by relative name and bytes; byte-code caches are skipped.
+
+    Raises
+    ------
+    poem.io.artifact.ArtifactError
+        If ``MLmodel`` or the code file it names is missing.
+    """
+    import yaml
+
+    model_dir = Path(model_dir)
+    try:
+        mlmodel = yaml.safe_load((model_dir / "MLmodel").read_text())
+        code_file = Path(str(mlmodel["flavors"]["python_function"]["model_code_path"])).name
+    except (OSError, KeyError, TypeError, yaml.YAMLError) as exc:
+        raise ArtifactError(f"{model_dir}/MLmodel: no models-from-code file ({exc})") from exc
+    files = [model_dir / "MLmodel", model_dir / code_file]
+    if (model_dir / "code").is_dir():
+        files += sorted(
+            p
+            for p in (model_dir / "code").rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+        )
+    digest = hashlib.sha256()
+    for path in files:
+        if not path.is_file():
+            raise ArtifactError(f"{path}: model file missing")
+        data = path.read_bytes()
+        digest.update(f"{path.relative_to(model_dir).as_posix()}\0{len(data)}\0".encode())
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def verify_model_version(
+    client: MlflowClient, tracking: TrackingConfig, version: str, dst_path: str | Path
+) -> Path:
+    """Download a version's model folder and verify it before anything in it is imported.
+
+    MLflow *imports* the model's code file when it loads a models-from-code model (``mlflow
+    models serve``, ``mlflow.pyfunc.load_model``): whoever can write the artifact store can
+    run code there. This checks the code file and the policy folder against the digests
+    recorded at registration; serve the returned local folder (``mlflow models serve -m
+    <folder>``) so what runs is what was checked.
+
+    Returns
+    -------
+    Path
+        The verified local model folder.
+
+    Raises
+    ------
+    poem.io.artifact.ArtifactError
+        If a digest is missing or differs (the file is named).
+    """
+    mv = client.get_model_version(tracking.registered_model, version)
+    missing = [t for t in (CODE_DIGEST_TAG, POLICY_DIGEST_TAG) if t not in mv.tags]
+    if missing:
+        raise ArtifactError(
+            f"version {version} of {tracking.registered_model!r} has no {missing} tag(s); it "
+            "was registered before digests were recorded and cannot be verified"
+        )
+    with tracking_uri_scope(tracking.uri):  # a models:/ URI resolves through the global URI
+        local = Path(
+            mlflow.artifacts.download_artifacts(
+                artifact_uri=mv.tags.get(MODEL_LOCATION_TAG)
+                or mv.tags[POLICY_URI_TAG].removesuffix("/artifacts/policy"),
+                dst_path=str(dst_path),
+            )
+        )
+    actual = model_code_digest(local)
+    if actual != mv.tags[CODE_DIGEST_TAG]:
+        raise ArtifactError(
+            f"{local}: model code (MLmodel, the models-from-code file, code/) differs from "
+            f"the code registered with version {version} (SHA-256 {actual[:12]}… != "
+            f"{mv.tags[CODE_DIGEST_TAG][:12]}…); refusing to import it"
+        )
+    import deploy.pyfunc as serving
+
+    load_policy(
+        local / "artifacts" / serving.ARTIFACT_KEY, expected_digest=mv.tags[POLICY_DIGEST_TAG]
+    )
+    return local
