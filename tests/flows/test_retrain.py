@@ -200,7 +200,7 @@ def test_cli_prints_stages_and_a_headline(tmp_path, logs_dir, write_config, caps
     config = write_config(logs_dir / "good")
     assert main(["retrain", "--config", str(config), "--set", "gate.min_ess=10"]) == 0
     out = capsys.readouterr().out.splitlines()
-    stages = [line.split()[-1] for line in out if line.startswith("    ") and "s  " in line]
+    stages = [line.split()[1] for line in out if line.startswith("    ") and "s  " in line]
     for stage in ("validate-logs", "split-logs", "search-trial", "train-policy", "gate-candidate"):
         assert stage in stages, out
     headline = next(i for i, line in enumerate(out) if line.startswith("PROMOTED: challenger v1 "))
