@@ -176,26 +176,6 @@ def test_crash_between_register_and_promote_keeps_champion(
     assert _alias(client, "champion") == "2" and _alias(client, "challenger") == "2"
 
 
-def test_ctrl_c_marks_the_run_killed_and_keeps_the_champion(
-    tmp_path, logs_dir, write_config, monkeypatch
-):
-    import flows.tasks.split as split
-    from flows.retrain import RetrainInterrupted
-
-    config = write_config(logs_dir / "good")
-
-    def interrupt(*args, **kwargs):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(split, "split_log", interrupt)
-    with pytest.raises(RetrainInterrupted) as info:
-        retrain(config)
-    client = _client(tmp_path)
-    run = client.get_run(info.value.run_id)
-    assert run.info.status == "KILLED"
-    assert client.search_model_versions(f"name='{MODEL}'") == []  # nothing registered
-
-
 def test_cli_prints_stages_and_a_headline(tmp_path, logs_dir, write_config, capsys):
     config = write_config(logs_dir / "good")
     assert main(["retrain", "--config", str(config), "--set", "gate.min_ess=10"]) == 0
