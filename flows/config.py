@@ -544,6 +544,8 @@ def _format_errors(path: Path, err: ValidationError) -> str:
             msg = e["msg"].removeprefix("Value error, ")
             if not loc or msg.startswith(f"{loc}.") or msg.startswith(f"{e['loc'][0]}."):
                 lines.append(msg)  # a combination check: its message names the keys
+            elif "got " in msg:
+                lines.append(f"{loc}: {msg}")  # the message already shows the value
             else:
                 lines.append(f"{loc}: {msg} (got {shorten(e.get('input'))})")
     if len(errors) > MAX_MESSAGE_ERRORS:

@@ -130,7 +130,10 @@ def run_retrain(
     if not path.exists():
         where = "--logs" if logs is not None else f"data.path of {config}"
         return _fail(f"{where}: {path} does not exist", EXIT_CONFIG)
-    print(f"retrain on {path} (config {config})", flush=True)
+    from flows.config import default_config_path
+
+    which = "the packaged default config" if Path(config) == default_config_path() else config
+    print(f"retrain on {path} (config: {which})", flush=True)
     t0 = time.perf_counter()
     with interruptible():
         try:

@@ -86,3 +86,36 @@ def test_retrain_mistakes_exit_2_in_one_line_before_prefect(tmp_path, args, conf
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert re.search(message, done.stderr.strip()), done.stderr
     assert done.stdout.strip().splitlines()[-1] == "prefect imported: False"
+
+
+@pytest.mark.slow
+def test_ctrl_c_exits_130_with_the_run_killed(tmp_path, logs_dir, write_config):
+    """A KeyboardInterrupt inside the flow (as Ctrl-C raises it): exit 130, run KILLED, one
+    message, no traceback; in a fresh interpreter with its own temporary Prefect server."""
+    from mlflow import MlflowClient
+
+    config = write_config(logs_dir / "good")
+    code = (
+        "import sys\n"
+        "import flows.tasks.split as split\n"
+        "def interrupt(*args, **kwargs):\n"
+        "    raise KeyboardInterrupt\n"
+        "split.split_log = interrupt\n"
+        "from flows.cli import main\n"
+        "sys.exit(main(['retrain', '--config', sys.argv[1]]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "MLFLOW_"))}
+    env |= {"PYTHONPATH": str(REPO), "PREFECT_HOME": str(tmp_path / "prefect")}
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(config)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 130, done.stderr
+    match = re.search(r"MLflow run (\w+) is marked KILLED; champion did not move", done.stderr)
+    assert match and "Traceback" not in done.stderr, done.stderr
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert client.get_run(match.group(1)).info.status == "KILLED"
