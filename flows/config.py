@@ -294,7 +294,8 @@ class SearchConfig(_Section):
     grid: dict[str, list[Scalar]] = Field(
         default_factory=lambda: {
             "solver": ["adagrad", "lbfgs"],
-            "variance_scale": [1e-05, 0.0001, 0.0003, 0.001, 0.003, 0.01, 0.03],
+            "warm_start": ["zeros", "champion"],
+            "variance_scale": [0.0001, 0.001, 0.003, 0.01, 0.03],
             "clip": ["p90/p10"],
         }
     )
