@@ -40,6 +40,7 @@ __all__ = [
     "reference_probabilities",
     "report_from_statistics",
     "suggested_clip",
+    "support_and_distribution",
 ]
 
 STATUSES = ("pass", "warn", "fail")
@@ -234,6 +235,40 @@ def _grade(bad: bool, fail: bool) -> str:
     return "fail" if fail else ("warn" if bad else "pass")
 
 
+def support_and_distribution(
+    log: LoggedBandit, tolerance: float
+) -> tuple[np.ndarray | None, tuple[int, int, int] | None]:
+    """Per-action logged counts and the logging-distribution check's counts (DESIGN §4.6).
+
+    Parameters
+    ----------
+    log : LoggedBandit
+        The log (or one partition of it: both results add up over partitions).
+    tolerance : float
+        Allowed deviation of a row's distribution sum from 1 and of its entry at yᵢ from pᵢ.
+
+    Returns
+    -------
+    support : ndarray of shape (n_actions,) or None
+        Times each action (label) was logged; None for candidate sets.
+    distribution : tuple of int or None
+        Rows whose distribution does not sum to 1, rows whose entry at the logged action
+        differs from pᵢ, and rows with either; None when the log carries no distribution.
+    """
+    support = None
+    if log.family == "discrete":
+        support = np.bincount(log.actions, minlength=int(log.n_actions)).astype(np.int64)
+    elif log.family == "multilabel":
+        support = np.asarray(log.actions.sum(axis=0), dtype=np.int64).ravel()
+    distribution = None
+    if log.logging_distribution is not None:
+        dist, p = log.logging_distribution, log.propensities
+        bad_sum = np.abs(dist.sum(axis=1) - 1.0) > tolerance
+        bad_p = np.abs(dist[np.arange(log.n_rows), log.actions] - p) > tolerance
+        distribution = (int(bad_sum.sum()), int(bad_p.sum()), int((bad_sum | bad_p).sum()))
+    return support, distribution
+
+
 def propensity_report(
     log: LoggedBandit,
     *,
@@ -265,18 +300,7 @@ def propensity_report(
     uniform = None
     if w.size >= 2:
         uniform = (standard_error(w), effective_sample_size(w), interval_flags(w, w))
-    support = None
-    if log.family == "discrete":
-        support = np.bincount(log.actions, minlength=int(log.n_actions))
-    elif log.family == "multilabel":
-        support = np.asarray(log.actions.sum(axis=0)).ravel()
-    distribution = None
-    if log.logging_distribution is not None:
-        dist = log.logging_distribution
-        bad_sum = np.abs(dist.sum(axis=1) - 1.0) > t.distribution_tolerance
-        at_logged = dist[np.arange(log.n_rows), log.actions]
-        bad_p = np.abs(at_logged - p) > t.distribution_tolerance
-        distribution = (int(bad_sum.sum()), int(bad_p.sum()), int((bad_sum | bad_p).sum()))
+    support, distribution = support_and_distribution(log, t.distribution_tolerance)
     target, target_ess, weights = None, None, w
     if target_policy is not None:
         weights = importance_weights(target_policy.log_action_probability_on(log), p)

@@ -37,6 +37,7 @@ from poem.diagnostics.propensity import (
     PropensityThresholds,
     reference_probabilities,
     report_from_statistics,
+    support_and_distribution,
 )
 from poem.estimators.reliability import flags_from_moments
 from poem.estimators.weights import importance_weights
@@ -276,18 +277,7 @@ def propensity_summary(
         clip_weights = importance_weights(target_policy.log_action_probability_on(log), p)
         target = Moments.of(clip_weights)
         name = f"{type(target_policy).__name__}({target_policy.family.__class__.__name__})"
-    counts = None
-    if log.family == "discrete":
-        counts = np.bincount(log.actions, minlength=int(log.n_actions)).astype(np.int64)
-    elif log.family == "multilabel":
-        counts = np.asarray(log.actions.sum(axis=0), dtype=np.int64).ravel()
-    bad = None
-    if log.logging_distribution is not None:
-        dist = log.logging_distribution
-        bad_sum = np.abs(dist.sum(axis=1) - 1.0) > t.distribution_tolerance
-        at_logged = dist[np.arange(log.n_rows), log.actions]
-        bad_p = np.abs(at_logged - p) > t.distribution_tolerance
-        bad = (int(bad_sum.sum()), int(bad_p.sum()), int((bad_sum | bad_p).sum()))
+    counts, bad = support_and_distribution(log, t.distribution_tolerance)
     return PropensitySummary(
         log.family,
         0 if log.family == "candidates" else int(log.n_actions),
