@@ -222,7 +222,7 @@ def main() -> None:
         )
         print(
             f"{'champion':9s} {'challenger':10s} {'n':>6s} {'ESS/n':>6s}  "
-            + "  ".join(f"{e:>12s}" for e in GATE_ESTIMATORS)
+            + "  ".join(f"{e:>12s}" for e in (*GATE_ESTIMATORS, OLD_RULE))
         )
         for champ_name, champion, base in (
             ()
