@@ -31,6 +31,8 @@ from poem.policies._base import PolicyFamily
 
 __all__ = ["SolverResult", "adagrad"]
 
+_BACKTRACK = (0.5, 0.25)  # fractions of a rejected epoch's displacement tried, in order
+
 
 @dataclass(frozen=True)
 class SolverResult:
@@ -103,9 +105,11 @@ def adagrad(
     (``coef0``; default 0, the uniform policy). Re-majorizes on the full training set after
     every epoch and, when ``majorize_every`` is set, every that many minibatches. The history
     starts at h = 1 as in Alg. 1 (line 14), so early steps are plain SGD steps of size η. When
-    an epoch raises the full-batch objective J, η is halved and ½ then ¼ of the epoch's
-    displacement are tried (one full pass each); if neither lowers J the epoch is rejected (the
-    MM descent property of Prop. 4 only holds inside the majorizer's region of validity);
+    an epoch raises the full-batch objective J, ½ then ¼ of the epoch's displacement are
+    tried (one full pass each) and η is multiplied by the fraction that lowered J — the
+    displacement a proportionally shorter step would have made, so the next epoch does not
+    overshoot again; if neither lowers J the epoch is rejected and η is divided by 8 (the MM
+    descent property of Prop. 4 only holds inside the majorizer's region of validity);
     rejected epochs do not count towards ``max_iter``. Stopping is on ‖∇J‖₂ ≤ tol, on the
     relative decrease of J over an accepted epoch ≤ tol, or on η falling below 10⁻³ of its
     initial value.
@@ -133,8 +137,8 @@ def adagrad(
     batch_size : int, default=100
         Minibatch size b.
     max_iter : int, default=200
-        Maximum number of accepted epochs (rejected epochs, at most 10 in all since each halves
-        η, do not count).
+        Maximum number of accepted epochs (rejected epochs, at most 4 in all since each divides
+        η by 8, do not count).
     tol : float, default=1e-6
         Stop when ‖∇J‖₂ ≤ tol or an epoch decreases J by at most tol·max(1, |J|).
     majorize_every : int or None, default=None
@@ -230,11 +234,10 @@ def adagrad(
         )
         if not np.isfinite(new_value) or new_value > value:
             # MM safeguard: the epoch raised the true objective (steps too long for the
-            # majorizer's region of validity). Halve η and backtrack along the epoch's
-            # displacement; reject the epoch if no shorter step lowers J either.
-            eta *= 0.5
+            # majorizer's region of validity). Backtrack along the epoch's displacement and
+            # shrink η by the fraction that worked (⅛ when none did: the epoch is rejected).
             step, accepted = w - w_start, False
-            for fraction in (0.5, 0.25):
+            for fraction in _BACKTRACK:
                 w_try = w_start + fraction * step
                 new_stats = full(w_try)
                 new_value, new_grad = crm_objective_from_statistics(
@@ -243,9 +246,10 @@ def adagrad(
                 if np.isfinite(new_value) and new_value <= value:
                     w, accepted = w_try, True
                     break
+            eta *= fraction if accepted else 0.5 * _BACKTRACK[-1]
             if not accepted:
                 w, h = w_start, h_start
-                converged = eta < 1e-3 * learning_rate  # at most 10 rejected epochs in all
+                converged = eta < 1e-3 * learning_rate  # at most 4 rejected epochs in all
                 continue
         accepted_epochs += 1
         converged = bool(

@@ -31,7 +31,7 @@ from poem.learners._scaling import standardize
 from poem.policies._base import check_serving_params
 from poem.policies.stochastic import StochasticPolicy, family_from_log
 
-__all__ = ["POEM", "calibrated_variance_penalty", "initial_coef", "resolve_clip"]
+__all__ = ["POEM", "calibrated_variance_penalty", "initial_coef", "prepared_log", "resolve_clip"]
 
 POLICIES = ("discrete", "multilabel", "candidates")
 SOLVERS = ("adagrad", "lbfgs")
@@ -79,6 +79,59 @@ def resolve_clip(clip: Any, propensities: np.ndarray) -> float:
     if not clip > 0:  # also rejects NaN
         raise ValueError(f"clip must be > 0, got {clip!r}")
     return float(clip)
+
+
+def prepared_log(log: LoggedBandit, *, fit_intercept: bool, standardize_features: bool) -> tuple:
+    """Check a log and prepare its inputs for fitting, once per log and setting.
+
+    A hyperparameter search fits many estimators on one training log; the checks
+    (:func:`poem.data.check_logged_bandit`), the family's prepared inputs, the standardization
+    (:mod:`poem.learners._scaling`) and the scaled losses depend only on the log and on
+    (``fit_intercept``, ``standardize_features``), so they are computed on the first fit and
+    kept on the log, as :class:`functools.cached_property` does. A
+    :class:`~poem.data.LoggedBandit` is immutable (read-only arrays), and the kept arrays are
+    made read-only too, so no fit can change them for the next.
+
+    Parameters
+    ----------
+    log : LoggedBandit
+        The training log.
+    fit_intercept : bool
+        Whether the family adds an intercept input.
+    standardize_features : bool
+        Whether features are standardized (not for the candidates family).
+
+    Returns
+    -------
+    family : PolicyFamily
+        The log's policy family.
+    inputs : prepared inputs
+        ``family.inputs_from_log(log)``, standardized when asked.
+    scaling : FeatureScaling or None
+        The standardization (None when not standardized).
+    scaled_losses : ndarray of shape (n_samples,)
+        The losses mapped to [−1, 0].
+
+    Raises
+    ------
+    InvalidLogError
+        When the log has fewer than 2 rows or 2 distinct actions, or breaks an invariant.
+    """
+    cache = log.__dict__.setdefault("_prepared_for_fit", {})
+    key = (bool(fit_intercept), bool(standardize_features))
+    if key not in cache:
+        check_logged_bandit(log, min_rows=2, min_distinct_actions=2)
+        family = family_from_log(log, fit_intercept=key[0])
+        inputs = family.inputs_from_log(log)
+        scaling = None
+        if key[1] and family.name != "candidates":
+            inputs, scaling = standardize(inputs, family.n_features, family.fit_intercept)
+        scaled = log.scaled_losses()
+        for array in (inputs, getattr(inputs, "data", None), scaled):
+            if isinstance(array, np.ndarray):  # the log's own arrays already are
+                array.flags.writeable = False
+        cache[key] = (family, inputs, scaling, scaled)
+    return cache[key]
 
 
 def calibrated_variance_penalty(scaled_losses: np.ndarray) -> float:
@@ -378,22 +431,18 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
                     "the plain-array form fit(X, actions, ...) needs policy='discrete'"
                 )
             log = LoggedBandit(log, actions, losses, propensities, loss_bounds=loss_bounds)
-        check_logged_bandit(log, min_rows=2, min_distinct_actions=2)
         if log.family != self.policy:
             raise ValueError(
                 f"policy={self.policy!r} but the log's family is {log.family!r}; "
                 f"set policy={log.family!r}"
             )
-        family = family_from_log(log, fit_intercept=bool(self.fit_intercept))
+        family, inputs, scaling, scaled = prepared_log(
+            log, fit_intercept=bool(self.fit_intercept), standardize_features=self.standardize
+        )
         check_serving_params(self.temperature, self.exploration_floor, family.max_exploration_floor)
-        inputs = family.inputs_from_log(log)
-        scaling = None
-        if self.standardize and family.name != "candidates":
-            inputs, scaling = standardize(inputs, family.n_features, family.fit_intercept)
         coef0 = initial_coef(self.warm_start, family)
         if coef0 is not None and scaling is not None:
             coef0 = scaling.from_raw(coef0)
-        scaled = log.scaled_losses()
         clip = resolve_clip(self.clip, log.propensities)
         if self.variance_penalty == "calibrated":
             lam = float(self.variance_scale) * calibrated_variance_penalty(scaled)

@@ -313,7 +313,7 @@ def test_progressive_majorization_is_exact_at_the_end(synthetic_log):
     assert value < zero  # it learned something from w = 0
 
 
-def test_rejected_epochs_halve_the_step_and_never_raise_the_objective(synthetic_log):
+def test_rejected_epochs_shrink_the_step_and_never_raise_the_objective(synthetic_log):
     """The MM safeguard: with an absurd step size every accepted epoch still lowers J."""
     est = _quiet_fit(
         POEM(learning_rate=1e4, variance_penalty=0.5, random_state=0, max_iter=6), synthetic_log
@@ -330,3 +330,35 @@ def test_rejected_epochs_halve_the_step_and_never_raise_the_objective(synthetic_
         variance_penalty=0.5,
     )[0]
     assert est.objective_ <= zero
+
+
+def test_overshooting_epochs_shrink_the_step_by_the_fraction_that_worked(synthetic_log):
+    """η shrinks by the backtracking fraction (⅛ on rejection): few wasted epochs at η = 10⁴."""
+    est = _quiet_fit(
+        POEM(learning_rate=1e4, variance_penalty=0.5, random_state=0, max_epochs=2),
+        synthetic_log,
+    )
+    # two accepted epochs; each rejection divides η by 8, so at most 4 rejections (8⁴ > 10³)
+    assert 2 <= est.n_iter_ <= 6
+
+
+def test_fits_on_one_log_share_its_checked_and_standardized_inputs(synthetic_log):
+    """A search's trials prepare the training log once; the kept arrays are read-only."""
+    first = _quiet_fit(POEM(variance_penalty=0.1, random_state=0, max_iter=3), synthetic_log)
+    kept = synthetic_log.__dict__["_prepared_for_fit"]
+    assert list(kept) == [(True, True)]
+    family, inputs, scaling, scaled = kept[(True, True)]
+    assert not inputs.flags.writeable and not scaled.flags.writeable
+    second = _quiet_fit(POEM(variance_penalty=0.1, random_state=0, max_iter=3), synthetic_log)
+    np.testing.assert_array_equal(first.coef_, second.coef_)
+    fresh = LoggedBandit(
+        synthetic_log.contexts,
+        synthetic_log.actions,
+        synthetic_log.losses,
+        synthetic_log.propensities,
+        loss_bounds=synthetic_log.loss_bounds,
+    )
+    third = _quiet_fit(POEM(variance_penalty=0.1, random_state=0, max_iter=3), fresh)
+    np.testing.assert_array_equal(first.coef_, third.coef_)
+    _quiet_fit(POEM(fit_intercept=False, max_iter=2, random_state=0), synthetic_log)
+    assert sorted(kept) == [(False, True), (True, True)]
