@@ -24,6 +24,7 @@ import scipy.sparse as sp
 from poem.learners.objective import (
     crm_objective_from_statistics,
     crm_statistics,
+    majorized_batch_gradient,
     majorized_gradient,
     majorizer_coefficients,
 )
@@ -197,24 +198,29 @@ def adagrad(
             if majorize_every and k and k % majorize_every == 0 and variance_penalty:
                 coefficients = majorizer_coefficients(full(w))
             stop = min(n, start + b)
-            batch = crm_statistics(
-                w,
-                family,
-                _rows(X, start, stop, family),
-                a[start:stop],
-                d[start:stop],
-                p[start:stop],
-                clip,
-            )
-            seen.append(batch)
-            g = majorized_gradient(
-                batch,
-                w,
-                coefficients,
-                n_total=n,
-                variance_penalty=variance_penalty,
-                l2_penalty=l2_penalty,
-            )
+            rows = (_rows(X, start, stop, family), a[start:stop], d[start:stop], p[start:stop])
+            if progressive:  # the epoch's statistics are kept for the next majorizer
+                batch = crm_statistics(w, family, *rows, clip)
+                seen.append(batch)
+                g = majorized_gradient(
+                    batch,
+                    w,
+                    coefficients,
+                    n_total=n,
+                    variance_penalty=variance_penalty,
+                    l2_penalty=l2_penalty,
+                )
+            else:  # one VJP of one vector per step
+                g = majorized_batch_gradient(
+                    w,
+                    family,
+                    *rows,
+                    clip,
+                    coefficients,
+                    n_total=n,
+                    variance_penalty=variance_penalty,
+                    l2_penalty=l2_penalty,
+                )
             h += g * g
             w = w - eta * g / np.sqrt(np.where(h > 0, h, 1.0))  # AdaGrad step (Alg. 1)
         if progressive:

@@ -33,6 +33,7 @@ __all__ = [
     "crm_objective",
     "crm_objective_from_statistics",
     "crm_statistics",
+    "majorized_batch_gradient",
     "majorized_gradient",
     "majorizer_coefficients",
 ]
@@ -351,3 +352,65 @@ def majorized_gradient(
     scale = variance_penalty * np.sqrt(n_total)
     g = (1.0 + scale * A) * batch.sum_grad_u + 2.0 * scale * B * batch.sum_u_grad_u
     return g / batch.n + 2.0 * l2_penalty * coef
+
+
+def majorized_batch_gradient(
+    coef: np.ndarray,
+    family: PolicyFamily,
+    inputs: Any,
+    actions: np.ndarray,
+    scaled_losses: np.ndarray,
+    propensities: np.ndarray,
+    clip: float,
+    coefficients: tuple[float, float, float],
+    *,
+    n_total: int,
+    variance_penalty: float,
+    l2_penalty: float,
+) -> np.ndarray:
+    r""":func:`majorized_gradient` of one minibatch, from one forward pass and one VJP.
+
+    .. math::
+
+        g = \frac{1}{b}\sum_{i \in \text{batch}} c_i \nabla \log \pi_w(y_i|x_i) + 2 \mu w,
+        \quad c_i = \tilde u_i \big[1 + \lambda\sqrt{n}\,(A + 2 B u_i)\big]
+
+    where ũᵢ = uᵢ when rᵢ < M and 0 when clipped (∇uᵢ = ũᵢ ∇log π, Eq. 13), so g equals
+    :func:`majorized_gradient` of :func:`crm_statistics` of the batch (to round-off) while the
+    VJP carries one vector instead of two — what an AdaGrad step needs, nothing more.
+
+    Parameters
+    ----------
+    coef : ndarray of shape ``family.coef_shape``
+        Current parameters w.
+    family : PolicyFamily
+        Policy family.
+    inputs : prepared inputs
+        The batch's prepared contexts xᵢ.
+    actions, scaled_losses, propensities : ndarray
+        The batch's yᵢ, δ'ᵢ and pᵢ.
+    clip : float
+        Weight cap M.
+    coefficients : tuple of float
+        (A, B, C) at the last majorization point (:func:`majorizer_coefficients`).
+    n_total : int
+        Training-set size n.
+    variance_penalty : float
+        λ.
+    l2_penalty : float
+        μ.
+
+    Returns
+    -------
+    ndarray of shape ``family.coef_shape``
+        The minibatch estimate of the majorized objective's gradient.
+    """
+    A, B, _ = coefficients
+    scale = variance_penalty * np.sqrt(n_total)
+    with single_blas_thread():
+        prob, vjp = family.prob_and_vjp(coef, inputs, actions)
+        r = prob / propensities
+        u = scaled_losses * np.minimum(clip, r)
+        g = np.where(r < clip, u, 0.0)
+        grad = vjp(g * ((1.0 + scale * A) + 2.0 * scale * B * u))
+    return grad / family.n_rows(inputs) + 2.0 * l2_penalty * coef

@@ -10,6 +10,7 @@ from poem.learners.objective import (
     crm_objective,
     crm_objective_from_statistics,
     crm_statistics,
+    majorized_batch_gradient,
     majorized_gradient,
     majorizer_coefficients,
 )
@@ -116,6 +117,43 @@ def test_majorizer_gradient_equals_true_gradient_at_w0(family_log):
         l2_penalty=0.1,
     )
     np.testing.assert_allclose(maj, true_grad, rtol=1e-10, atol=1e-12)
+
+
+def test_batch_gradient_in_one_vjp_equals_the_gradient_from_statistics(family_log):
+    """AdaGrad's one-VJP step gradient = majorized_gradient of the batch's statistics."""
+    family, inputs, w0 = _setup(family_log)
+    actions = np.asarray(family_log.actions)
+    args = (family, inputs, actions, family_log.scaled_losses(), family_log.propensities)
+    clip = _clip_between(_weights(family, inputs, family_log, w0))
+    coefficients = majorizer_coefficients(crm_statistics(w0, *args, clip))
+    w = w0 + 0.3 * np.random.default_rng(7).normal(size=w0.shape)  # off the majorization point
+    rows = np.arange(3, 17)
+    batch = (
+        family.subset(inputs, rows),
+        actions[rows],
+        family_log.scaled_losses()[rows],
+        family_log.propensities[rows],
+    )
+    expected = majorized_gradient(
+        crm_statistics(w, family, *batch, clip),
+        w,
+        coefficients,
+        n_total=family_log.n_rows,
+        variance_penalty=0.8,
+        l2_penalty=0.1,
+    )
+    got = majorized_batch_gradient(
+        w,
+        family,
+        *batch,
+        clip,
+        coefficients,
+        n_total=family_log.n_rows,
+        variance_penalty=0.8,
+        l2_penalty=0.1,
+    )
+    np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-13)
+    assert np.abs(expected).max() > 1e-6  # a non-trivial gradient
 
 
 def test_majorizer_bounds_the_standard_deviation(family_log):
