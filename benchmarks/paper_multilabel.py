@@ -305,6 +305,8 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
                     "test_loss": learned_loss(t.estimator.policy_, ds),
                     "ips": t.ips.value,
                     "snips": t.snips.value,
+                    "ips_upper": t.ips.upper,
+                    "snips_upper": t.snips.upper,
                     "ess": t.effective_sample_size,
                     "seconds": t.seconds,
                     "n_iter": t.n_iter,
@@ -341,8 +343,15 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
     return out
 
 
-RULES = {  # post-hoc selection rules over the recorded trials: (score, ESS guard)
-    f"{key}{'+ess1%' if ess else ''}": (key, ess) for key in ("ips", "snips") for ess in (0.0, 0.01)
+RULES = {  # post-hoc selection rules over the recorded trials: (recorded score, ESS guard)
+    f"{key}{'+ess1%' if ess else ''}": (field, ess)
+    for key, field in (
+        ("ips", "ips"),
+        ("snips", "snips"),
+        ("ips_ucb", "ips_upper"),
+        ("snips_ucb", "snips_upper"),
+    )
+    for ess in (0.0, 0.01)
 }
 
 

@@ -34,7 +34,7 @@ __all__ = [
     "select_trial",
 ]
 
-SCORINGS = ("ips", "snips")
+SCORINGS = ("ips", "snips", "ips_ucb", "snips_ucb")
 
 
 @dataclass(frozen=True)
@@ -202,7 +202,13 @@ def _key(value: float) -> float:
 def select_trial(
     trials: Sequence[Trial], scoring: str = "ips", *, min_effective_sample_size: float = 0.0
 ) -> int:
-    """Index of the trial with the lowest estimated risk; the other estimator breaks ties.
+    r"""Index of the trial with the lowest estimated risk; the other estimator breaks ties.
+
+    With ``"ips_ucb"``/``"snips_ucb"`` the criterion is the estimate's upper confidence bound
+    (its interval's upper end at the search's confidence level), i.e. counterfactual risk
+    minimization applied to the choice among trials: of two policies with the same estimate,
+    the one whose estimate rests on more effective samples wins, which a point estimate
+    cannot see (the winner's curse of selecting the lowest of many noisy estimates).
 
     Trials whose validation ESS is below ``min_effective_sample_size`` (estimates resting on a
     handful of rows, DESIGN §4.6) rank after every trial that reaches it, and among themselves
@@ -213,8 +219,9 @@ def select_trial(
     ----------
     trials : sequence of Trial
         Scored trials.
-    scoring : {"ips", "snips"}, default="ips"
-        Primary criterion (IPS is unbiased, paper §6); non-finite scores rank last.
+    scoring : {"ips", "snips", "ips_ucb", "snips_ucb"}, default="ips"
+        Primary criterion: the estimate (IPS is unbiased, paper §6) or its upper confidence
+        bound; non-finite scores rank last.
     min_effective_sample_size : float, default=0.0
         ESS guard (0 disables it).
 
@@ -232,11 +239,13 @@ def select_trial(
         raise ValueError(f"scoring must be one of {list(SCORINGS)}, got {scoring!r}")
     if len(trials) == 0:
         raise ValueError("select_trial needs at least one trial, got 0")
-    other = "snips" if scoring == "ips" else "ips"
+    name, _, bound = scoring.partition("_")
+    other = "snips" if name == "ips" else "ips"
+    field = "upper" if bound else "value"
     keys = []
     for i, t in enumerate(trials):
         thin = bool(t.effective_sample_size < min_effective_sample_size)
-        score = (_key(getattr(t, scoring).value), _key(getattr(t, other).value))
+        score = (_key(getattr(getattr(t, name), field)), _key(getattr(getattr(t, other), field)))
         keys.append((thin, (-_key(t.effective_sample_size), 0.0) if thin else score, i))
     return min(keys)[-1]
 
@@ -300,7 +309,7 @@ def search_hyperparameters(
         Validation log.
     grid : dict of str to list
         Candidate values per hyperparameter.
-    scoring : {"ips", "snips"}, default="ips"
+    scoring : {"ips", "snips", "ips_ucb", "snips_ucb"}, default="ips"
         Selection criterion.
     confidence_level : float, default=0.95
         Level of the reported intervals.

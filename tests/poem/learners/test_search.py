@@ -46,10 +46,23 @@ def test_select_trial_lowest_ips_with_snips_tie_break():
     assert select_trial(trials) == 2  # tie on IPS, lower SNIPS wins; NaN ranks last
     assert select_trial(trials, scoring="snips") == 3
     assert select_trial([_trial(0.3, 0.2), _trial(0.3, 0.2)]) == 0
-    with pytest.raises(ValueError, match=r"scoring must be one of \['ips', 'snips'\], got 'IPS'"):
+    with pytest.raises(ValueError, match=r"scoring must be one of \['ips', 'snips', 'ips_ucb', "):
         select_trial(trials, scoring="IPS")
     with pytest.raises(ValueError, match="at least one trial, got 0"):
         select_trial([])
+
+
+def test_select_trial_by_upper_bound_prefers_the_better_supported_estimate():
+    """A lower SNIPS resting on a wide interval loses to a slightly higher, tight one."""
+    wide = Estimate("snips", 0.30, 0.2, 0.0, 0.70, 100, 0.95, 5.0, 0.0, "delta")
+    tight = Estimate("snips", 0.35, 0.02, 0.31, 0.39, 100, 0.95, 80.0, 0.0, "delta")
+    trials = [
+        Trial({"i": 0}, _estimate("ips", 0.3), wide, 5.0, 0.0, -0.5, 3, True, 0.01),
+        Trial({"i": 1}, _estimate("ips", 0.4), tight, 80.0, 0.0, -0.5, 3, True, 0.01),
+    ]
+    assert select_trial(trials, scoring="snips") == 0
+    assert select_trial(trials, scoring="snips_ucb") == 1
+    assert select_trial(trials, scoring="ips_ucb") == 0  # IPS uppers 0.5 < 0.6
 
 
 def test_run_trial_scores_the_fitted_policy_on_validation(split_logs):
