@@ -299,7 +299,7 @@ class SearchConfig(_Section):
             "clip": ["p90/p10"],
         }
     )
-    scoring: Literal["ips", "snips", "ips_ucb", "snips_ucb"] = "snips"
+    scoring: Literal["ips", "snips", "ips_ucb", "snips_ucb"] = "snips_ucb"
     min_ess_fraction: float = Field(0.01, ge=0, lt=1)
     confidence_level: float = Field(0.95, gt=0, lt=1)
     max_workers: int = Field(2, ge=1, le=64)

@@ -39,7 +39,7 @@ def test_repository_config_loads_with_local_defaults(tmp_path, monkeypatch):
     assert cfg.tracking.artifact_location == (tmp_path / "mlartifacts").as_uri()
     assert cfg.tracking.champion_alias == "champion"
     assert cfg.training.learner == "poem" and cfg.gate.estimator == "ips"
-    assert cfg.search.grid["solver"] == ["adagrad", "lbfgs"] and cfg.search.scoring == "snips"
+    assert cfg.search.grid["solver"] == ["adagrad", "lbfgs"] and cfg.search.scoring == "snips_ucb"
 
 
 def test_empty_file_gives_defaults_and_sections_are_frozen(tmp_path, monkeypatch):
