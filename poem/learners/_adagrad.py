@@ -22,6 +22,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from poem.learners.objective import (
+    CRMStatistics,
     crm_objective_from_statistics,
     crm_statistics,
     majorized_batch_gradient,
@@ -90,6 +91,7 @@ def adagrad(
     coef0: np.ndarray | None = None,
     initial_accumulator: float = 1.0,
     progressive: bool = False,
+    initial_statistics: CRMStatistics | None = None,
 ) -> SolverResult:
     r"""Minimise the CRM objective by minibatch AdaGrad on its variance majorizer (Alg. 1).
 
@@ -158,6 +160,9 @@ def adagrad(
         evaluated at, summed over the epoch — Alg. 1's progressive validation), and an epoch
         whose progressive objective rose halves η instead of being rejected. About half the
         cost per epoch; J(w) and ∇J(w) are computed exactly once, at the end.
+    initial_statistics : CRMStatistics or None, default=None
+        The statistics at w₀ when already known (e.g. shared by a search's trials); None
+        computes them.
 
     Returns
     -------
@@ -181,7 +186,7 @@ def adagrad(
 
     w = np.zeros(family.coef_shape) if coef0 is None else np.array(coef0, dtype=np.float64)
     h = np.full(family.coef_shape, float(initial_accumulator))  # Alg. 1 line 14: h ← 1
-    stats = full(w)
+    stats = full(w) if initial_statistics is None else initial_statistics
     value, grad = crm_objective_from_statistics(stats, w, variance_penalty, l2_penalty)
     coefficients = majorizer_coefficients(stats)
     eta = float(learning_rate)

@@ -13,6 +13,7 @@ on scaled losses δ' ∈ [−1, 0], with either minibatch AdaGrad on the varianc
 
 from __future__ import annotations
 
+import hashlib
 import warnings
 from numbers import Integral, Real
 from typing import Any
@@ -28,14 +29,23 @@ from poem.learners._adagrad import SolverResult, adagrad
 from poem.learners._lbfgs import lbfgs
 from poem.learners._prediction import PolicyPredictionMixin, check_shared_params
 from poem.learners._scaling import standardize
+from poem.learners.objective import CRMStatistics, crm_statistics
 from poem.policies._base import check_serving_params
 from poem.policies.stochastic import StochasticPolicy, family_from_log
 
-__all__ = ["POEM", "calibrated_variance_penalty", "initial_coef", "prepared_log", "resolve_clip"]
+__all__ = [
+    "POEM",
+    "calibrated_variance_penalty",
+    "initial_coef",
+    "prepared_log",
+    "resolve_clip",
+    "start_statistics",
+]
 
 POLICIES = ("discrete", "multilabel", "candidates")
 SOLVERS = ("adagrad", "lbfgs")
 CLIP_RULES = ("p90/p10", "max/min")
+_MAX_STARTS = 8  # starting points whose statistics a log keeps (start_statistics)
 
 
 def resolve_clip(clip: Any, propensities: np.ndarray) -> float:
@@ -131,6 +141,54 @@ def prepared_log(log: LoggedBandit, *, fit_intercept: bool, standardize_features
             if isinstance(array, np.ndarray):  # the log's own arrays already are
                 array.flags.writeable = False
         cache[key] = (family, inputs, scaling, scaled)
+    return cache[key]
+
+
+def start_statistics(
+    log: LoggedBandit, prepared: tuple, coef0: np.ndarray | None, clip: float, chunk_size
+) -> CRMStatistics:
+    """CRM statistics at the starting point w₀, once per log, w₀ and clip.
+
+    Every trial of a search that starts from the same w₀ (zeros, or the champion) with the
+    same clip begins with the same full pass (λ and μ do not enter the statistics), so it is
+    computed once and kept with the prepared log (:func:`prepared_log`).
+
+    Parameters
+    ----------
+    log : LoggedBandit
+        The training log (holds the cache).
+    prepared : tuple
+        ``(family, inputs, scaled_losses)`` from :func:`prepared_log`.
+    coef0 : ndarray or None
+        w₀ in the solver's (standardized) units; None is w₀ = 0.
+    clip : float
+        Weight cap M.
+    chunk_size : int or None
+        Row chunk of the pass.
+
+    Returns
+    -------
+    CRMStatistics
+        The statistics at w₀.
+    """
+    family, inputs, scaled = prepared
+    w0 = np.zeros(family.coef_shape) if coef0 is None else np.asarray(coef0, dtype=np.float64)
+    digest = hashlib.blake2b(w0.tobytes(), digest_size=16).hexdigest()
+    cache = log.__dict__.setdefault("_start_statistics", {})
+    key = (id(inputs), float(clip), digest)
+    if key not in cache:
+        if len(cache) >= _MAX_STARTS:
+            cache.clear()
+        cache[key] = crm_statistics(
+            w0,
+            family,
+            inputs,
+            np.asarray(log.actions),
+            scaled,
+            log.propensities,
+            clip,
+            chunk_size=chunk_size,
+        )
     return cache[key]
 
 
@@ -492,6 +550,9 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
                 progressive=bool(self.progressive),
                 random_state=np.random.default_rng(seed),
                 max_iter=int(epochs),
+                initial_statistics=start_statistics(
+                    log, (family, inputs, scaled), coef0, clip, self.chunk_size
+                ),
                 **common,
             )
         else:

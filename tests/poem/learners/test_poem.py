@@ -351,6 +351,7 @@ def test_fits_on_one_log_share_its_checked_and_standardized_inputs(synthetic_log
     assert not inputs.flags.writeable and not scaled.flags.writeable
     second = _quiet_fit(POEM(variance_penalty=0.1, random_state=0, max_iter=3), synthetic_log)
     np.testing.assert_array_equal(first.coef_, second.coef_)
+    assert len(synthetic_log.__dict__["_start_statistics"]) == 1  # one w₀, one clip: one pass
     fresh = LoggedBandit(
         synthetic_log.contexts,
         synthetic_log.actions,
