@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.optimize import minimize_scalar
 from scipy.special import stdtrit
 
 from poem.estimators import clipped_ips, ips, snips
@@ -127,6 +128,88 @@ def make_settings(seed: int) -> dict[str, Setting]:
     }
 
 
+def _term_atoms(setting, challenger, champion, family):
+    """Every value X of one row's improvement terms and its probability (exact population).
+
+    ``family``: ``"untranslated"`` X = δ(r^h − r^c); ``"translated"`` X = (1 − δ)(r^c − r^h)
+    (the ``ips`` terms); ``"oracle DR"`` X = Σₐ(π_h − π_c)μ + (δ − μ(x, a))(r^h − r^c) with
+    the true expected losses μ as reward model (no reward model can do better).
+    """
+    p0 = setting.logger
+    rc, rh = challenger / p0, champion / p0
+    g = setting.mu if family == "oracle DR" else np.zeros_like(p0)
+    direct = np.sum((champion - challenger) * g, axis=1, keepdims=True)
+    baseline = 1.0 if family == "translated" else 0.0
+    values, probs = [], []
+    for loss, chance in ((0.0, 1.0 - setting.mu), (1.0, setting.mu)):
+        if family == "translated":
+            values.append(((baseline - loss) * (rc - rh)).ravel())
+        else:
+            values.append((direct + (loss - g) * (rh - rc)).ravel())
+        probs.append((p0 * chance / N_CONTEXTS).ravel())
+    return np.concatenate(values), np.concatenate(probs)
+
+
+def _limits(setting, rng, reps, sizes, challenger, champion):
+    r"""What any valid test can reach on terms bounded below by L, per term family and n.
+
+    For the class of all distributions of X with X ≥ L (L = the smallest term the population
+    can produce) and mean ≤ 0:
+
+    - KL_inf = max_{0 ≤ λ < 1/|L|} E_P log(1 + λX) (Honda & Takemura 2010) is the largest
+      expected log-capital per row of *any* e-value / betting test valid for the class (the
+      numeraire e-variable Π(1 + λ*Xᵢ); Larsson, Ramdas & Ruf 2024), so n·KL_inf below
+      log(1/α) = 3.0 means even the best such test's capital does not reach 1/α on average;
+    - ``oracle bet``: power of the capital Πᵢ(1 + λ*Xᵢ) with λ* known in advance (maximum
+      over t ≥ 1/α), a betting bound no predictable strategy beats on average;
+    - ``NP bound``: power of the most powerful level-α test of P against the least favourable
+      null Q* = P/(1 + λ*X) (mean 0, same support, in the class), i.e. an upper bound on the
+      power of *every* test (fixed n or not) valid for the class.
+    """
+    out = {}
+    for family in ("untranslated", "translated", "oracle DR"):
+        x, p = _term_atoms(setting, challenger, champion, family)
+        low = float(x.min())
+        found = minimize_scalar(
+            lambda lam, x=x, p=p: -float(np.sum(p * np.log1p(lam * x))),
+            bounds=(0.0, (1.0 - 1e-12) / -low),
+            method="bounded",
+        )
+        lam, kl_inf = float(found.x), -float(found.fun)
+        q = p / (1.0 + lam * x)
+        interior = abs(q.sum() - 1.0) < 1e-3  # else Q* needs an atom at L: no NP figure
+        q /= q.sum()
+        step = np.log1p(lam * x)
+        rows = []
+        for n in sizes:
+            per = max(1, CHUNK // n)
+            under_p, under_q, best = [], [], []
+            for start in range(0, reps, per):
+                m = min(per, reps - start)
+                path = np.cumsum(step[_sample(rng, p, (m, n))], axis=1)
+                under_p.append(path[:, -1])
+                best.append(path.max(axis=1))
+                under_q.append(step[_sample(rng, q, (m, n))].sum(axis=1))
+            under_p, best, under_q = map(np.concatenate, (under_p, best, under_q))
+            threshold = np.quantile(under_q, 1 - ALPHA)
+            rows.append(
+                {
+                    "n": n,
+                    "n_kl_inf": n * kl_inf,
+                    "oracle_bet_power": float(np.mean(best >= np.log(1 / ALPHA))),
+                    "np_bound": float(np.mean(under_p > threshold)) if interior else None,
+                }
+            )
+        out[family] = {"lower": low, "lambda_times_range": lam * -low, "cells": rows}
+    return out
+
+
+def _sample(rng, p, shape):
+    """Indices drawn from the probabilities ``p``."""
+    cdf = np.cumsum(p)
+    return np.minimum(np.searchsorted(cdf, rng.random(shape) * cdf[-1]), p.size - 1)
+
+
 def _decisions(setting, rng, reps, n, challenger, champion, clip):
     """Promotion indicator per replicate and gate option (vectorised in chunks of logs)."""
     out = {e: [] for e in (*GATE_ESTIMATORS, OLD_RULE)}
@@ -205,12 +288,19 @@ def main() -> None:
     parser.add_argument("--settings", default="near-uniform,heavy-tailed,rare-loss")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--limit-reps", type=int, default=1000, help="0: skip the limits table")
     parser.add_argument("--skip-gate", action="store_true", help="interval coverage only")
     args = parser.parse_args()
     settings = make_settings(args.seed)
     rng = np.random.default_rng(args.seed + 1)
     sizes = [int(v) for v in args.n.split(",")]
-    results: dict = {"alpha": ALPHA, "reps": args.reps, "cells": [], "coverage": []}
+    results: dict = {
+        "alpha": ALPHA,
+        "reps": args.reps,
+        "cells": [],
+        "coverage": [],
+        "limits": [],
+    }
     start = time.perf_counter()
     for name in args.settings.split(","):
         s = settings[name]
@@ -254,6 +344,31 @@ def main() -> None:
                             "promotion_rate": rates,
                         }
                     )
+        for champ_name, champion in (("logger", s.logger), ("policy", s.champion)):
+            if not args.limit_reps:
+                break
+            base = s.risk(champion)
+            challenger = s.challenger(0.95 * base, champ_name)
+            limits = _limits(s, rng, args.limit_reps, sizes, challenger, champion)
+            print(
+                f"-- limits, {name}, champion = {champ_name}, 5%-better challenger "
+                f"({args.limit_reps} logs): n·KL_inf (needs ≥ {np.log(1 / ALPHA):.2f} on "
+                "average), power of the oracle bet, NP bound on any valid test"
+            )
+            for family, row in limits.items():
+                print(
+                    f"   {family:13s} L = {row['lower']:8.3g}  λ*|L| = "
+                    f"{row['lambda_times_range']:.2f}  "
+                    + "  ".join(
+                        f"n={c['n']}: {c['n_kl_inf']:.2f} / {c['oracle_bet_power']:.3f} / "
+                        + ("n/a" if c["np_bound"] is None else f"{c['np_bound']:.3f}")
+                        for c in row["cells"]
+                    ),
+                    flush=True,
+                )
+                results["limits"].append(
+                    {"setting": name, "champion": champ_name, "family": family, **row}
+                )
         if args.coverage_reps:
             challenger = s.challenger(0.95 * r_champion, "policy")
             for n in sizes:

@@ -38,13 +38,13 @@ def _plug_in_bets(x: np.ndarray, alpha: float, scale: float) -> np.ndarray:
     return np.sqrt(2.0 * np.log(1.0 / alpha) / (n * variance))
 
 
-def _log_capital_max(x, lower, bets, m, mixture):
+def _log_capital_max(x, lower, bets, m, mixture, kappa):
     """maxₜ log Kₜ(m), Kₜ(m) = Πᵢ≤ₜ (1 + λᵢ(m)(xᵢ − m)), λᵢ(m) = min(λ̃ᵢ, κ/(m − Lᵢ)).
 
     With ``mixture`` axis 0 holds strategies and K is the average of their capitals.
     """
     gap = m[..., None] - lower
-    cap = np.where(gap > 0, _MAX_BET_FRACTION / np.where(gap > 0, gap, 1.0), np.inf)
+    cap = np.where(gap > 0, kappa / np.where(gap > 0, gap, 1.0), np.inf)
     t = x - m[..., None]
     t *= np.minimum(bets, cap)
     np.log1p(t, out=t)
@@ -62,6 +62,7 @@ def betting_lower_bound(
     *,
     scale: float = 1.0,
     mixture: bool = False,
+    max_bet_fraction: Any = _MAX_BET_FRACTION,
 ) -> np.ndarray | float:
     r"""One-sided lower confidence bound on the mean of terms bounded below, by betting.
 
@@ -99,6 +100,12 @@ def betting_lower_bound(
         are averaged, K = (1/S) Σₛ K⁽ˢ⁾, which is again a nonnegative martingale at μ, so
         the bound is as valid as one strategy's and close to the best one's (the price is
         log S in the threshold).
+    max_bet_fraction : float or array-like of shape (S,), default=0.5
+        The cap κ in (0, 1) of the bets; with ``mixture`` one per strategy (the same terms
+        may be stacked twice with different κ). Every factor is ≥ 1 − κ > 0, so any
+        κ < 1 keeps K a nonnegative martingale; κ near 1 bets more when the cap binds
+        (terms bounded far below their spread, e.g. rare losses) and risks more of the
+        capital on a row at Lᵢ.
 
     Returns
     -------
@@ -108,8 +115,8 @@ def betting_lower_bound(
     Raises
     ------
     ValueError
-        If a term is non-finite or below its lower bound, the level is not in (0, 1) or
-        ``scale`` is not positive.
+        If a term is non-finite or below its lower bound, the level is not in (0, 1),
+        ``scale`` is not positive or a ``max_bet_fraction`` is not in (0, 1).
 
     References
     ----------
@@ -123,6 +130,19 @@ def betting_lower_bound(
     alpha = 1.0 - _check_confidence_level(confidence_level)
     if not (np.isfinite(scale) and scale > 0):
         raise ValueError(f"scale must be finite and > 0, got {scale!r}")
+    kappa = np.asarray(max_bet_fraction, dtype=np.float64)
+    if not (np.all(kappa > 0) and np.all(kappa < 1)) or kappa.ndim > 1:
+        raise ValueError(
+            f"max_bet_fraction must be a number or one per strategy, each in (0, 1), "
+            f"got {max_bet_fraction!r}"
+        )
+    if kappa.ndim == 1:
+        if not mixture or kappa.size != x.shape[0]:
+            raise ValueError(
+                f"max_bet_fraction has {kappa.size} values; one per strategy needs "
+                f"mixture=True and {x.shape[0] if mixture else 'S'} strategies"
+            )
+        kappa = kappa.reshape((-1,) + (1,) * (x.ndim - 1))
     low = np.asarray(lower, dtype=np.float64)
     if low.ndim == x.ndim - 1:
         low = low[..., None]  # one bound per problem
@@ -139,7 +159,7 @@ def betting_lower_bound(
     threshold = np.log(1.0 / alpha)
 
     def excess(m: np.ndarray) -> np.ndarray:  # ≥ 0 iff m is rejected
-        return _log_capital_max(x, low, bets, m, mixture) - threshold
+        return _log_capital_max(x, low, bets, m, mixture, kappa) - threshold
 
     floor = np.min(np.broadcast_to(low, x.shape), axis=-1)
     center = np.mean(x, axis=-1)

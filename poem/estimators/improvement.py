@@ -22,6 +22,13 @@ __all__ = ["GATE_ESTIMATORS", "improvement_lower_bound", "improvement_terms"]
 
 GATE_ESTIMATORS = ("ips", "clipped_ips", "snips")
 _PRIOR_ROWS = 1.0  # the SNIPS baselines start at δ_max with the weight of one pseudo-row
+# capital processes averaged by the bound, per option: (which terms, cap κ of the bets);
+# term 0 is the option's own (translated) terms, term 1 the SNIPS-baseline terms
+_STRATEGIES = {
+    "ips": ((0, 0.5),),
+    "clipped_ips": ((0, 0.5),),
+    "snips": ((0, 0.5), (1, 0.5)),
+}
 
 
 def _predictable_snips(losses: np.ndarray, weights: np.ndarray, start: float) -> np.ndarray:
@@ -206,5 +213,26 @@ def improvement_lower_bound(
     )
     a, b = loss_bounds
     scale = float(b - a) if b > a else 1.0
-    mixture = estimator == "snips"
-    return betting_lower_bound(terms, lower, confidence_level, scale=scale, mixture=mixture)
+    if estimator != "snips":
+        terms, lower = terms[None], lower[None]
+    if estimator == "clipped_ips":  # term 1: the unclipped ips terms (exact mean)
+        exact, exact_lower = improvement_terms(
+            losses,
+            challenger_weights,
+            champion_weights,
+            estimator="ips",
+            loss_bounds=loss_bounds,
+            max_weight=max_weight,
+        )
+        terms = np.concatenate([terms, exact[None]])
+        lower = np.concatenate([lower, np.broadcast_to(exact_lower, lower.shape[1:])[None]])
+    strategies = _STRATEGIES[estimator]
+    which = [i for i, _ in strategies]
+    return betting_lower_bound(
+        terms[which],
+        lower[which],
+        confidence_level,
+        scale=scale,
+        mixture=True,
+        max_bet_fraction=[kappa for _, kappa in strategies],
+    )
