@@ -40,8 +40,8 @@ def _plug_in_bets(x: np.ndarray, alpha: float, scale: float) -> np.ndarray:
     return np.sqrt(2.0 * np.log(1.0 / alpha) / (n * variance))
 
 
-def _log_capital_max(x, lower, bets, m, mixture, kappa):
-    """maxₜ log Kₜ(m), Kₜ(m) = Πᵢ≤ₜ (1 + λᵢ(m)(xᵢ − m)), λᵢ(m) = min(λ̃ᵢ, κ/(m − Lᵢ)).
+def _log_capital(x, lower, bets, m, mixture, kappa):
+    """(maxₜ log Kₜ(m), log Kₙ(m)), Kₜ(m) = Πᵢ≤ₜ (1 + λᵢ(m)(xᵢ − m)), λᵢ = min(λ̃ᵢ, κ/(m − Lᵢ)).
 
     With ``mixture`` axis 0 holds strategies and K is the average of their capitals.
     """
@@ -54,7 +54,7 @@ def _log_capital_max(x, lower, bets, m, mixture, kappa):
     if mixture:
         top = np.max(t, axis=0)
         t = top + np.log(np.mean(np.exp(t - top), axis=0))
-    return np.max(t, axis=-1)
+    return np.max(t, axis=-1), t[..., -1]
 
 
 def betting_lower_bound(
@@ -65,6 +65,7 @@ def betting_lower_bound(
     scale: float = 1.0,
     mixture: bool = False,
     max_bet_fraction: Any = _MAX_BET_FRACTION,
+    randomization: Any = None,
 ) -> np.ndarray | float:
     r"""One-sided lower confidence bound on the mean of terms bounded below, by betting.
 
@@ -108,6 +109,12 @@ def betting_lower_bound(
         κ < 1 keeps K a nonnegative martingale; κ near 1 bets more when the cap binds
         (terms bounded far below their spread, e.g. rare losses) and risks more of the
         capital on a row at Lᵢ.
+    randomization : float or array-like of shape (...), optional
+        U ~ Uniform(0, 1], drawn independently of the data (one per problem). Then m is
+        also rejected when the final capital Kₙ(m) ≥ max(U, α)/α: the randomized Ville
+        inequality P(maxₜ₍ₙ Kₜ ≥ 1/α or Kₙ ≥ U/α) ≤ α keeps the level, and a log whose
+        capital ends at K < 1/α still excludes m with chance about αK (valid only if U is
+        fresh and independent for every decision: a fixed U is not).
 
     Returns
     -------
@@ -127,6 +134,8 @@ def betting_lower_bound(
     plug-in bets, Eq. (26), with t log(1 + t) replaced by n for a fixed sample size) and
     Appendix on one-sided bounds for variables bounded on one side.
     Ville (1939), Étude critique de la notion de collectif (maximal inequality).
+    Ramdas & Manole (2023), Randomized and exchangeable improvements of Markov's,
+    Chebyshev's and Chernoff's inequalities, arXiv:2304.02611, §4 (randomized Ville).
     """
     x = np.asarray(terms, dtype=np.float64)
     alpha = 1.0 - _check_confidence_level(confidence_level)
@@ -159,9 +168,16 @@ def betting_lower_bound(
         )
     bets = _plug_in_bets(x, alpha, scale)
     threshold = np.log(1.0 / alpha)
+    final = np.inf  # no randomization: only the running maximum decides
+    if randomization is not None:
+        u = np.asarray(randomization, dtype=np.float64)
+        if not (np.all(u > 0) and np.all(u <= 1)):
+            raise ValueError(f"randomization must be in (0, 1], got {randomization!r}")
+        final = np.log(np.maximum(u, alpha) / alpha) + 1e-12  # U ≤ α: never m = max x
 
     def excess(m: np.ndarray) -> np.ndarray:  # ≥ 0 iff m is rejected
-        return _log_capital_max(x, low, bets, m, mixture, kappa) - threshold
+        running, last = _log_capital(x, low, bets, m, mixture, kappa)
+        return np.maximum(running - threshold, last - final)
 
     floor = np.min(np.broadcast_to(low, x.shape), axis=-1)
     center = np.mean(x, axis=-1)

@@ -171,6 +171,7 @@ def improvement_lower_bound(
     max_weight: float | None = None,
     clip: float | None = None,
     confidence_level: float = 0.95,
+    randomization: Any = None,
 ) -> np.ndarray | float:
     r"""Lower confidence bound on R(champion) − R(challenger), valid at every sample size.
 
@@ -204,6 +205,9 @@ def improvement_lower_bound(
         Challenger weight cap M for ``"clipped_ips"``.
     confidence_level : float, default=0.95
         Probability that the bound holds, in (0, 1), i.e. 1 − α.
+    randomization : float or array-like of shape (...), optional
+        A fresh U ~ Uniform(0, 1] per decision for the randomized Ville threshold (see
+        :func:`~poem.estimators.betting.betting_lower_bound`); None: deterministic.
 
     Returns
     -------
@@ -248,4 +252,5 @@ def improvement_lower_bound(
         scale=scale,
         mixture=True,
         max_bet_fraction=[kappa for _, kappa in strategies],
+        randomization=randomization,
     )

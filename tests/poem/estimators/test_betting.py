@@ -67,6 +67,23 @@ def test_coverage_for_nonnegative_heavy_tailed_terms(n, kappa):
     assert np.all(bound >= 0.0) and np.mean(bound) > 0.4  # valid, not trivial
 
 
+def test_randomized_threshold_is_valid_and_only_adds_rejections():
+    rng = np.random.default_rng(7)
+    x = rng.lognormal(0.0, 1.5, size=(1000, 200))
+    u = 1.0 - rng.random(1000)
+    plain = betting_lower_bound(x, 0.0)
+    coin = betting_lower_bound(x, 0.0, randomization=u)
+    assert np.all(coin >= plain - 1e-3)  # up to the root finder's 8 steps
+    np.testing.assert_allclose(betting_lower_bound(x[:5], 0.0, randomization=1.0), plain[:5])
+    truth = np.exp(1.5**2 / 2)
+    limit = 0.05 + 2 * np.sqrt(0.05 * 0.95 / 1000)
+    assert np.mean(coin > truth) <= limit
+    assert np.mean(coin > truth) > np.mean(plain > truth)  # it spends more of α
+    # the final capital at the bound reaches U/α (or the running maximum reached 1/α)
+    i = int(np.argmax(coin - plain))
+    assert coin[i] > plain[i] and _capital(x[i], 0.0, coin[i]) < 20.0
+
+
 def test_no_evidence_gives_the_lower_bound_itself():
     assert betting_lower_bound(np.array([-1.0, -1.0, -1.0]), -1.0) == -1.0
 
@@ -85,6 +102,7 @@ def test_no_evidence_gives_the_lower_bound_itself():
             {"max_bet_fraction": 1.0},
             r"max_bet_fraction must be a number or one per strategy, each in \(0, 1\), got 1.0",
         ),
+        ({"randomization": 0.0}, r"randomization must be in \(0, 1\], got 0.0"),
         (
             {"max_bet_fraction": [0.5, 0.9]},
             r"max_bet_fraction has 2 values; one per strategy needs mixture=True and S strategies",
