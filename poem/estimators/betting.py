@@ -125,7 +125,8 @@ def betting_lower_bound(
     ------
     ValueError
         If a term is non-finite or below its lower bound, the level is not in (0, 1),
-        ``scale`` is not positive or a ``max_bet_fraction`` is not in (0, 1).
+        ``scale`` is not positive, a ``max_bet_fraction`` is not in (0, 1) or there is not
+        one per strategy, or a ``randomization`` is not in (0, 1].
 
     References
     ----------
