@@ -19,8 +19,35 @@ every interval the library reports (the library's own functions, one log at a ti
 the 5 %-better challenger against the policy champion, with the fraction of replicates
 whose interval carries a reliability flag and the coverage of the unflagged ones.
 
+A third table (``--limit-reps``, 5 %-better challenger) gives what *any* valid test can
+reach on the terms of three families — untranslated δ(r^h − r^c), translated (the ``ips``
+terms) and doubly robust with the true μ as reward model — when all that is known is that
+the terms are bounded below by L (see :func:`_limits`): n·KL_inf, the largest expected
+log-capital of any e-value (betting) test; the power of the oracle bet λ*; and the NP bound.
+
+Why rare losses have little power (measured, ``--limit-reps 1000``, n = 20,000, logger /
+policy champion): the improvement is 5.0e-4 / 3.0e-4 in risk, the untranslated terms have
+s.d. 0.034 / 0.021 (z = 2.1 / 1.95: a t test on them would have 62–68 % power but is not
+valid), and a row with a loss where the challenger's weight exceeds the champion's by the
+most (by 4.9 / 3.1) puts L at −4.9 / −3.1.
+Every valid bet is then ≤ 1/|L| = 0.20 / 0.32 per unit of term (else one such row can make
+the capital negative) while the growth-optimal bet μ/σ² ≈ 0.44 / 0.64 is above it: n·KL_inf
+= 1.44 / 1.41 (1.47 / 1.43 even with a perfect reward model; 0.02 / 0.01 for the translated
+terms), below log(1/α) = 3.0, so no test that is valid at every n by a capital argument —
+whatever its bets — reaches 1/α on average, and the oracle bet promotes 8–10 % / 5–7 %
+(randomized Ville: 31–34 %). A test valid only at one fixed n for every distribution
+bounded below by L could at most reach 44–56 % / 43–52 % (NP bound against the least
+favourable null, which puts mass ≈ μ/|L| = 1e-4 on L — about 2 rows in 20,000, so a log
+without such a row cannot tell the null from the alternative): 25 % is not excluded for
+such a test, but it needs a fixed-n calibration (unknown for this nonparametric class) or a
+randomized decision. The ``snips`` option bets at 0.99/|L|, the oracle's bet, and promotes
+18.4 / 11.4 %; the column ``snips+coin`` is the same bound with the randomized Ville
+threshold (also promote when Kₙ ≥ U/α, a fresh U ~ U(0, 1] per log; Ramdas & Manole 2023):
+38.6 / 33.6 %, valid, but not a gate option (a re-run of a rejected gate would draw again).
+
 Usage: ``python benchmarks/gate_calibration.py [--reps 500] [--coverage-reps 200]
-[--n 500,2000,20000] [--settings near-uniform,heavy-tailed,rare-loss] [--json out.json]``
+[--limit-reps 1000] [--n 500,2000,20000] [--settings near-uniform,heavy-tailed,rare-loss]
+[--json out.json]``
 """
 
 from __future__ import annotations
@@ -31,6 +58,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.optimize import minimize_scalar
 from scipy.special import stdtrit
 
 from poem.estimators import clipped_ips, ips, snips
@@ -41,10 +69,11 @@ from poem.estimators.weights import suggested_clip
 K, D, N_CONTEXTS = 5, 5, 2_000
 ALPHA = 0.05
 MIN_ESS = 100.0
-CHUNK = 2_000_000
+CHUNK = 2_000_000  # replicate rows per vectorised chunk
 PEAK, FAR = 2.0, 1.5  # heavy-tailed: logger peakedness, targets' distance from it
 RARE_CONTRAST, SPREAD = 1.0, 0.1  # rare-loss: loss contrast, challengers' noise
-OLD_RULE = "t (old rule)"  # one-sided t on (δ_max − δᵢ)(r^c_i − r^h_i): not valid, for reference  # replicate rows per vectorised chunk
+RANDOMIZED = "snips+coin"  # snips with the randomized Ville threshold (not a gate option)
+OLD_RULE = "t (old rule)"  # one-sided t on (δ_max − δᵢ)(r^c_i − r^h_i): not valid, for reference
 
 
 def _softmax(z: np.ndarray) -> np.ndarray:
@@ -127,9 +156,97 @@ def make_settings(seed: int) -> dict[str, Setting]:
     }
 
 
+def _term_atoms(setting, challenger, champion, family):
+    """Every value X of one row's improvement terms and its probability (exact population).
+
+    ``family``: ``"untranslated"`` X = δ(r^h − r^c); ``"translated"`` X = (1 − δ)(r^c − r^h)
+    (the ``ips`` terms); ``"oracle DR"`` X = Σₐ(π_h − π_c)μ + (δ − μ(x, a))(r^h − r^c) with
+    the true expected losses μ as reward model (no reward model can do better).
+    """
+    p0 = setting.logger
+    rc, rh = challenger / p0, champion / p0
+    g = setting.mu if family == "oracle DR" else np.zeros_like(p0)
+    direct = np.sum((champion - challenger) * g, axis=1, keepdims=True)
+    baseline = 1.0 if family == "translated" else 0.0
+    values, probs = [], []
+    for loss, chance in ((0.0, 1.0 - setting.mu), (1.0, setting.mu)):
+        if family == "translated":
+            values.append(((baseline - loss) * (rc - rh)).ravel())
+        else:
+            values.append((direct + (loss - g) * (rh - rc)).ravel())
+        probs.append((p0 * chance / N_CONTEXTS).ravel())
+    return np.concatenate(values), np.concatenate(probs)
+
+
+def _limits(setting, rng, reps, sizes, challenger, champion):
+    r"""What any valid test can reach on terms bounded below by L, per term family and n.
+
+    For the class of all distributions of X with X ≥ L (L = the smallest term the population
+    can produce) and mean ≤ 0:
+
+    - KL_inf = max_{0 ≤ λ < 1/|L|} E_P log(1 + λX) (Honda & Takemura 2010) is the largest
+      expected log-capital per row of *any* e-value / betting test valid for the class (the
+      numeraire e-variable Π(1 + λ*Xᵢ); Larsson, Ramdas & Ruf 2024), so n·KL_inf below
+      log(1/α) = 3.0 means even the best such test's capital does not reach 1/α on average;
+    - ``oracle bet``: power of the capital Πᵢ(1 + λ*Xᵢ) with λ* known in advance (maximum
+      over t ≥ 1/α), a betting bound no predictable strategy beats on average, and the same
+      with the randomized Ville threshold (also promote with chance α·Kₙ; valid, Ramdas &
+      Manole 2023, not used: the decision would depend on a coin);
+    - ``NP bound``: power of the most powerful level-α test of P against the least favourable
+      null Q* = P/(1 + λ*X) (mean 0, same support, in the class), i.e. an upper bound on the
+      power of *every* test (fixed n or not) valid for the class.
+    """
+    out = {}
+    for family in ("untranslated", "translated", "oracle DR"):
+        x, p = _term_atoms(setting, challenger, champion, family)
+        low = float(x.min())
+        found = minimize_scalar(
+            lambda lam, x=x, p=p: -float(np.sum(p * np.log1p(lam * x))),
+            bounds=(0.0, (1.0 - 1e-12) / -low),
+            method="bounded",
+        )
+        lam, kl_inf = float(found.x), -float(found.fun)
+        q = p / (1.0 + lam * x)
+        interior = abs(q.sum() - 1.0) < 1e-3  # else Q* needs an atom at L: no NP figure
+        q /= q.sum()
+        step = np.log1p(lam * x)
+        rows = []
+        for n in sizes:
+            per = max(1, CHUNK // n)
+            under_p, under_q, best = [], [], []
+            for start in range(0, reps, per):
+                m = min(per, reps - start)
+                path = np.cumsum(step[_sample(rng, p, (m, n))], axis=1)
+                under_p.append(path[:, -1])
+                best.append(path.max(axis=1))
+                under_q.append(step[_sample(rng, q, (m, n))].sum(axis=1))
+            under_p, best, under_q = map(np.concatenate, (under_p, best, under_q))
+            threshold = np.quantile(under_q, 1 - ALPHA)
+            rows.append(
+                {
+                    "n": n,
+                    "n_kl_inf": n * kl_inf,
+                    "oracle_bet_power": float(np.mean(best >= np.log(1 / ALPHA))),
+                    # randomized Ville: also promote with chance α·Kₙ (Ramdas & Manole 2023)
+                    "randomized_power": float(
+                        np.mean(np.where(best >= np.log(1 / ALPHA), 1.0, ALPHA * np.exp(under_p)))
+                    ),
+                    "np_bound": float(np.mean(under_p > threshold)) if interior else None,
+                }
+            )
+        out[family] = {"lower": low, "lambda_times_range": lam * -low, "cells": rows}
+    return out
+
+
+def _sample(rng, p, shape):
+    """Indices drawn from the probabilities ``p``."""
+    cdf = np.cumsum(p)
+    return np.minimum(np.searchsorted(cdf, rng.random(shape) * cdf[-1]), p.size - 1)
+
+
 def _decisions(setting, rng, reps, n, challenger, champion, clip):
     """Promotion indicator per replicate and gate option (vectorised in chunks of logs)."""
-    out = {e: [] for e in (*GATE_ESTIMATORS, OLD_RULE)}
+    out = {e: [] for e in (*GATE_ESTIMATORS, RANDOMIZED, OLD_RULE)}
     per_chunk = max(1, CHUNK // n)
     for start in range(0, reps, per_chunk):
         m = min(per_chunk, reps - start)
@@ -148,6 +265,16 @@ def _decisions(setting, rng, reps, n, challenger, champion, clip):
                 confidence_level=1 - ALPHA,
             )
             out[estimator].append((lcb > 0) & (ess >= MIN_ESS))
+        lcb = improvement_lower_bound(
+            losses,
+            wc,
+            wh,
+            estimator="snips",
+            loss_bounds=(0.0, 1.0),
+            confidence_level=1 - ALPHA,
+            randomization=1.0 - rng.random(m),  # U in (0, 1], one per log
+        )
+        out[RANDOMIZED].append((lcb > 0) & (ess >= MIN_ESS))
         x = (1.0 - losses) * (wc - wh)
         t_lcb = x.mean(1) - stdtrit(n - 1, 1 - ALPHA) * x.std(1, ddof=1) / np.sqrt(n)
         out[OLD_RULE].append((t_lcb > 0) & (ess >= MIN_ESS))
@@ -205,12 +332,19 @@ def main() -> None:
     parser.add_argument("--settings", default="near-uniform,heavy-tailed,rare-loss")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--limit-reps", type=int, default=1000, help="0: skip the limits table")
     parser.add_argument("--skip-gate", action="store_true", help="interval coverage only")
     args = parser.parse_args()
     settings = make_settings(args.seed)
     rng = np.random.default_rng(args.seed + 1)
     sizes = [int(v) for v in args.n.split(",")]
-    results: dict = {"alpha": ALPHA, "reps": args.reps, "cells": [], "coverage": []}
+    results: dict = {
+        "alpha": ALPHA,
+        "reps": args.reps,
+        "cells": [],
+        "coverage": [],
+        "limits": [],
+    }
     start = time.perf_counter()
     for name in args.settings.split(","):
         s = settings[name]
@@ -222,7 +356,7 @@ def main() -> None:
         )
         print(
             f"{'champion':9s} {'challenger':10s} {'n':>6s} {'ESS/n':>6s}  "
-            + "  ".join(f"{e:>12s}" for e in (*GATE_ESTIMATORS, OLD_RULE))
+            + "  ".join(f"{e:>12s}" for e in (*GATE_ESTIMATORS, RANDOMIZED, OLD_RULE))
         )
         for champ_name, champion, base in (
             ()
@@ -239,7 +373,9 @@ def main() -> None:
                     rates = {e: float(v.mean()) for e, v in promoted.items()}
                     print(
                         f"{champ_name:9s} {label:10s} {n:6d} {s.ess_fraction(challenger):6.3f}  "
-                        + "  ".join(f"{rates[e]:12.3f}" for e in (*GATE_ESTIMATORS, OLD_RULE)),
+                        + "  ".join(
+                            f"{rates[e]:12.3f}" for e in (*GATE_ESTIMATORS, RANDOMIZED, OLD_RULE)
+                        ),
                         flush=True,
                     )
                     results["cells"].append(
@@ -254,6 +390,32 @@ def main() -> None:
                             "promotion_rate": rates,
                         }
                     )
+        for champ_name, champion in (("logger", s.logger), ("policy", s.champion)):
+            if not args.limit_reps:
+                break
+            base = s.risk(champion)
+            challenger = s.challenger(0.95 * base, champ_name)
+            limits = _limits(s, rng, args.limit_reps, sizes, challenger, champion)
+            print(
+                f"-- limits, {name}, champion = {champ_name}, 5%-better challenger "
+                f"({args.limit_reps} logs): n·KL_inf (needs ≥ {np.log(1 / ALPHA):.2f} on "
+                "average) / power of the oracle bet (randomized) / NP bound on any valid test"
+            )
+            for family, row in limits.items():
+                print(
+                    f"   {family:13s} L = {row['lower']:8.3g}  λ*|L| = "
+                    f"{row['lambda_times_range']:.2f}  "
+                    + "  ".join(
+                        f"n={c['n']}: {c['n_kl_inf']:.2f} / {c['oracle_bet_power']:.3f} "
+                        f"({c['randomized_power']:.3f}) / "
+                        + ("n/a" if c["np_bound"] is None else f"{c['np_bound']:.3f}")
+                        for c in row["cells"]
+                    ),
+                    flush=True,
+                )
+                results["limits"].append(
+                    {"setting": name, "champion": champ_name, "family": family, **row}
+                )
         if args.coverage_reps:
             challenger = s.challenger(0.95 * r_champion, "policy")
             for n in sizes:

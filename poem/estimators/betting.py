@@ -34,17 +34,19 @@ def _plug_in_bets(x: np.ndarray, alpha: float, scale: float) -> np.ndarray:
     squares = np.cumsum((x - mean) ** 2, axis=-1)
     # σ̂²ᵢ₋₁ = (s² + Σ_{j<i} (x_j − μ̂_j)²) / i, with prior s² = scale²
     previous = np.concatenate([np.zeros(x.shape[:-1] + (1,)), squares[..., :-1]], axis=-1)
-    variance = (scale**2 + previous) / count
+    variance = np.maximum(
+        (scale**2 + previous) / count, np.finfo(np.float64).tiny
+    )  # s² may underflow
     return np.sqrt(2.0 * np.log(1.0 / alpha) / (n * variance))
 
 
-def _log_capital_max(x, lower, bets, m, mixture):
-    """maxₜ log Kₜ(m), Kₜ(m) = Πᵢ≤ₜ (1 + λᵢ(m)(xᵢ − m)), λᵢ(m) = min(λ̃ᵢ, κ/(m − Lᵢ)).
+def _log_capital(x, lower, bets, m, mixture, kappa):
+    """(maxₜ log Kₜ(m), log Kₙ(m)), Kₜ(m) = Πᵢ≤ₜ (1 + λᵢ(m)(xᵢ − m)), λᵢ = min(λ̃ᵢ, κ/(m − Lᵢ)).
 
     With ``mixture`` axis 0 holds strategies and K is the average of their capitals.
     """
     gap = m[..., None] - lower
-    cap = np.where(gap > 0, _MAX_BET_FRACTION / np.where(gap > 0, gap, 1.0), np.inf)
+    cap = np.where(gap > 0, kappa / np.where(gap > 0, gap, 1.0), np.inf)
     t = x - m[..., None]
     t *= np.minimum(bets, cap)
     np.log1p(t, out=t)
@@ -52,7 +54,7 @@ def _log_capital_max(x, lower, bets, m, mixture):
     if mixture:
         top = np.max(t, axis=0)
         t = top + np.log(np.mean(np.exp(t - top), axis=0))
-    return np.max(t, axis=-1)
+    return np.max(t, axis=-1), t[..., -1]
 
 
 def betting_lower_bound(
@@ -62,6 +64,8 @@ def betting_lower_bound(
     *,
     scale: float = 1.0,
     mixture: bool = False,
+    max_bet_fraction: Any = _MAX_BET_FRACTION,
+    randomization: Any = None,
 ) -> np.ndarray | float:
     r"""One-sided lower confidence bound on the mean of terms bounded below, by betting.
 
@@ -99,6 +103,18 @@ def betting_lower_bound(
         are averaged, K = (1/S) Σₛ K⁽ˢ⁾, which is again a nonnegative martingale at μ, so
         the bound is as valid as one strategy's and close to the best one's (the price is
         log S in the threshold).
+    max_bet_fraction : float or array-like of shape (S,), default=0.5
+        The cap κ in (0, 1) of the bets; with ``mixture`` one per strategy (the same terms
+        may be stacked twice with different κ). Every factor is ≥ 1 − κ > 0, so any
+        κ < 1 keeps K a nonnegative martingale; κ near 1 bets more when the cap binds
+        (terms bounded far below their spread, e.g. rare losses) and risks more of the
+        capital on a row at Lᵢ.
+    randomization : float or array-like of shape (...), optional
+        U ~ Uniform(0, 1], drawn independently of the data (one per problem). Then m is
+        also rejected when the final capital Kₙ(m) ≥ max(U, α)/α: the randomized Ville
+        inequality P(maxₜ₍ₙ Kₜ ≥ 1/α or Kₙ ≥ U/α) ≤ α keeps the level, and a log whose
+        capital ends at K < 1/α still excludes m with chance about αK (valid only if U is
+        fresh and independent for every decision: a fixed U is not).
 
     Returns
     -------
@@ -108,8 +124,9 @@ def betting_lower_bound(
     Raises
     ------
     ValueError
-        If a term is non-finite or below its lower bound, the level is not in (0, 1) or
-        ``scale`` is not positive.
+        If a term is non-finite or below its lower bound, the level is not in (0, 1),
+        ``scale`` is not positive, a ``max_bet_fraction`` is not in (0, 1) or there is not
+        one per strategy, or a ``randomization`` is not in (0, 1].
 
     References
     ----------
@@ -118,11 +135,26 @@ def betting_lower_bound(
     plug-in bets, Eq. (26), with t log(1 + t) replaced by n for a fixed sample size) and
     Appendix on one-sided bounds for variables bounded on one side.
     Ville (1939), Étude critique de la notion de collectif (maximal inequality).
+    Ramdas & Manole (2023), Randomized and exchangeable improvements of Markov's,
+    Chebyshev's and Chernoff's inequalities, arXiv:2304.02611, §4 (randomized Ville).
     """
     x = np.asarray(terms, dtype=np.float64)
     alpha = 1.0 - _check_confidence_level(confidence_level)
     if not (np.isfinite(scale) and scale > 0):
         raise ValueError(f"scale must be finite and > 0, got {scale!r}")
+    kappa = np.asarray(max_bet_fraction, dtype=np.float64)
+    if not (np.all(kappa > 0) and np.all(kappa < 1)) or kappa.ndim > 1:
+        raise ValueError(
+            f"max_bet_fraction must be a number or one per strategy, each in (0, 1), "
+            f"got {max_bet_fraction!r}"
+        )
+    if kappa.ndim == 1:
+        if not mixture or kappa.size != x.shape[0]:
+            raise ValueError(
+                f"max_bet_fraction has {kappa.size} values; one per strategy needs "
+                f"mixture=True and {x.shape[0] if mixture else 'S'} strategies"
+            )
+        kappa = kappa.reshape((-1,) + (1,) * (x.ndim - 1))
     low = np.asarray(lower, dtype=np.float64)
     if low.ndim == x.ndim - 1:
         low = low[..., None]  # one bound per problem
@@ -137,9 +169,16 @@ def betting_lower_bound(
         )
     bets = _plug_in_bets(x, alpha, scale)
     threshold = np.log(1.0 / alpha)
+    final = np.inf  # no randomization: only the running maximum decides
+    if randomization is not None:
+        u = np.asarray(randomization, dtype=np.float64)
+        if not (np.all(u > 0) and np.all(u <= 1)):
+            raise ValueError(f"randomization must be in (0, 1], got {randomization!r}")
+        final = np.log(np.maximum(u, alpha) / alpha) + 1e-12  # U ≤ α: never m = max x
 
     def excess(m: np.ndarray) -> np.ndarray:  # ≥ 0 iff m is rejected
-        return _log_capital_max(x, low, bets, m, mixture) - threshold
+        running, last = _log_capital(x, low, bets, m, mixture, kappa)
+        return np.maximum(running - threshold, last - final)
 
     floor = np.min(np.broadcast_to(low, x.shape), axis=-1)
     center = np.mean(x, axis=-1)

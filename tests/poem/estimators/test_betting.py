@@ -6,7 +6,7 @@ import pytest
 from poem.estimators.betting import betting_lower_bound
 
 
-def _capital(x, lower, m, alpha=0.05, scale=1.0):
+def _capital(x, lower, m, alpha=0.05, scale=1.0, kappa=0.5):
     """maxₜ Kₜ(m) written out row by row (independent of the vectorised code)."""
     n, log_k, best = len(x), 0.0, 0.0
     mean_sum, squares = 0.0, 0.0
@@ -14,7 +14,7 @@ def _capital(x, lower, m, alpha=0.05, scale=1.0):
         variance = (scale**2 + squares) / (i + 1)
         bet = np.sqrt(2 * np.log(1 / alpha) / (n * variance))
         if m > lower:
-            bet = min(bet, 0.5 / (m - lower))
+            bet = min(bet, kappa / (m - lower))
         log_k += np.log1p(bet * (xi - m))
         best = max(best, log_k)
         mean_sum += xi
@@ -42,15 +42,46 @@ def test_vectorised_equals_one_at_a_time_and_mixture_of_copies_equals_one():
     np.testing.assert_allclose(mixed, together, rtol=1e-6, atol=1e-9)
 
 
-@pytest.mark.parametrize("n", [20, 200])
-def test_coverage_for_nonnegative_heavy_tailed_terms(n):
+def test_a_larger_bet_cap_is_where_its_capital_reaches_one_over_alpha():
+    # rare drops to half the lower bound: the cap κ/(m − L) binds, a cap near 1 bets more
+    # and bounds higher (0.1108 vs 0.0876; with drops *at* L it would bound lower)
+    x = np.where(np.arange(400) % 50 == 0, -2.0, 0.2)
+    half = betting_lower_bound(x, -4.0)
+    near_one = betting_lower_bound(x, -4.0, max_bet_fraction=0.99)
+    assert near_one > half
+    assert _capital(x, -4.0, near_one, kappa=0.99) >= 20.0 * (1 - 1e-9)
+    assert _capital(x, -4.0, near_one + 1e-3, kappa=0.99) < 20.0
+    # one strategy per cap: a mixture of one equals the single process
+    single = betting_lower_bound(x[None], -4.0, mixture=True, max_bet_fraction=[0.99])
+    assert single == pytest.approx(near_one)
+
+
+@pytest.mark.parametrize(("n", "kappa"), [(20, 0.5), (200, 0.5), (200, 0.99)])
+def test_coverage_for_nonnegative_heavy_tailed_terms(n, kappa):
     # lognormal(0, 1.5): mean e^1.125 = 3.08, skewness 33
     rng = np.random.default_rng(2)
     x = rng.lognormal(0.0, 1.5, size=(1000, n))
-    bound = betting_lower_bound(x, 0.0)
+    bound = betting_lower_bound(x, 0.0, max_bet_fraction=kappa)
     miss = np.mean(bound > np.exp(1.5**2 / 2))
     assert miss <= 0.05 + 2 * np.sqrt(0.05 * 0.95 / 1000)
     assert np.all(bound >= 0.0) and np.mean(bound) > 0.4  # valid, not trivial
+
+
+def test_randomized_threshold_is_valid_and_only_adds_rejections():
+    rng = np.random.default_rng(7)
+    x = rng.lognormal(0.0, 1.5, size=(1000, 200))
+    u = 1.0 - rng.random(1000)
+    plain = betting_lower_bound(x, 0.0)
+    coin = betting_lower_bound(x, 0.0, randomization=u)
+    assert np.all(coin >= plain - 1e-3)  # up to the root finder's 8 steps
+    np.testing.assert_allclose(betting_lower_bound(x[:5], 0.0, randomization=1.0), plain[:5])
+    truth = np.exp(1.5**2 / 2)
+    limit = 0.05 + 2 * np.sqrt(0.05 * 0.95 / 1000)
+    assert np.mean(coin > truth) <= limit
+    assert np.mean(coin > truth) > np.mean(plain > truth)  # it spends more of α
+    # the final capital at the bound reaches U/α (or the running maximum reached 1/α)
+    i = int(np.argmax(coin - plain))
+    assert coin[i] > plain[i] and _capital(x[i], 0.0, coin[i]) < 20.0
 
 
 def test_no_evidence_gives_the_lower_bound_itself():
@@ -67,6 +98,15 @@ def test_no_evidence_gives_the_lower_bound_itself():
         ({"terms": [0.0, np.nan]}, r"terms and lower must be finite"),
         ({"confidence_level": 1.0}, r"confidence_level must be in \(0, 1\), got 1.0"),
         ({"scale": 0.0}, r"scale must be finite and > 0, got 0.0"),
+        (
+            {"max_bet_fraction": 1.0},
+            r"max_bet_fraction must be a number or one per strategy, each in \(0, 1\), got 1.0",
+        ),
+        ({"randomization": 0.0}, r"randomization must be in \(0, 1\], got 0.0"),
+        (
+            {"max_bet_fraction": [0.5, 0.9]},
+            r"max_bet_fraction has 2 values; one per strategy needs mixture=True and S strategies",
+        ),
     ],
 )
 def test_bad_arguments(kwargs, message):

@@ -10,6 +10,7 @@ from hypothesis.extra.numpy import arrays
 from scipy.special import stdtrit
 
 from poem.estimators import compare_policies
+from poem.estimators.betting import betting_lower_bound
 from poem.estimators.improvement import (
     GATE_ESTIMATORS,
     improvement_lower_bound,
@@ -126,3 +127,39 @@ def test_adversarial_log_with_one_weight_of_ten_thousand():
     lucky = compare_policies(losses, challenger, ones, loss_bounds=(0.0, 1.0))
     assert not lucky.promote
     assert lucky.reasons[1].startswith("failed: effective sample size: the challenger's is 1.0")
+
+
+def test_clipped_ips_keeps_the_power_of_the_unclipped_terms():
+    # a clip far below the weights makes the clipped terms say nothing; the bound also bets
+    # on the unclipped ips terms, so a clearly better challenger is still promoted
+    rng = np.random.default_rng(5)
+    challenger = np.array([0.1, 0.3, 0.6])
+    actions, losses = _draw(rng, 1, 20_000)
+    rc, rh = challenger[actions] / LOGGER[actions], np.ones((1, 20_000))
+    kwargs = {"loss_bounds": (0.0, 1.0), "confidence_level": 0.95}
+    exact = improvement_lower_bound(losses, rc, rh, estimator="ips", **kwargs)
+    clipped = improvement_lower_bound(losses, rc, rh, estimator="clipped_ips", clip=1.0, **kwargs)
+    alone = improvement_lower_bound(
+        np.minimum(1.0, rc), np.ones_like(rc), rh, estimator="ips", **kwargs
+    )
+    improvement = LOGGER @ MU - challenger @ MU  # 0.229
+    assert alone[0] < 0.0 < clipped[0] <= exact[0] < improvement
+    assert clipped[0] > exact[0] - 0.02  # the price of averaging two capitals (log 2)
+
+
+def test_snips_bets_near_the_cap_where_losses_are_rare():
+    # 1 % losses: the SNIPS-baseline terms' bets sit at κ/(m − L); κ = 0.99 gives a
+    # higher bound than the previous mixture with the translated terms at κ = 1/2
+    rng = np.random.default_rng(6)
+    n = 20_000
+    actions = (rng.random((n, 1)) > np.cumsum(LOGGER)).sum(axis=1)
+    losses = (rng.random(n) < np.array([0.012, 0.006, 0.003])[actions]).astype(float)
+    challenger = np.array([0.5, 0.3, 0.2])
+    rc, rh = challenger[actions] / LOGGER[actions], np.ones(n)
+    terms, lower = improvement_terms(losses, rc, rh, estimator="snips", loss_bounds=(0.0, 1.0))
+    bound = improvement_lower_bound(losses, rc, rh, estimator="snips", loss_bounds=(0.0, 1.0))
+    half = betting_lower_bound(terms, lower, 0.95, mixture=True, max_bet_fraction=[0.5, 0.5])
+    assert bound == pytest.approx(
+        betting_lower_bound(terms[1:], lower[1:], 0.95, mixture=True, max_bet_fraction=[0.99])
+    )
+    assert bound > half
