@@ -53,16 +53,23 @@ from poem.diagnostics.propensity_summary import (
 )
 from poem.exceptions import InvalidLogError
 from poem.io.logs import log_files, table_from_frame
-from poem.io.partitions import LogPartition, log_partitions, read_partition_frame
+from poem.io.partitions import (
+    LocalPartitions,
+    LogPartition,
+    log_partitions,
+    read_partition_frame,
+)
 
 __all__ = [
     "PartitionOptions",
     "PartitionResult",
+    "check_and_keep_partition",
     "check_partition",
     "check_partitioned",
     "duplicate_ids_in_bucket",
     "map_partitions",
     "open_client",
+    "partition_set",
     "use_partitions",
 ]
 
@@ -206,9 +213,42 @@ def check_partition(
     -------
     PartitionResult
     """
+    return _checked(
+        job,
+        settings=settings,
+        quarantine_dir=quarantine_dir,
+        ids_dir=ids_dir,
+        n_buckets=n_buckets,
+        target_policy=target_policy,
+        keep_empty=keep_empty,
+    )[0]
+
+
+def check_and_keep_partition(job: tuple[int, LogPartition], **kwargs: Any) -> tuple:
+    """:func:`check_partition`, also returning the kept rows' :class:`~poem.data.LoggedBandit`.
+
+    Returns
+    -------
+    result : PartitionResult
+    log : LoggedBandit or None
+        The partition's kept rows (None when it has none or failed to read).
+    """
+    return _checked(job, **kwargs)
+
+
+def _checked(
+    job: tuple[int, LogPartition],
+    *,
+    settings: CheckSettings,
+    quarantine_dir: str | None,
+    ids_dir: str | None,
+    n_buckets: int,
+    target_policy: Any = None,
+    keep_empty: bool = False,
+) -> tuple[PartitionResult, Any]:
     index, piece = job
     if piece.n_rows == 0 and not keep_empty:
-        return PartitionResult(index, 0, None)
+        return PartitionResult(index, 0, None), None
     try:
         table = table_from_frame(
             read_partition_frame(piece),
@@ -219,7 +259,7 @@ def check_partition(
             **settings.overrides,
         )
     except (InvalidLogError, ValueError, OSError, pa.ArrowException) as exc:
-        return PartitionResult(index, piece.n_rows, failed_report(_name(piece), exc))
+        return PartitionResult(index, piece.n_rows, failed_report(_name(piece), exc)), None
     # a fresh GX context per partition: a reused one keeps every validation's data (RSS grows)
     report = validate_stage(table, replace(settings, min_rows=0))
     kept, quarantined = quarantine_stage(table, report)
@@ -229,18 +269,21 @@ def check_partition(
         written = len(quarantined)
     if ids_dir is not None and "event_id" in table.frame.columns:
         _write_id_buckets(table.frame["event_id"], index, Path(ids_dir), n_buckets)
-    summary = None
+    summary = log = None
     if kept is not None and kept.n_rows and not any(f.level == "dataset" for f in report.failures):
         try:
+            log = kept.to_log()
             summary = propensity_summary(
-                kept.to_log(), target_policy=target_policy, thresholds=settings.thresholds
+                log, target_policy=target_policy, thresholds=settings.thresholds
             )
         except (InvalidLogError, ValueError) as exc:
+            log = None
             extra = failed_report(report.source, exc, "LoggedBandit").failures
             report = replace(report, failures=report.failures + extra)
     names = () if report.row_reasons is None else report.row_reasons[1]
     report = replace(report, row_reasons=(np.zeros(0, np.int64), names))  # keep it small
-    return PartitionResult(index, table.n_rows, report, summary, written, table.meta.to_json())
+    result = PartitionResult(index, table.n_rows, report, summary, written, table.meta.to_json())
+    return result, log
 
 
 def _write_id_buckets(ids: pd.Series, index: int, folder: Path, n_buckets: int) -> None:
@@ -286,7 +329,8 @@ def check_partitioned(
     client: Any = None,
     target_policy: Any = None,
     rows_per_bucket: int = 1_000_000,
-) -> tuple[DataCheckReport, Any, dict[str, str]]:
+    keep: bool = False,
+) -> tuple:
     """Check a Parquet log partition by partition (see the module docstring).
 
     Parameters
@@ -303,6 +347,10 @@ def check_partitioned(
         For the ESS and clipping checks.
     rows_per_bucket : int, default=1,000,000
         Rows per hash bucket of the cross-partition event-id check.
+    keep : bool, default=False
+        Also return the kept rows, one :class:`~poem.data.LoggedBandit` per partition, held
+        where they were checked (in the workers' memory on a cluster): the partitioned
+        flow's log, read and checked once.
 
     Returns
     -------
@@ -312,12 +360,14 @@ def check_partitioned(
         None when the report failed.
     files : dict
         ``quarantine`` (the folder) when rows were quarantined.
+    kept : LocalPartitions or ClusterPartitions or None
+        Only with ``keep=True`` (None when the log could not be listed).
     """
     source = str(path)
     try:
         pieces = log_partitions(path)
     except (InvalidLogError, OSError, pa.ArrowException) as exc:
-        return failed_report(source, exc), None, {}
+        return (failed_report(source, exc), None, {}) + ((None,) if keep else ())
     n_total = sum(p.n_rows for p in pieces)
     qdir = None if out_dir is None else Path(out_dir) / "quarantine"
     if qdir is not None and qdir.exists():
@@ -336,7 +386,12 @@ def check_partitioned(
             n_buckets=n_buckets,
             target_policy=target_policy,
         )
-        results = map_partitions(check_partition, jobs, client, **kwargs)
+        if keep:
+            pairs = partition_set(jobs, client).map(check_and_keep_partition, **kwargs)
+            results, kept = pairs.map(_first, gather=True), pairs.map(_second)
+            del pairs  # the logs stay referenced by `kept` only
+        else:
+            results, kept = map_partitions(check_partition, jobs, client, **kwargs), None
         if all(r.report is None for r in results) and jobs:
             results = [check_partition(jobs[0], **kwargs, keep_empty=True)]
         buckets = sorted(str(b) for b in scratch.glob("bucket=*"))
@@ -347,11 +402,28 @@ def check_partitioned(
     files = {}
     if qdir is not None and qdir.exists():
         files["quarantine"] = str(qdir)
-    if not report.passed:
-        return report, None, files
-    summaries = [r.summary for r in results if r.summary is not None]
-    prop = summary_report(merge_summaries(summaries), thresholds=settings.thresholds)
-    return report, prop, files
+    prop = None
+    if report.passed:
+        summaries = [r.summary for r in results if r.summary is not None]
+        prop = summary_report(merge_summaries(summaries), thresholds=settings.thresholds)
+    return (report, prop, files) + ((kept,) if keep else ())
+
+
+def partition_set(items: list, client: Any = None) -> Any:
+    """The items as a partition set: in this process, or on the cluster of ``client``."""
+    if client is None:
+        return LocalPartitions(list(items))
+    from poem._dask import ClusterPartitions
+
+    return ClusterPartitions(client, list(items))
+
+
+def _first(pair: tuple) -> Any:
+    return pair[0]
+
+
+def _second(pair: tuple) -> Any:
+    return pair[1]
 
 
 def _merge(
