@@ -7,28 +7,30 @@ Usage::
         [--memory-budget-gib 7.5] [--out /tmp/big-run]
 
 Generates the log with ``benchmarks/make_large_logs.py`` (discrete family, Parquet partitions
-of 500,000 rows, event ids) unless ``LOGS`` already holds ``--rows`` rows, then runs the stages
+of ``--partition-rows`` = 250,000 rows, event ids) unless ``LOGS`` already holds ``--rows`` rows, then runs the stages
 through the library functions the ``retrain`` flow calls on its Dask path:
 
 1. ``check``: :func:`data_checks.partitioned.check_partitioned` with ``keep=True`` (GX suite
    and row rules per partition, merged report, quarantine per partition; the kept rows stay
    in the workers' memory as the log of the next stages — read once);
-2. ``split``: :func:`poem.learners.partitioned_poem.split_partitioned` (by time, 50/25/25);
+2. ``split``: :func:`poem.partitioned_log.split_partitioned` (by time, 50/25/25);
 3. ``search``: :func:`~poem.learners.partitioned_poem.prepare_training` (standardized
    training rows kept on the workers) and one
    :func:`~poem.learners.partitioned_poem.run_trial_partitioned` per grid point
-   (``variance_scale``; POEM with L-BFGS, ``--max-iter`` iterations, calibrated λ, clip
+   (``variance_scale``; the raw training rows are replaced by the prepared ones in the same
+   pass, ``release=True``, so each row is held once; POEM with L-BFGS, ``--max-iter`` iterations, calibrated λ, clip
    p90/p10, intercept, standardization — the shipped ``training:`` defaults otherwise),
    selection by SNIPS (:func:`poem.learners.search.select_trial`);
 4. ``train``: the refit of the selected point (:func:`~poem.learners.partitioned_poem.
    fit_prepared` on the prepared training rows, ``refit_on: train``);
-5. ``gate``: :func:`~poem.learners.partitioned_poem.counterfactual_ab_test_partitioned`
+5. ``gate``: :func:`poem.partitioned_log.counterfactual_ab_test_partitioned`
    against the logging policy (IPS terms, betting bound, 95 %).
 
 Memory: a thread samples, every 0.2 s, the resident set size of this process and every
 descendant (the ``LocalCluster``'s scheduler runs in this process; its nannies and workers
 are children), summed; each stage prints its wall time and the peak of that sum. Workers
-never spill to disk (a spill would time the disk and hide the memory).
+never spill to disk (a spill would time the disk and hide the memory) and use the system
+allocator for Arrow (freed memory returns to the system).
 """
 
 from __future__ import annotations
@@ -47,17 +49,14 @@ from data_checks.partitioned import check_partitioned
 from data_checks.stages import CheckSettings
 from poem.diagnostics.propensity import PropensityThresholds
 from poem.io.partitions import log_partitions
-from poem.learners.partitioned_poem import (
-    counterfactual_ab_test_partitioned,
-    fit_prepared,
-    prepare_training,
-    run_trial_partitioned,
-    split_partitioned,
-)
+from poem.learners.partitioned_poem import fit_prepared, prepare_training, run_trial_partitioned
 from poem.learners.poem import POEM
 from poem.learners.search import select_trial
+from poem.partitioned_log import counterfactual_ab_test_partitioned, split_partitioned
 
 GIB = 2**30
+# memory freed by the workers goes back to the system (not kept by Arrow's mimalloc pool)
+WORKER_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_TRIM_THRESHOLD_": "65536"}
 TRAINING = dict(  # mlflow.yml training.params (max_iter from --max-iter)
     policy="discrete",
     solver="lbfgs",
@@ -116,6 +115,7 @@ def _cluster(workers: int, budget_gib: float):
         }
     )
     cluster = LocalCluster(
+        env=WORKER_ENV,
         n_workers=workers,
         threads_per_worker=1,
         processes=True,
@@ -126,12 +126,13 @@ def _cluster(workers: int, budget_gib: float):
     return cluster, Client(cluster)
 
 
-def _ensure_logs(path: Path, rows: int, features: int, actions: int) -> None:
+def _ensure_logs(path: Path, rows: int, features: int, actions: int, chunk: int) -> None:
     if path.exists() and sum(p.n_rows for p in log_partitions(path)) == rows:
         return
     script = Path(__file__).with_name("make_large_logs.py")
     cmd = [sys.executable, str(script), str(path), "--rows", str(rows), "--features"]
-    cmd += [str(features), "--actions", str(actions), "--event-ids", "--overwrite"]
+    cmd += [str(features), "--actions", str(actions), "--chunk-rows", str(chunk)]
+    cmd += ["--event-ids", "--overwrite"]
     subprocess.run(cmd, check=True)
 
 
@@ -142,12 +143,13 @@ def main() -> None:
     ap.add_argument("--features", type=int, default=50)
     ap.add_argument("--actions", type=int, default=5)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--partition-rows", type=int, default=250_000, help="when generating")
     ap.add_argument("--grid", type=float, nargs="+", default=[1e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1])
     ap.add_argument("--max-iter", type=int, default=15)
     ap.add_argument("--memory-budget-gib", type=float, default=7.5)
     ap.add_argument("--out", type=Path, default=None, help="quarantine folder (default: none)")
     args = ap.parse_args()
-    _ensure_logs(args.logs, args.rows, args.features, args.actions)
+    _ensure_logs(args.logs, args.rows, args.features, args.actions, args.partition_rows)
     sampler = MemorySampler()
     sampler.start()
     cluster, client = _cluster(args.workers, args.memory_budget_gib)
@@ -188,7 +190,8 @@ def main() -> None:
         done("split", t, str(split.summary))
         t = time.perf_counter()
         template = POEM(**TRAINING, max_iter=args.max_iter)
-        prepared = prepare_training(kept, split.rows_for("train"))
+        prepared, split = prepare_training(split, release=True)  # refit_on: train
+        del kept  # the split holds the remaining (validation, test) rows
         trials = []
         for scale in args.grid:
             trial = run_trial_partitioned(template, {"variance_scale": scale}, prepared, split)

@@ -231,9 +231,11 @@ def check_and_keep_partition(job: tuple[int, LogPartition], **kwargs: Any) -> tu
     -------
     result : PartitionResult
     log : LoggedBandit or None
-        The partition's kept rows (None when it has none or failed to read).
+        The partition's kept rows (None when it has none or failed to read), without event
+        ids: they serve the checks only (the cross-partition id check has its own copy), and
+        as Python strings they would cost about as much memory as 8 float features a row.
     """
-    return _checked(job, **kwargs)
+    return _checked(job, **kwargs, drop_ids=True)
 
 
 def _checked(
@@ -245,6 +247,7 @@ def _checked(
     n_buckets: int,
     target_policy: Any = None,
     keep_empty: bool = False,
+    drop_ids: bool = False,
 ) -> tuple[PartitionResult, Any]:
     index, piece = job
     if piece.n_rows == 0 and not keep_empty:
@@ -272,6 +275,8 @@ def _checked(
     summary = log = None
     if kept is not None and kept.n_rows and not any(f.level == "dataset" for f in report.failures):
         try:
+            if drop_ids and "event_id" in kept.frame.columns:
+                kept = replace(kept, frame=kept.frame.drop(columns="event_id"))
             log = kept.to_log()
             summary = propensity_summary(
                 log, target_policy=target_policy, thresholds=settings.thresholds

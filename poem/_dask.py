@@ -206,10 +206,21 @@ class ClusterPartitions:
         return len(self.items)
 
     def map(
-        self, fn: Callable, *iterables: Iterable, gather: bool = False, **kwargs: Any
+        self,
+        fn: Callable,
+        *iterables: Iterable,
+        gather: bool = False,
+        consume: bool = False,
+        **kwargs: Any,
     ) -> ClusterPartitions | list:
-        """As :meth:`poem.io.partitions.LocalPartitions.map`, one task per partition."""
+        """As :meth:`poem.io.partitions.LocalPartitions.map`, one task per partition.
+
+        With ``consume`` this set drops its futures: the scheduler frees each partition as
+        soon as its task has run.
+        """
         futures = self.client.map(fn, self.items, *iterables, pure=False, **kwargs)
+        if consume:
+            self.items.clear()
         if not gather:
             return ClusterPartitions(self.client, futures)
         return self.client.gather(futures)

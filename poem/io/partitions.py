@@ -132,7 +132,12 @@ class LocalPartitions:
         return len(self.items)
 
     def map(
-        self, fn: Callable, *iterables: Iterable, gather: bool = False, **kwargs: Any
+        self,
+        fn: Callable,
+        *iterables: Iterable,
+        gather: bool = False,
+        consume: bool = False,
+        **kwargs: Any,
     ) -> LocalPartitions | list:
         """``fn(item, *per_partition_args, **kwargs)`` on every partition.
 
@@ -144,10 +149,21 @@ class LocalPartitions:
             Per-partition extra arguments (one element per partition).
         gather : bool, default=False
             Return the results as a list (True) or as a new partition set (False).
+        consume : bool, default=False
+            Move the partitions into the result: this set is left empty and each partition
+            is freed once its result exists (the two never all coexist in memory).
         **kwargs
             Passed to every call.
         """
-        out = [fn(*args, **kwargs) for args in zip(self.items, *iterables, strict=True)]
+        extra = [list(it) for it in iterables]
+        out = []
+        for k in range(len(self.items)):
+            item = self.items[k]
+            if consume:
+                self.items[k] = None
+            out.append(fn(item, *(e[k] for e in extra), **kwargs))
+        if consume:
+            self.items.clear()
         return out if gather else LocalPartitions(out)
 
     def fold(

@@ -1,33 +1,23 @@
-r"""POEM's split, fit, search trial and gate on a log held as partitions (DESIGN §8).
+r"""POEM's fit and search trial on the training rows of a partitioned log (DESIGN §8).
 
-Everything here works on a *partition set* — :class:`poem.io.partitions.LocalPartitions` in
-this process, :class:`poem._dask.ClusterPartitions` on a Dask cluster — of
-:class:`~poem.data.LoggedBandit` partitions (None when empty), through its ``map`` and
-``fold`` only. What travels to the client, and why the result is the in-memory one:
+The log is a partition set split by :func:`poem.partitioned_log.split_partitioned`. What
+travels to the client, and why the fit is the in-memory one:
 
-- **split** (:func:`split_partitioned`): each partition sends its row count and timestamps
-  (8 bytes a row); the client applies :func:`poem.splits.split_rows` — the rule of
-  :func:`~poem.splits.split_log` — to the concatenation and sends each partition its local
-  row positions. Same rows as in memory.
-- **fit** (:func:`prepare_training`, :func:`fit_prepared`): each partition sends its
-  propensities and scaled losses (16 bytes a row; the clip rule and the calibrated λ* are
-  then :func:`~poem.learners.poem.resolve_clip` and
+- :func:`prepare_training`: each partition sends its training rows' propensities and scaled
+  losses (16 bytes a row; the clip rule and the calibrated λ* are then
+  :func:`~poem.learners.poem.resolve_clip` and
   :func:`~poem.learners.poem.calibrated_variance_penalty` on exactly the in-memory values)
   and the count, mean and centred sum of squares of each feature (merged exactly, Chan et
   al. 1979) for the standardization. The standardized training rows are prepared and kept
-  *where they live*; every solver step ships w out and the partitions'
-  :class:`~poem.learners.objective.CRMStatistics` back (Eq. 13, additive), so L-BFGS sees
-  the in-memory J(w) and ∇J(w) up to round-off. AdaGrad runs
-  :func:`~poem.learners.partitioned.adagrad_partitioned` (partition by partition; a valid
+  *where they live* (optionally replacing the raw ones, :func:`prepare_training`'s
+  ``release``).
+- :func:`fit_prepared`: every solver step ships w out and the partitions'
+  :class:`~poem.learners.objective.CRMStatistics` back (Eq. 13, additive), so L-BFGS sees the
+  in-memory J(w) and ∇J(w) up to round-off. AdaGrad runs
+  :func:`~poem.learners.partitioned.adagrad_partitioned` (partition by partition: a valid
   Alg. 1 run, but not the in-memory minibatch order).
-- **scores and gate** (:func:`policy_rows`, :func:`counterfactual_ab_test_partitioned`): the
-  policies' probabilities of the logged actions are computed where the rows live (the
-  O(n·d·K) part); the client receives, per row, the loss, the propensity and one
-  probability per policy (24–32 bytes a row, in log order) and runs the in-memory functions
-  — :func:`poem.learners.search.validation_scores` and :func:`poem.gate.counterfactual_ab_test`
-  — on them. The betting bound of the gate is sequential in the rows' order (a capital
-  process), so it is not a sum over partitions; it runs on the client over those per-row
-  vectors, in the same order as in memory, hence the same decision and metrics.
+- :func:`run_trial_partitioned`: fit, then the validation scores from
+  :func:`poem.partitioned_log.policy_rows` (probabilities computed where the rows live).
 
 References
 ----------
@@ -51,7 +41,6 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 
 from poem.exceptions import InvalidLogError, Violation
-from poem.gate import counterfactual_ab_test
 from poem.learners._lbfgs import lbfgs_statistics
 from poem.learners._scaling import FeatureScaling, scaling_from_moments
 from poem.learners.partitioned import (
@@ -64,232 +53,22 @@ from poem.learners.partitioned import (
 )
 from poem.learners.poem import initial_coef, resolve_clip
 from poem.learners.search import Trial, trial_from_model, validation_scores
+from poem.partitioned_log import (
+    PartitionedSplit,
+    kept_rows,
+    policy_rows,
+    release_rows,
+    take_rows,
+)
 from poem.policies._base import PolicyFamily, check_serving_params
 from poem.policies.stochastic import family_from_log
-from poem.splits import split_rows, split_summary
 
 __all__ = [
-    "FixedProbabilities",
-    "PartitionedSplit",
     "PreparedTraining",
-    "RowsView",
-    "counterfactual_ab_test_partitioned",
     "fit_prepared",
-    "policy_rows",
     "prepare_training",
     "run_trial_partitioned",
-    "split_partitioned",
 ]
-
-PARTS = ("train", "validation", "test")
-
-
-# -- split ---------------------------------------------------------------------------------------
-@dataclass(frozen=True, eq=False)
-class PartitionedSplit:
-    """Train / validation / test rows of a partitioned log (row positions per partition).
-
-    Attributes
-    ----------
-    source : partition set
-        The log's partitions (:class:`~poem.data.LoggedBandit` or None each).
-    rows : dict
-        ``"train"``, ``"validation"``, ``"test"`` → one sorted array of local row positions
-        per partition.
-    method : {"time", "random"}
-        How rows were assigned.
-    summary : dict
-        As :meth:`poem.splits.LogSplit.summary`.
-    """
-
-    source: Any
-    rows: dict
-    method: str
-    summary: dict
-
-    def rows_for(self, part: str) -> list[np.ndarray]:
-        """Local rows of ``part``: a split name, or ``"train+validation"`` (refit_on).
-
-        Raises
-        ------
-        ValueError
-            For any other name.
-        """
-        if part in PARTS:
-            return self.rows[part]
-        if part == "train+validation":
-            return [
-                np.sort(np.concatenate([a, b]))
-                for a, b in zip(self.rows["train"], self.rows["validation"], strict=True)
-            ]
-        raise ValueError(f"part must be one of {[*PARTS, 'train+validation']}, got {part!r}")
-
-    def n_rows(self, part: str) -> int:
-        """Rows of ``part`` over all partitions."""
-        return int(sum(r.size for r in self.rows_for(part)))
-
-
-def _split_key(log: Any) -> tuple[int, Any]:
-    return (0, None) if log is None else (log.n_rows, log.timestamps)
-
-
-def split_partitioned(
-    source: Any,
-    *,
-    validation_fraction: float = 0.25,
-    test_fraction: float = 0.25,
-    by_time: bool = True,
-    random_state: Any = None,
-) -> PartitionedSplit:
-    """:func:`poem.splits.split_log` of the concatenated partitions, as row positions.
-
-    Parameters
-    ----------
-    source : partition set
-        The log's partitions, in read order.
-    validation_fraction, test_fraction, by_time, random_state
-        As for :func:`~poem.splits.split_log`.
-
-    Returns
-    -------
-    PartitionedSplit
-        The same rows as ``split_log`` of the concatenated log.
-
-    Raises
-    ------
-    ValueError
-        As :func:`~poem.splits.split_log`.
-    """
-    keys = source.map(_split_key, gather=True)
-    sizes = [k[0] for k in keys]
-    stamps = [k[1] for k in keys if k[0]]
-    timestamps = None if any(t is None for t in stamps) or not stamps else np.concatenate(stamps)
-    method, *parts = split_rows(
-        sum(sizes),
-        timestamps,
-        validation_fraction=validation_fraction,
-        test_fraction=test_fraction,
-        by_time=by_time,
-        random_state=random_state,
-    )
-    offsets = np.concatenate([[0], np.cumsum(sizes)])
-    rows = {}
-    for name, global_rows in zip(PARTS, parts, strict=True):
-        cut = np.searchsorted(global_rows, offsets)
-        rows[name] = [global_rows[cut[k] : cut[k + 1]] - offsets[k] for k in range(len(sizes))]
-    return PartitionedSplit(source, rows, method, split_summary(method, parts, timestamps))
-
-
-# -- per-row vectors for the estimators and the gate ---------------------------------------------
-@dataclass(frozen=True)
-class RowsView:
-    """The per-row columns the estimators read, gathered from partitions (in log order).
-
-    Duck-types the attributes of :class:`~poem.data.LoggedBandit` that
-    :func:`~poem.estimators.ips.evaluate_policy` and :func:`poem.gate.counterfactual_ab_test`
-    read (``losses``, ``propensities``, ``loss_bounds``, ``n_rows``), with
-    :class:`FixedProbabilities` standing in for the policies.
-    """
-
-    losses: np.ndarray
-    propensities: np.ndarray
-    loss_bounds: tuple[float, float]
-
-    @property
-    def n_rows(self) -> int:
-        """Number of rows."""
-        return int(self.losses.shape[0])
-
-
-@dataclass(frozen=True)
-class FixedProbabilities:
-    """A policy's π(yᵢ|xᵢ) on a :class:`RowsView`'s rows, computed where the rows live."""
-
-    probabilities: np.ndarray
-
-    def log_action_probability_on(self, log: Any) -> np.ndarray:
-        """π(yᵢ|xᵢ) of the view's rows."""
-        if log.n_rows != self.probabilities.size:
-            raise ValueError(
-                f"probabilities for {self.probabilities.size:,} rows, log has {log.n_rows:,}"
-            )
-        return self.probabilities
-
-
-def _policy_rows(log: Any, rows: np.ndarray, *, policies: tuple) -> tuple | None:
-    if log is None or rows.size == 0:
-        return None
-    part = log.take(rows)
-    probs = tuple(p.log_action_probability_on(part) for p in policies)
-    return np.asarray(part.losses), part.propensities, part.loss_bounds, probs
-
-
-def policy_rows(
-    source: Any, rows: list[np.ndarray], policies: tuple = ()
-) -> tuple[RowsView, list[FixedProbabilities]]:
-    """Losses, propensities and each policy's probabilities of the given rows, in log order.
-
-    Parameters
-    ----------
-    source : partition set
-        The log's partitions.
-    rows : list of ndarray
-        Local row positions per partition (:meth:`PartitionedSplit.rows_for`).
-    policies : tuple of StochasticPolicy, default=()
-        Policies whose π(yᵢ|xᵢ) to compute on the workers.
-
-    Returns
-    -------
-    view : RowsView
-    probabilities : list of FixedProbabilities
-        One per policy.
-
-    Raises
-    ------
-    ValueError
-        When no row is selected.
-    """
-    pieces = [p for p in source.map(_policy_rows, rows, policies=tuple(policies), gather=True) if p]
-    if not pieces:
-        raise ValueError("no rows selected in any of the partitions (0 rows)")
-    view = RowsView(
-        np.concatenate([p[0] for p in pieces]),
-        np.concatenate([p[1] for p in pieces]),
-        pieces[0][2],
-    )
-    probs = [
-        FixedProbabilities(np.concatenate([p[3][j] for p in pieces])) for j in range(len(policies))
-    ]
-    return view, probs
-
-
-def counterfactual_ab_test_partitioned(
-    challenger: Any, champion: Any, split: PartitionedSplit, **kwargs: Any
-) -> Any:
-    """:func:`poem.gate.counterfactual_ab_test` on the test rows of a partitioned split.
-
-    The probabilities are computed on the workers; the decision rule (betting bound,
-    estimates, ESS, failed checks) runs unchanged on the gathered per-row vectors, so the
-    comparison equals the in-memory one on the same rows (module docstring).
-
-    Parameters
-    ----------
-    challenger : StochasticPolicy
-        The newly trained policy.
-    champion : StochasticPolicy or None
-        The production policy; None for the logging policy.
-    split : PartitionedSplit
-        The split whose ``test`` rows the gate uses.
-    **kwargs
-        Passed to :func:`~poem.gate.counterfactual_ab_test` (estimator, clip, levels, ...).
-
-    Returns
-    -------
-    PolicyComparison
-    """
-    policies = (challenger,) if champion is None else (challenger, champion)
-    view, probs = policy_rows(split.source, split.rows_for("test"), policies)
-    return counterfactual_ab_test(probs[0], None if champion is None else probs[1], view, **kwargs)
 
 
 # -- fit -----------------------------------------------------------------------------------------
@@ -362,42 +141,61 @@ def _merged_scaling(moments: list, fit_intercept: bool) -> FeatureScaling:
     return scaling_from_moments(np.zeros(second.size), np.sqrt(second), False)
 
 
-def _prepare(log: Any, rows: np.ndarray, *, family: PolicyFamily, scaling: Any):
-    if log is None or rows.size == 0:
-        return None
-    part = CRMPartition.from_log(log.take(rows), family)
-    if scaling is None:
+def _prepare(
+    log: Any, rows: np.ndarray, keep: Any = None, *, family: PolicyFamily, scaling: Any
+) -> Any:
+    """The partition's prepared rows; with ``keep``, also the log reduced to those rows."""
+    part = None
+    if log is not None and rows.size:
+        part = CRMPartition.from_log(log.take(rows), family)
+        if scaling is not None:
+            inputs = scaling.transform(part.inputs)
+            part = CRMPartition(inputs, part.actions, part.scaled_losses, part.propensities)
+    if keep is None:
         return part
-    return CRMPartition(
-        scaling.transform(part.inputs), part.actions, part.scaled_losses, part.propensities
-    )
+    return part, take_rows(log, keep)
 
 
 def prepare_training(
-    source: Any, rows: list[np.ndarray], *, fit_intercept: bool = True, standardize: bool = True
-) -> PreparedTraining:
+    split: PartitionedSplit,
+    *,
+    part: str = "train",
+    fit_intercept: bool = True,
+    standardize: bool = True,
+    release: bool = False,
+) -> tuple[PreparedTraining, PartitionedSplit]:
     """Prepare the training rows of a partitioned log where they live (module docstring).
 
     Parameters
     ----------
-    source : partition set
-        The log's partitions.
-    rows : list of ndarray
-        Local training rows per partition.
+    split : PartitionedSplit
+        The split of the log's partitions.
+    part : {"train", "train+validation"}, default="train"
+        The rows to train on (``training.refit_on``).
     fit_intercept, standardize : bool, default=True
         As :class:`~poem.learners.poem.POEM`'s parameters.
+    release : bool, default=False
+        Replace the raw training rows by the prepared ones in the same pass (``part`` must
+        be ``"train"``): the partitions then hold each row once, and the returned split has
+        ``"train"`` released. ``split`` is consumed.
 
     Returns
     -------
-    PreparedTraining
+    prepared : PreparedTraining
+    split : PartitionedSplit
+        ``split`` itself, or the released one.
 
     Raises
     ------
     InvalidLogError
         With fewer than 2 training rows or 2 distinct logged actions (as ``POEM.fit``).
     ValueError
-        For sparse contexts with ``standardize=True``.
+        For sparse contexts with ``standardize=True``, or ``release`` with another part.
     """
+    if release and part != "train":
+        raise ValueError(f"release=True needs part='train', got {part!r}")
+    rows = split.rows_for(part)
+    source = split.source
     headers = [
         h
         for h in source.map(
@@ -424,8 +222,14 @@ def prepare_training(
     scaling = None
     if standardize and family.name != "candidates":
         scaling = _merged_scaling([h[4] for h in headers], family.fit_intercept)
-    parts = source.map(_prepare, rows, family=family, scaling=scaling)
-    return PreparedTraining(
+    if release:
+        keep = kept_rows(split, "train")
+        pairs = source.map(_prepare, rows, keep, family=family, scaling=scaling, consume=True)
+        parts = pairs.map(_first)
+        split = release_rows(split, "train", pairs.map(_second, consume=True))
+    else:
+        parts = source.map(_prepare, rows, family=family, scaling=scaling)
+    prepared = PreparedTraining(
         family,
         parts,
         scaling,
@@ -437,6 +241,15 @@ def prepare_training(
         bool(fit_intercept),
         bool(standardize) and scaling is not None,
     )
+    return prepared, split
+
+
+def _first(pair: tuple) -> Any:
+    return pair[0]
+
+
+def _second(pair: tuple) -> Any:
+    return pair[1]
 
 
 def _statistics(part: Any, *, coef: np.ndarray, family: PolicyFamily, clip: float, chunk: Any):

@@ -12,15 +12,10 @@ from sklearn.exceptions import ConvergenceWarning
 from poem.exceptions import InvalidLogError
 from poem.gate import counterfactual_ab_test
 from poem.io.partitions import LocalPartitions
-from poem.learners.partitioned_poem import (
-    counterfactual_ab_test_partitioned,
-    fit_prepared,
-    prepare_training,
-    run_trial_partitioned,
-    split_partitioned,
-)
+from poem.learners.partitioned_poem import fit_prepared, prepare_training, run_trial_partitioned
 from poem.learners.poem import POEM
 from poem.learners.search import run_trial
+from poem.partitioned_log import counterfactual_ab_test_partitioned, split_partitioned
 from poem.splits import split_log
 
 BOUNDS = [0, 37, 37, 150, 151]  # uneven partitions, one empty (37:37), one of a single row
@@ -65,7 +60,7 @@ def test_split_equals_split_log(timed_log, by_time):
 def test_fit_prepared_equals_fit(timed_log, solver):
     split = split_partitioned(partitions(timed_log), random_state=0, by_time=False)
     train = split_log(timed_log, random_state=0, by_time=False).train
-    prepared = prepare_training(split.source, split.rows_for("train"))
+    prepared, _ = prepare_training(split)
     est = POEM(**{**PARAMS, "solver": solver}, max_epochs=3, random_state=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
@@ -90,7 +85,10 @@ def test_trial_and_gate_equal_in_memory(timed_log):
     parts = partitions(timed_log)
     split = split_partitioned(parts, random_state=0)
     ref_split = split_log(timed_log, random_state=0)
-    prepared = prepare_training(parts, split.rows_for("train"))
+    prepared, split = prepare_training(split, release=True)
+    assert split.n_rows("validation") == ref_split.validation_rows.size
+    with pytest.raises(ValueError, match=r"the train rows of this split were released"):
+        split.rows_for("train+validation")
     params = {"variance_scale": 0.01}
     got = run_trial_partitioned(POEM(**PARAMS), params, prepared, split, keep_estimator=True)
     ref = run_trial(POEM(**PARAMS), params, ref_split.train, ref_split.validation)
@@ -111,10 +109,14 @@ def test_trial_and_gate_equal_in_memory(timed_log):
 def test_prepare_training_errors(make_log):
     log = make_log("discrete", n=40)
     one_action = replace(log, actions=np.zeros(40, dtype=int))
-    parts = partitions(one_action, [0, 10])
-    with pytest.raises(InvalidLogError, match=r"40 rows and 1 distinct logged actions"):
-        prepare_training(parts, [np.arange(10), np.arange(30)])
-    prepared = prepare_training(partitions(log, [0, 10]), [np.arange(10), np.arange(30)])
+    split = split_partitioned(partitions(one_action, [0, 10]), random_state=0)
+    with pytest.raises(InvalidLogError, match=r"action: the training rows .* 20 rows and 1 dis"):
+        prepare_training(split)
+    split = split_partitioned(partitions(log, [0, 10]), random_state=0)
+    with pytest.raises(ValueError, match=r"release=True needs part='train'"):
+        prepare_training(split, part="train+validation", release=True)
+    prepared, _ = prepare_training(split, part="train+validation")
+    assert prepared.n_rows == 30
     with pytest.raises(ValueError, match=r"fit_intercept=False, standardize=True but the"):
         fit_prepared(POEM(fit_intercept=False), prepared)
     with pytest.raises(ValueError, match=r"policy='multilabel' but the log's family is"):
