@@ -33,10 +33,12 @@ from poem.splits import split_rows, split_summary
 
 __all__ = [
     "FixedProbabilities",
+    "LogHeader",
     "PartitionedSplit",
     "RowsView",
     "counterfactual_ab_test_partitioned",
     "kept_rows",
+    "log_header",
     "policy_rows",
     "release_rows",
     "split_partitioned",
@@ -147,6 +149,44 @@ def split_partitioned(
         cut = np.searchsorted(global_rows, offsets)
         rows[name] = [global_rows[cut[k] : cut[k + 1]] - offsets[k] for k in range(len(sizes))]
     return PartitionedSplit(source, rows, method, split_summary(method, parts, timestamps))
+
+
+@dataclass(frozen=True)
+class LogHeader:
+    """The shape of a partitioned log (what the flow checks a champion and a warm start by).
+
+    Attributes
+    ----------
+    family : str
+        Policy family.
+    n_features, n_actions : int
+        Feature and action counts.
+    n_rows : int
+        Rows over all partitions.
+    """
+
+    family: str
+    n_features: int
+    n_actions: int
+    n_rows: int
+
+
+def _header(log: Any) -> tuple | None:
+    return None if log is None else (log.family, log.n_features, log.n_actions, log.n_rows)
+
+
+def log_header(source: Any) -> LogHeader:
+    """:class:`LogHeader` of a partition set (the first non-empty partition's shape).
+
+    Raises
+    ------
+    ValueError
+        When every partition is empty.
+    """
+    heads = [h for h in source.map(_header, gather=True) if h is not None]
+    if not heads:
+        raise ValueError(f"all {len(source)} partitions of the log are empty (0 rows)")
+    return LogHeader(*heads[0][:3], int(sum(h[3] for h in heads)))
 
 
 # -- per-row vectors for the estimators and the gate ---------------------------------------------
