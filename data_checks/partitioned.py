@@ -63,10 +63,10 @@ from poem.io.partitions import (
 __all__ = [
     "PartitionOptions",
     "PartitionResult",
-    "check_and_keep_partition",
     "check_partition",
     "check_partitioned",
     "duplicate_ids_in_bucket",
+    "load_kept_partition",
     "map_partitions",
     "open_client",
     "partition_set",
@@ -165,6 +165,8 @@ class PartitionResult:
         Rows written to its quarantine file.
     metadata : str
         The resolved metadata (JSON), to check the partitions agree.
+    quarantined_rows : ndarray of int
+        Positions (in the partition) of the rows it quarantined.
     """
 
     index: int
@@ -173,6 +175,7 @@ class PartitionResult:
     summary: PropensitySummary | None = None
     n_quarantine_written: int = 0
     metadata: str = ""
+    quarantined_rows: Any = None
 
 
 def _name(piece: LogPartition) -> str:
@@ -213,56 +216,13 @@ def check_partition(
     -------
     PartitionResult
     """
-    return _checked(
-        job,
-        settings=settings,
-        quarantine_dir=quarantine_dir,
-        ids_dir=ids_dir,
-        n_buckets=n_buckets,
-        target_policy=target_policy,
-        keep_empty=keep_empty,
-    )[0]
-
-
-def check_and_keep_partition(job: tuple[int, LogPartition], **kwargs: Any) -> tuple:
-    """:func:`check_partition`, also returning the kept rows' :class:`~poem.data.LoggedBandit`.
-
-    Returns
-    -------
-    result : PartitionResult
-    log : LoggedBandit or None
-        The partition's kept rows (None when it has none or failed to read), without event
-        ids: they serve the checks only (the cross-partition id check has its own copy), and
-        as Python strings they would cost about as much memory as 8 float features a row.
-    """
-    return _checked(job, **kwargs, drop_ids=True)
-
-
-def _checked(
-    job: tuple[int, LogPartition],
-    *,
-    settings: CheckSettings,
-    quarantine_dir: str | None,
-    ids_dir: str | None,
-    n_buckets: int,
-    target_policy: Any = None,
-    keep_empty: bool = False,
-    drop_ids: bool = False,
-) -> tuple[PartitionResult, Any]:
     index, piece = job
     if piece.n_rows == 0 and not keep_empty:
-        return PartitionResult(index, 0, None), None
+        return PartitionResult(index, 0, None)
     try:
-        table = table_from_frame(
-            read_partition_frame(piece),
-            family=settings.family,
-            window=settings.window,
-            source=_name(piece),
-            files=(piece.path,),
-            **settings.overrides,
-        )
+        table = _read_table(piece, settings)
     except (InvalidLogError, ValueError, OSError, pa.ArrowException) as exc:
-        return PartitionResult(index, piece.n_rows, failed_report(_name(piece), exc)), None
+        return PartitionResult(index, piece.n_rows, failed_report(_name(piece), exc))
     # a fresh GX context per partition: a reused one keeps every validation's data (RSS grows)
     report = validate_stage(table, replace(settings, min_rows=0))
     kept, quarantined = quarantine_stage(table, report)
@@ -272,23 +232,55 @@ def _checked(
         written = len(quarantined)
     if ids_dir is not None and "event_id" in table.frame.columns:
         _write_id_buckets(table.frame["event_id"], index, Path(ids_dir), n_buckets)
-    summary = log = None
+    summary = None
     if kept is not None and kept.n_rows and not any(f.level == "dataset" for f in report.failures):
         try:
-            if drop_ids and "event_id" in kept.frame.columns:
-                kept = replace(kept, frame=kept.frame.drop(columns="event_id"))
-            log = kept.to_log()
             summary = propensity_summary(
-                log, target_policy=target_policy, thresholds=settings.thresholds
+                kept.to_log(), target_policy=target_policy, thresholds=settings.thresholds
             )
         except (InvalidLogError, ValueError) as exc:
-            log = None
             extra = failed_report(report.source, exc, "LoggedBandit").failures
             report = replace(report, failures=report.failures + extra)
-    names = () if report.row_reasons is None else report.row_reasons[1]
+    reasons, names = report.row_reasons if report.row_reasons is not None else (None, ())
+    dropped = np.zeros(0, np.int64) if quarantined is None else np.flatnonzero(reasons >= 0)
     report = replace(report, row_reasons=(np.zeros(0, np.int64), names))  # keep it small
-    result = PartitionResult(index, table.n_rows, report, summary, written, table.meta.to_json())
-    return result, log
+    return PartitionResult(
+        index, table.n_rows, report, summary, written, table.meta.to_json(), dropped
+    )
+
+
+def _read_table(piece: LogPartition, settings: CheckSettings) -> Any:
+    """The partition through the front door (the table the checks validate)."""
+    return table_from_frame(
+        read_partition_frame(piece),
+        family=settings.family,
+        window=settings.window,
+        source=_name(piece),
+        files=(piece.path,),
+        **settings.overrides,
+    )
+
+
+def load_kept_partition(
+    piece: LogPartition, quarantined_rows: np.ndarray, *, settings: CheckSettings
+) -> Any:
+    """The kept rows of a checked partition as a :class:`~poem.data.LoggedBandit` (or None).
+
+    Reads the partition again through the same front door as :func:`check_partition` and
+    drops the rows it quarantined (``PartitionResult.quarantined_rows``), so the kept rows
+    equal the check's without its memory (the GX validation) and the log's rows coexisting.
+    Event ids are dropped: they serve the checks only, and as Python strings they cost about
+    as much memory as 8 float features a row.
+    """
+    if piece.n_rows == 0:
+        return None
+    table = _read_table(piece, settings)
+    keep = np.ones(table.n_rows, dtype=bool)
+    keep[quarantined_rows] = False
+    if not keep.any():
+        return None
+    frame = table.frame.loc[keep] if not keep.all() else table.frame
+    return replace(table, frame=frame.drop(columns="event_id", errors="ignore")).to_log()
 
 
 def _write_id_buckets(ids: pd.Series, index: int, folder: Path, n_buckets: int) -> None:
@@ -354,8 +346,8 @@ def check_partitioned(
         Rows per hash bucket of the cross-partition event-id check.
     keep : bool, default=False
         Also return the kept rows, one :class:`~poem.data.LoggedBandit` per partition, held
-        where they were checked (in the workers' memory on a cluster): the partitioned
-        flow's log, read and checked once.
+        in the workers' memory on a cluster (:func:`load_kept_partition`, after the check):
+        the partitioned flow's log.
 
     Returns
     -------
@@ -366,7 +358,7 @@ def check_partitioned(
     files : dict
         ``quarantine`` (the folder) when rows were quarantined.
     kept : LocalPartitions or ClusterPartitions or None
-        Only with ``keep=True`` (None when the log could not be listed).
+        Only with ``keep=True`` (None when the report failed).
     """
     source = str(path)
     try:
@@ -391,12 +383,7 @@ def check_partitioned(
             n_buckets=n_buckets,
             target_policy=target_policy,
         )
-        if keep:
-            pairs = partition_set(jobs, client).map(check_and_keep_partition, **kwargs)
-            results, kept = pairs.map(_first, gather=True), pairs.map(_second)
-            del pairs  # the logs stay referenced by `kept` only
-        else:
-            results, kept = map_partitions(check_partition, jobs, client, **kwargs), None
+        results = map_partitions(check_partition, jobs, client, **kwargs)
         if all(r.report is None for r in results) and jobs:
             results = [check_partition(jobs[0], **kwargs, keep_empty=True)]
         buckets = sorted(str(b) for b in scratch.glob("bucket=*"))
@@ -407,10 +394,15 @@ def check_partitioned(
     files = {}
     if qdir is not None and qdir.exists():
         files["quarantine"] = str(qdir)
-    prop = None
+    prop = kept = None
     if report.passed:
         summaries = [r.summary for r in results if r.summary is not None]
         prop = summary_report(merge_summaries(summaries), thresholds=settings.thresholds)
+        if keep:  # after the check: its memory and the kept rows never coexist
+            dropped = {r.index: r.quarantined_rows for r in results}
+            none = np.zeros(0, np.int64)
+            rows = [none if dropped.get(i) is None else dropped[i] for i, _ in jobs]
+            kept = partition_set(pieces, client).map(load_kept_partition, rows, settings=settings)
     return (report, prop, files) + ((kept,) if keep else ())
 
 
@@ -421,14 +413,6 @@ def partition_set(items: list, client: Any = None) -> Any:
     from poem._dask import ClusterPartitions
 
     return ClusterPartitions(client, list(items))
-
-
-def _first(pair: tuple) -> Any:
-    return pair[0]
-
-
-def _second(pair: tuple) -> Any:
-    return pair[1]
 
 
 def _merge(
