@@ -44,6 +44,7 @@ import time
 from pathlib import Path
 
 import psutil
+from check_partitioned import tree_rss  # benchmarks/ is this script's folder
 
 from data_checks.partitioned import check_partitioned
 from data_checks.stages import CheckSettings
@@ -78,14 +79,7 @@ class MemorySampler(threading.Thread):
         self.interval, self.peak, self.overall, self._stop = interval, 0, 0, threading.Event()
 
     def _total(self) -> int:
-        me = psutil.Process()
-        total = 0
-        for proc in [me, *me.children(recursive=True)]:
-            try:
-                total += proc.memory_info().rss
-            except psutil.Error:
-                pass
-        return total
+        return tree_rss(psutil.Process())
 
     def run(self) -> None:
         while not self._stop.is_set():
