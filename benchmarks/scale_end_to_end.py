@@ -11,8 +11,8 @@ of ``--partition-rows`` = 250,000 rows, event ids) unless ``LOGS`` already holds
 through the library functions the ``retrain`` flow calls on its Dask path:
 
 1. ``check``: :func:`data_checks.partitioned.check_partitioned` with ``keep=True`` (GX suite
-   and row rules per partition, merged report, quarantine per partition; the kept rows stay
-   in the workers' memory as the log of the next stages — read once);
+   and row rules per partition, merged report, quarantine per partition; then the workers
+   restart and read the kept rows into their memory, the log of the next stages);
 2. ``split``: :func:`poem.partitioned_log.split_partitioned` (by time, 50/25/25);
 3. ``search``: :func:`~poem.learners.partitioned_poem.prepare_training` (standardized
    training rows kept on the workers) and one
@@ -171,7 +171,7 @@ def main() -> None:
             thresholds=PropensityThresholds(),
         )
         report, propensity, _, kept = check_partitioned(
-            args.logs, settings, out_dir=args.out, client=client, keep=True
+            args.logs, settings, out_dir=args.out, client=client, keep=True, restart=True
         )
         done(
             "check",

@@ -327,6 +327,7 @@ def check_partitioned(
     target_policy: Any = None,
     rows_per_bucket: int = 1_000_000,
     keep: bool = False,
+    restart: bool = False,
 ) -> tuple:
     """Check a Parquet log partition by partition (see the module docstring).
 
@@ -348,6 +349,9 @@ def check_partitioned(
         Also return the kept rows, one :class:`~poem.data.LoggedBandit` per partition, held
         in the workers' memory on a cluster (:func:`load_kept_partition`, after the check):
         the partitioned flow's log.
+    restart : bool, default=False
+        With ``keep`` and a client: restart the workers between the check and the load (only
+        for a cluster started for this run: it drops everything the workers hold).
 
     Returns
     -------
@@ -399,10 +403,16 @@ def check_partitioned(
         summaries = [r.summary for r in results if r.summary is not None]
         prop = summary_report(merge_summaries(summaries), thresholds=settings.thresholds)
         if keep:  # after the check: its memory and the kept rows never coexist
+            if client is not None and restart:
+                client.restart()  # fresh workers: the check's leftovers (GX) are not kept
             dropped = {r.index: r.quarantined_rows for r in results}
             none = np.zeros(0, np.int64)
             rows = [none if dropped.get(i) is None else dropped[i] for i, _ in jobs]
             kept = partition_set(pieces, client).map(load_kept_partition, rows, settings=settings)
+            if client is not None:
+                from distributed import wait
+
+                wait(kept.items)  # loaded when the check returns
     return (report, prop, files) + ((kept,) if keep else ())
 
 

@@ -182,8 +182,9 @@ def _partitioned_stages(cfg: Any, run: Any, _fingerprint: str) -> tuple:
     """The same stages with the log as partitions in a Dask cluster's memory (DESIGN §8)."""
     client = open_data_client(cfg.dask)
     try:
+        own = cfg.dask.scheduler_address is None  # a LocalCluster started for this run
         report, propensity_report, kept, header = validate_partitions(
-            cfg.data, cfg.checks, client, run
+            cfg.data, cfg.checks, client, run, restart=own
         )
         record_check_report(report, run)
         enforce_checks(report, cfg.checks)

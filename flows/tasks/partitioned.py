@@ -41,8 +41,12 @@ __all__ = [
 
 
 @task(name="validate-logs", cache_policy=NO_CACHE, on_completion=[stage_done])
-def validate_partitions(data: DataConfig, checks: ChecksConfig, client: Any, run: TrackedRun):
+def validate_partitions(
+    data: DataConfig, checks: ChecksConfig, client: Any, run: TrackedRun, restart: bool = False
+):
     """Check the log partition by partition; log the quarantine; keep the rows on the workers.
+
+    ``restart`` restarts the workers between the check and the load (a cluster of this run).
 
     Returns ``(report, propensity_report, kept, header)``: the merged check report, the
     merged propensity report (None when the check failed), the kept rows as a partition set
@@ -50,7 +54,12 @@ def validate_partitions(data: DataConfig, checks: ChecksConfig, client: Any, run
     """
     with tempfile.TemporaryDirectory(prefix="poem-partitions-") as tmp:
         report, propensity, files, kept = check_partitioned(
-            data.path, check_settings(checks, data), out_dir=tmp, client=client, keep=True
+            data.path,
+            check_settings(checks, data),
+            out_dir=tmp,
+            client=client,
+            keep=True,
+            restart=restart,
         )
         if "quarantine" in files:
             log_artifact(run.client(), run.run_id, files["quarantine"], "checks/quarantine")
