@@ -41,7 +41,6 @@ __all__ = [
     "dask_epoch",
     "dask_statistics",
     "load_partitions",
-    "read_partitions",
 ]
 
 
@@ -233,26 +232,3 @@ class ClusterPartitions:
         for k, extra in plan:
             current = self.client.submit(fn, current, self.items[k], **extra, **kwargs, pure=False)
         return current.result() if hasattr(current, "result") else current
-
-
-def read_partitions(
-    client: Any, path: str | Path | list[LogPartition], **kwargs: Any
-) -> ClusterPartitions:
-    """Read a Parquet log's partitions on the workers (:func:`read_partition`); keep them there.
-
-    Parameters
-    ----------
-    client : distributed.Client
-        Client of the cluster.
-    path : str, Path or list of LogPartition
-        The log, or its pieces.
-    **kwargs
-        Passed to :func:`~poem.io.partitions.read_partition` (``family``, overrides).
-
-    Returns
-    -------
-    ClusterPartitions
-        One :class:`~poem.data.LoggedBandit` (None when empty) per partition.
-    """
-    pieces = path if isinstance(path, list) else log_partitions(path)
-    return ClusterPartitions(client, client.map(read_partition, pieces, pure=False, **kwargs))
