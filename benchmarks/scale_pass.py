@@ -15,13 +15,17 @@ starts a ``LocalCluster`` (processes, one thread each), reads the partitions on 
 ``--train-workers`` workers. Each worker's Dask memory limit is ``--memory-budget-gib`` divided
 by the number of workers. Memory: peak RSS (``VmHWM``) of every worker process plus the
 client process, summed — the whole footprint. The pass of the in-memory path is timed on the
-smallest size for reference (same arrays, one process).
+smallest size for reference (same arrays, one process). Each line carries the 1-minute load
+average (other jobs on the machine make the speed-up noisy); a summary prints seconds per
+million rows by size (constant = linear growth) and the speed-up of the last worker count over
+the first.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
 import time
 from pathlib import Path
@@ -99,12 +103,16 @@ def time_pass(path, pieces, rows, workers, repeats, memory_limit):
             t0 = time.perf_counter()
             crm_objective_from_statistics(provider(w), w, LAM, MU)
             times.append(time.perf_counter() - t0)
+        median = statistics.median(times)
         print(
-            f"pass   {n:>11,} rows  {workers} worker(s): {statistics.median(times):7.3f} s/pass "
-            f"(median of {repeats}; read {t_load:6.1f} s; {len(sub)} partitions; "
-            f"peak {_footprint(client) / 1024:5.2f} GiB summed)",
+            f"pass   {n:>11,} rows  {workers} worker(s): {median:7.3f} s/pass "
+            f"= {median / (n / 1e6):6.4f} s per million rows (median of {repeats}; "
+            f"read {t_load:6.1f} s; {len(sub)} partitions; "
+            f"peak {_footprint(client) / 1024:5.2f} GiB summed; "
+            f"load average {os.getloadavg()[0]:.2f})",
             flush=True,
         )
+        return n, median
     finally:
         client.close()
         cluster.close()
@@ -158,6 +166,16 @@ def in_memory_pass(pieces, rows, repeats):
     print(f"memory {n:>11,} rows  in-process: {statistics.median(times):7.3f} s/pass", flush=True)
 
 
+def summary(medians: dict, workers: list[int]) -> None:
+    """Seconds per million rows by size (linear growth: constant) and the speed-up by workers."""
+    print("\nrows         " + "  ".join(f"{w} worker(s) s/M rows" for w in workers) + "  speed-up")
+    for rows in sorted({r for r, _ in medians}):
+        per_m = [medians[rows, w][1] / (medians[rows, w][0] / 1e6) for w in workers]
+        ratio = per_m[0] / per_m[-1] if len(per_m) > 1 else float("nan")
+        cells = "  ".join(f"{v:20.4f}" for v in per_m)
+        print(f"{medians[rows, workers[0]][0]:>11,}  {cells}  {ratio:6.2f}x", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("logs", type=Path)
@@ -173,10 +191,14 @@ def main() -> None:
     pieces = log_partitions(args.logs)
     if not args.skip_in_memory:
         in_memory_pass(pieces, min(args.rows), args.repeats)
+    medians = {}
     for rows in args.rows:
         for workers in args.workers:
             limit = f"{args.memory_budget_gib / workers:.2f}GiB"
-            time_pass(args.logs, pieces, rows, workers, args.repeats, limit)
+            medians[rows, workers] = time_pass(
+                args.logs, pieces, rows, workers, args.repeats, limit
+            )
+    summary(medians, args.workers)
     if args.train_rows:
         limit = f"{args.memory_budget_gib / args.train_workers:.2f}GiB"
         train(pieces, args.train_rows, args.train_workers, args.lbfgs_iter, limit)

@@ -53,7 +53,12 @@ from poem.diagnostics.propensity_summary import (
 )
 from poem.exceptions import InvalidLogError
 from poem.io.logs import log_files, table_from_frame
-from poem.io.partitions import LogPartition, log_partitions, read_partition_frame
+from poem.io.partitions import (
+    LocalPartitions,
+    LogPartition,
+    log_partitions,
+    read_partition_frame,
+)
 
 __all__ = [
     "PartitionOptions",
@@ -61,8 +66,10 @@ __all__ = [
     "check_partition",
     "check_partitioned",
     "duplicate_ids_in_bucket",
+    "load_kept_partition",
     "map_partitions",
     "open_client",
+    "partition_set",
     "use_partitions",
 ]
 
@@ -158,6 +165,8 @@ class PartitionResult:
         Rows written to its quarantine file.
     metadata : str
         The resolved metadata (JSON), to check the partitions agree.
+    quarantined_rows : ndarray of int
+        Positions (in the partition) of the rows it quarantined.
     """
 
     index: int
@@ -166,6 +175,7 @@ class PartitionResult:
     summary: PropensitySummary | None = None
     n_quarantine_written: int = 0
     metadata: str = ""
+    quarantined_rows: Any = None
 
 
 def _name(piece: LogPartition) -> str:
@@ -210,14 +220,7 @@ def check_partition(
     if piece.n_rows == 0 and not keep_empty:
         return PartitionResult(index, 0, None)
     try:
-        table = table_from_frame(
-            read_partition_frame(piece),
-            family=settings.family,
-            window=settings.window,
-            source=_name(piece),
-            files=(piece.path,),
-            **settings.overrides,
-        )
+        table = _read_table(piece, settings)
     except (InvalidLogError, ValueError, OSError, pa.ArrowException) as exc:
         return PartitionResult(index, piece.n_rows, failed_report(_name(piece), exc))
     # a fresh GX context per partition: a reused one keeps every validation's data (RSS grows)
@@ -238,9 +241,46 @@ def check_partition(
         except (InvalidLogError, ValueError) as exc:
             extra = failed_report(report.source, exc, "LoggedBandit").failures
             report = replace(report, failures=report.failures + extra)
-    names = () if report.row_reasons is None else report.row_reasons[1]
+    reasons, names = report.row_reasons if report.row_reasons is not None else (None, ())
+    dropped = np.zeros(0, np.int64) if quarantined is None else np.flatnonzero(reasons >= 0)
     report = replace(report, row_reasons=(np.zeros(0, np.int64), names))  # keep it small
-    return PartitionResult(index, table.n_rows, report, summary, written, table.meta.to_json())
+    return PartitionResult(
+        index, table.n_rows, report, summary, written, table.meta.to_json(), dropped
+    )
+
+
+def _read_table(piece: LogPartition, settings: CheckSettings) -> Any:
+    """The partition through the front door (the table the checks validate)."""
+    return table_from_frame(
+        read_partition_frame(piece),
+        family=settings.family,
+        window=settings.window,
+        source=_name(piece),
+        files=(piece.path,),
+        **settings.overrides,
+    )
+
+
+def load_kept_partition(
+    piece: LogPartition, quarantined_rows: np.ndarray, *, settings: CheckSettings
+) -> Any:
+    """The kept rows of a checked partition as a :class:`~poem.data.LoggedBandit` (or None).
+
+    Reads the partition again through the same front door as :func:`check_partition` and
+    drops the rows it quarantined (``PartitionResult.quarantined_rows``), so the kept rows
+    equal the check's without its memory (the GX validation) and the log's rows coexisting.
+    Event ids are dropped: they serve the checks only, and as Python strings they cost about
+    as much memory as 8 float features a row.
+    """
+    if piece.n_rows == 0:
+        return None
+    table = _read_table(piece, settings)
+    keep = np.ones(table.n_rows, dtype=bool)
+    keep[quarantined_rows] = False
+    if not keep.any():
+        return None
+    frame = table.frame.loc[keep] if not keep.all() else table.frame
+    return replace(table, frame=frame.drop(columns="event_id", errors="ignore")).to_log()
 
 
 def _write_id_buckets(ids: pd.Series, index: int, folder: Path, n_buckets: int) -> None:
@@ -286,7 +326,9 @@ def check_partitioned(
     client: Any = None,
     target_policy: Any = None,
     rows_per_bucket: int = 1_000_000,
-) -> tuple[DataCheckReport, Any, dict[str, str]]:
+    keep: bool = False,
+    restart: bool = False,
+) -> tuple:
     """Check a Parquet log partition by partition (see the module docstring).
 
     Parameters
@@ -303,6 +345,13 @@ def check_partitioned(
         For the ESS and clipping checks.
     rows_per_bucket : int, default=1,000,000
         Rows per hash bucket of the cross-partition event-id check.
+    keep : bool, default=False
+        Also return the kept rows, one :class:`~poem.data.LoggedBandit` per partition, held
+        in the workers' memory on a cluster (:func:`load_kept_partition`, after the check):
+        the partitioned flow's log.
+    restart : bool, default=False
+        With ``keep`` and a client: restart the workers between the check and the load (only
+        for a cluster started for this run: it drops everything the workers hold).
 
     Returns
     -------
@@ -312,12 +361,14 @@ def check_partitioned(
         None when the report failed.
     files : dict
         ``quarantine`` (the folder) when rows were quarantined.
+    kept : LocalPartitions or ClusterPartitions or None
+        Only with ``keep=True`` (None when the report failed).
     """
     source = str(path)
     try:
         pieces = log_partitions(path)
     except (InvalidLogError, OSError, pa.ArrowException) as exc:
-        return failed_report(source, exc), None, {}
+        return (failed_report(source, exc), None, {}) + ((None,) if keep else ())
     n_total = sum(p.n_rows for p in pieces)
     qdir = None if out_dir is None else Path(out_dir) / "quarantine"
     if qdir is not None and qdir.exists():
@@ -347,11 +398,31 @@ def check_partitioned(
     files = {}
     if qdir is not None and qdir.exists():
         files["quarantine"] = str(qdir)
-    if not report.passed:
-        return report, None, files
-    summaries = [r.summary for r in results if r.summary is not None]
-    prop = summary_report(merge_summaries(summaries), thresholds=settings.thresholds)
-    return report, prop, files
+    prop = kept = None
+    if report.passed:
+        summaries = [r.summary for r in results if r.summary is not None]
+        prop = summary_report(merge_summaries(summaries), thresholds=settings.thresholds)
+        if keep:  # after the check: its memory and the kept rows never coexist
+            if client is not None and restart:
+                client.restart()  # fresh workers: the check's leftovers (GX) are not kept
+            dropped = {r.index: r.quarantined_rows for r in results}
+            none = np.zeros(0, np.int64)
+            rows = [none if dropped.get(i) is None else dropped[i] for i, _ in jobs]
+            kept = partition_set(pieces, client).map(load_kept_partition, rows, settings=settings)
+            if client is not None:
+                from distributed import wait
+
+                wait(kept.items)  # loaded when the check returns
+    return (report, prop, files) + ((kept,) if keep else ())
+
+
+def partition_set(items: list, client: Any = None) -> Any:
+    """The items as a partition set: in this process, or on the cluster of ``client``."""
+    if client is None:
+        return LocalPartitions(list(items))
+    from poem._dask import ClusterPartitions
+
+    return ClusterPartitions(client, list(items))
 
 
 def _merge(

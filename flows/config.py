@@ -393,13 +393,16 @@ class GateConfig(_Section):
 
 
 class DaskConfig(_Section):
-    """Where the search trials run (DESIGN §8): threads in this process, or a Dask cluster.
+    """Where the log is processed (DESIGN §8): in this process, or on a Dask cluster.
 
     ``mode``: ``auto`` starts a ``LocalCluster`` when the log's files hold more than
     ``min_log_mib`` MiB, ``always`` always does, ``never`` keeps the thread pool. A
     ``scheduler_address`` (``tcp://host:8786``) uses that cluster instead of starting one.
-    Dask workers report to Prefect's API, so a cluster needs a Prefect server
-    (``PREFECT_API_URL``), not the ephemeral one (:mod:`flows.dask_runner`).
+    With ``partitioned`` (and a Parquet log) the log is checked, split, trained on and gated
+    as partitions held in the workers' memory (:mod:`flows.tasks.partitioned`); otherwise
+    only the search trials run on the cluster, as Prefect tasks — then Dask workers report
+    to Prefect's API, so a cluster needs a Prefect server (``PREFECT_API_URL``), not the
+    ephemeral one (:mod:`flows.dask_runner`).
     """
 
     mode: Literal["auto", "always", "never"] = "auto"
@@ -408,6 +411,7 @@ class DaskConfig(_Section):
     n_workers: int = Field(2, ge=1)
     threads_per_worker: int = Field(1, ge=1)
     memory_limit: str = "4GiB"
+    partitioned: bool = True
 
 
 class PipelineConfig(_Section):

@@ -1,10 +1,16 @@
-"""Run the ``retrain`` flow's trials on a Dask cluster (DESIGN §8).
+"""Run the ``retrain`` flow on a Dask cluster (DESIGN §8).
 
-The flow submits its search trials to whatever task runner it runs with; this module picks it
-from the config's ``dask`` section (:class:`flows.config.DaskConfig`): Prefect's thread pool
-(the flow's default), a ``LocalCluster`` started for the run (by size of the log, or always),
-or an existing scheduler. Trials, their MLflow records and the flow's outputs are the same on
-every runner; only where the trials compute changes.
+The config's ``dask`` section (:class:`flows.config.DaskConfig`) decides whether a cluster is
+used (by size of the log, always, or an existing scheduler) and how:
+
+- ``partitioned: true`` with a Parquet log (:func:`use_partitions`): the flow opens a data
+  cluster (:func:`open_data_client`) and checks, splits, trains on and gates the log as
+  partitions held in the workers' memory (:mod:`flows.tasks.partitioned`); its Prefect tasks
+  stay in the flow's thread pool (the workers run plain functions, no Prefect API needed);
+- otherwise the search trials run on the cluster as Prefect tasks through Prefect's
+  ``DaskTaskRunner`` (:func:`select_task_runner`) and the log is held in this process.
+
+The flow's outputs and MLflow records are the same on every path.
 
 Dask worker processes call Prefect's API themselves. With Prefect's ephemeral API (no
 ``PREFECT_API_URL``) each worker would start its own temporary server and the tasks fail
@@ -20,7 +26,15 @@ from typing import Any
 
 from flows.config import ConfigError, DaskConfig, load_config
 
-__all__ = ["log_size_mib", "run_retrain", "select_task_runner", "worker_environment"]
+__all__ = [
+    "dask_active",
+    "log_size_mib",
+    "open_data_client",
+    "run_retrain",
+    "select_task_runner",
+    "use_partitions",
+    "worker_environment",
+]
 
 
 def log_size_mib(path: str | Path) -> float:
@@ -55,6 +69,44 @@ def worker_environment() -> dict[str, str]:
     }
 
 
+def dask_active(dask: DaskConfig, log_mib: float) -> bool:
+    """Whether a log of ``log_mib`` MiB runs on a cluster (scheduler address, mode, size)."""
+    return dask.scheduler_address is not None or (
+        dask.mode == "always" or (dask.mode == "auto" and log_mib > dask.min_log_mib)
+    )
+
+
+def use_partitions(dask: DaskConfig, path: str | Path) -> bool:
+    """Whether the flow processes the log at ``path`` as partitions on a cluster.
+
+    ``dask.partitioned``, a cluster selected (:func:`dask_active`) and a Parquet log (a
+    ``.parquet`` file or a folder; CSV logs are read whole).
+    """
+    path = Path(path)
+    parquet = path.is_dir() or path.suffix.lower() == ".parquet"
+    return dask.partitioned and parquet and dask_active(dask, log_size_mib(path))
+
+
+def open_data_client(dask: DaskConfig) -> Any:
+    """A ``distributed.Client`` for the partitioned path (closing it closes a local cluster).
+
+    Connects to ``scheduler_address``, or starts a ``LocalCluster`` of ``n_workers``
+    processes with ``threads_per_worker`` threads and ``memory_limit`` each.
+    """
+    from distributed import Client
+
+    if dask.scheduler_address is not None:
+        return Client(dask.scheduler_address)
+    return Client(
+        n_workers=dask.n_workers,
+        threads_per_worker=dask.threads_per_worker,
+        processes=True,
+        memory_limit=dask.memory_limit,
+        dashboard_address=None,
+        env={"ARROW_DEFAULT_MEMORY_POOL": "system"},  # freed memory returns to the system
+    )
+
+
 def select_task_runner(dask: DaskConfig, log_mib: float) -> Any | None:
     """The task runner for a log of ``log_mib`` MiB; None keeps the flow's thread pool.
 
@@ -63,9 +115,7 @@ def select_task_runner(dask: DaskConfig, log_mib: float) -> Any | None:
     ConfigError
         When a cluster is selected without a Prefect server (:func:`worker_environment`).
     """
-    if dask.scheduler_address is None and (
-        dask.mode == "never" or (dask.mode == "auto" and log_mib <= dask.min_log_mib)
-    ):
+    if not dask_active(dask, log_mib):
         return None
     env = worker_environment()
     from prefect_dask import DaskTaskRunner
@@ -90,7 +140,10 @@ def run_retrain(
     logs: str | Path | None = None,
     overrides: dict[str, Any] | None = None,
 ) -> Any:
-    """Run the ``retrain`` flow on the task runner the config's ``dask`` section selects.
+    """Run the ``retrain`` flow on the path the config's ``dask`` section selects.
+
+    On the partitioned path the flow opens its own data cluster; otherwise the trials run on
+    the task runner :func:`select_task_runner` picks.
 
     ``overrides`` are the CLI's ``--set`` values (dotted keys), as :func:`flows.retrain.retrain`
     takes them.
@@ -103,6 +156,9 @@ def run_retrain(
     from flows.retrain import retrain
 
     cfg = load_config(config_path, overrides)
-    runner = select_task_runner(cfg.dask, log_size_mib(logs if logs is not None else cfg.data.path))
+    path = logs if logs is not None else cfg.data.path
+    runner = (
+        None if use_partitions(cfg.dask, path) else select_task_runner(cfg.dask, log_size_mib(path))
+    )
     flow = retrain if runner is None else retrain.with_options(task_runner=runner)
     return flow(config_path, logs, overrides)

@@ -23,9 +23,19 @@ from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.config import load_config
+from flows.dask_runner import open_data_client, use_partitions
 from flows.registry import version_tags
 from flows.tasks.gate import gate_candidate, gate_metrics, load_champion, report_gate
 from flows.tasks.load import build_log, fingerprint_logs, load_logs
+from flows.tasks.partitioned import (
+    gate_inputs,
+    prepare_partitions,
+    record_propensities,
+    search_trial_partitioned,
+    split_partitions,
+    train_policy_partitioned,
+    validate_partitions,
+)
 from flows.tasks.propensity import diagnose_propensities
 from flows.tasks.register import check_champion, promote_policy, register_policy
 from flows.tasks.search import code_fingerprint, record_search, search_trial, select_best
@@ -145,6 +155,76 @@ def _search(parts: Any, cfg: Any, data_key: str, champion: Any, champion_key: An
     return trials
 
 
+def _stages(cfg: Any, run: Any, fingerprint: str) -> tuple:
+    """Validate → ... → gate with the log in this process (trials on the flow's task runner)."""
+    loaded = load_logs(cfg.data)  # the stages of data_checks.stages, as `check` runs them
+    report = validate_logs(loaded, cfg.data, cfg.checks)
+    log, report = build_log(quarantine_rows(loaded, report, run), report)
+    record_check_report(report, run)  # logged before enforcing: a failed run keeps its report
+    enforce_checks(report, cfg.checks)
+    check_champion(log, cfg.tracking)  # an incompatible champion fails before training
+    propensity = diagnose_propensities(log, cfg.checks, run)
+    parts = split_logs(log, cfg.data.split, run)
+    # trial cache key: same files, same reading/check settings => same train/validation logs
+    data_key = f"{fingerprint}:{cfg.data.model_dump_json()}:{cfg.checks.model_dump_json()}"
+    champion_version, champion = load_champion(cfg.tracking)  # also warm_start: champion
+    trials = _search(parts, cfg, data_key, champion, champion_version)
+    best = select_best(trials, cfg.search)
+    record_search(trials, best, run)
+    policy = train_policy(parts, cfg.training, trials[best].params, run, champion)
+    blocking = [c.name for c in propensity.warnings] if cfg.checks.block_on_warnings else []
+    comparison = gate_candidate(policy, champion, parts.test, cfg.gate, blocking)
+    report_gate(comparison, champion_version, run)
+    return comparison, trials, best, policy, log.n_rows, champion_version
+
+
+def _partitioned_stages(cfg: Any, run: Any, _fingerprint: str) -> tuple:
+    """The same stages with the log as partitions in a Dask cluster's memory (DESIGN §8)."""
+    client = open_data_client(cfg.dask)
+    try:
+        own = cfg.dask.scheduler_address is None  # a LocalCluster started for this run
+        report, propensity_report, kept, header = validate_partitions(
+            cfg.data, cfg.checks, client, run, restart=own
+        )
+        record_check_report(report, run)
+        enforce_checks(report, cfg.checks)
+        check_champion(header, cfg.tracking)
+        propensity = record_propensities(propensity_report, run)
+        parts = split_partitions(kept, cfg.data.split, run)
+        del kept  # the split holds the partitions (and releases the training rows below)
+        champion_version, champion = load_champion(cfg.tracking)
+        prepared, parts = prepare_partitions(parts, cfg.training)
+        grid, trials = expand_grid(cfg.search.grid), []
+        for start in range(0, len(grid), cfg.search.max_workers):
+            futures = [
+                search_trial_partitioned.submit(
+                    prepared,
+                    parts,
+                    header,
+                    cfg.training.learner,
+                    dict(cfg.training.params),
+                    params,
+                    cfg.search.confidence_level,
+                    champion,
+                )
+                for params in grid[start : start + cfg.search.max_workers]
+            ]
+            wait(futures)
+            trials += [f.result() for f in futures]
+        best = select_best(trials, cfg.search)
+        record_search(trials, best, run)
+        policy = train_policy_partitioned(
+            prepared, parts, header, cfg.training, trials[best].params, run, champion
+        )
+        blocking = [c.name for c in propensity.warnings] if cfg.checks.block_on_warnings else []
+        challenger_rows, champion_rows, test_rows = gate_inputs(policy, champion, parts)
+        comparison = gate_candidate(challenger_rows, champion_rows, test_rows, cfg.gate, blocking)
+        report_gate(comparison, champion_version, run)
+    finally:
+        client.close()
+    return comparison, trials, best, policy, header.n_rows, champion_version
+
+
 @flow(name="retrain", task_runner=ThreadPoolTaskRunner(max_workers=8), validate_parameters=False)
 def retrain(
     config_path: str | Path,
@@ -183,29 +263,13 @@ def retrain(
     fingerprint = fingerprint_logs(cfg.data)
     run = start_tracking(cfg, fingerprint, flow_run_id)
     try:
-        loaded = load_logs(cfg.data)  # the stages of data_checks.stages, as `check` runs them
-        report = validate_logs(loaded, cfg.data, cfg.checks)
-        log, report = build_log(quarantine_rows(loaded, report, run), report)
-        record_check_report(report, run)  # logged before enforcing: a failed run keeps its report
-        enforce_checks(report, cfg.checks)
-        check_champion(log, cfg.tracking)  # an incompatible champion fails before training
-        propensity = diagnose_propensities(log, cfg.checks, run)
-        parts = split_logs(log, cfg.data.split, run)
-        # trial cache key: same files, same reading/check settings => same train/validation logs
-        data_key = f"{fingerprint}:{cfg.data.model_dump_json()}:{cfg.checks.model_dump_json()}"
-        champion_version, champion = load_champion(cfg.tracking)  # also warm_start: champion
-        trials = _search(parts, cfg, data_key, champion, champion_version)
-        best = select_best(trials, cfg.search)
-        record_search(trials, best, run)
-        policy = train_policy(parts, cfg.training, trials[best].params, run, champion)
-        blocking = [c.name for c in propensity.warnings] if cfg.checks.block_on_warnings else []
-        comparison = gate_candidate(policy, champion, parts.test, cfg.gate, blocking)
-        report_gate(comparison, champion_version, run)
+        stages = _partitioned_stages if use_partitions(cfg.dask, cfg.data.path) else _stages
+        comparison, trials, best, policy, n_rows, champion_version = stages(cfg, run, fingerprint)
         tags = version_tags(
             comparison,
             data_fingerprint=fingerprint,
             flow_run_id=flow_run_id,
-            n_rows=log.n_rows,
+            n_rows=n_rows,
             champion_version=champion_version,
         )
         version = register_policy(policy, run, tags)
@@ -237,6 +301,6 @@ def retrain(
         experiment_id=run.experiment_id,
         flow_run_id=flow_run_id,
         data_fingerprint=fingerprint,
-        n_rows=log.n_rows,
+        n_rows=n_rows,
         estimator=comparison.estimator,
     )

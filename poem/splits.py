@@ -16,7 +16,7 @@ from sklearn.utils import check_random_state
 
 from poem.data import LoggedBandit
 
-__all__ = ["LogSplit", "split_log"]
+__all__ = ["LogSplit", "split_log", "split_rows", "split_summary"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -72,22 +72,11 @@ class LogSplit:
 
     def summary(self) -> dict[str, Any]:
         """Row counts, method and time boundaries (JSON-serialisable, for tracking)."""
-        out: dict[str, Any] = {
-            "split_method": self.method,
-            "n_train": int(self.train_rows.size),
-            "n_validation": int(self.validation_rows.size),
-            "n_test": int(self.test_rows.size),
-        }
-        if self.method == "time":
-            ts = self.source.timestamps
-            for name, rows in (
-                ("train", self.train_rows),
-                ("validation", self.validation_rows),
-                ("test", self.test_rows),
-            ):
-                out[f"{name}_start"] = str(ts[rows].min())
-                out[f"{name}_end"] = str(ts[rows].max())
-        return out
+        return split_summary(
+            self.method,
+            (self.train_rows, self.validation_rows, self.test_rows),
+            self.source.timestamps,
+        )
 
 
 def split_log(
@@ -128,6 +117,57 @@ def split_log(
     ValueError
         If the fractions are outside (0, 1), sum to 1 or more, or leave a part empty.
     """
+    method, train_rows, val_rows, test_rows = split_rows(
+        log.n_rows,
+        log.timestamps,
+        validation_fraction=validation_fraction,
+        test_fraction=test_fraction,
+        by_time=by_time,
+        random_state=random_state,
+    )
+    return LogSplit(
+        log.take(train_rows),
+        log.take(val_rows),
+        log.take(test_rows),
+        method,
+        train_rows,
+        val_rows,
+        test_rows,
+        log,
+    )
+
+
+def split_rows(
+    n: int,
+    timestamps: Any,
+    *,
+    validation_fraction: float = 0.25,
+    test_fraction: float = 0.25,
+    by_time: bool = True,
+    random_state: Any = None,
+) -> tuple[str, np.ndarray, np.ndarray, np.ndarray]:
+    """Row positions of the three parts of an n-row log (the rule of :func:`split_log`).
+
+    Parameters
+    ----------
+    n : int
+        Rows of the log.
+    timestamps : array-like of shape (n,) or None
+        The rows' timestamps (None: random split).
+    validation_fraction, test_fraction, by_time, random_state
+        As for :func:`split_log`.
+
+    Returns
+    -------
+    method : {"time", "random"}
+    train_rows, validation_rows, test_rows : ndarray of int
+        Sorted row positions.
+
+    Raises
+    ------
+    ValueError
+        As :func:`split_log`.
+    """
     for name, frac in (
         ("validation_fraction", validation_fraction),
         ("test_fraction", test_fraction),
@@ -139,7 +179,6 @@ def split_log(
             "validation_fraction + test_fraction must be < 1, "
             f"got {validation_fraction + test_fraction:g}"
         )
-    n = log.n_rows
     n_test = int(round(test_fraction * n))
     n_val = int(round(validation_fraction * n))
     n_train = n - n_test - n_val
@@ -149,8 +188,8 @@ def split_log(
             f"{1 - validation_fraction - test_fraction:g}/{validation_fraction:g}/"
             f"{test_fraction:g}: a part is empty"
         )
-    if by_time and log.timestamps is not None:
-        order = np.argsort(log.timestamps, kind="stable")
+    if by_time and timestamps is not None:
+        order = np.argsort(timestamps, kind="stable")
         method = "time"
     else:
         order = check_random_state(random_state).permutation(n)
@@ -158,13 +197,21 @@ def split_log(
     train_rows = np.sort(order[:n_train])
     val_rows = np.sort(order[n_train : n_train + n_val])
     test_rows = np.sort(order[n_train + n_val :])
-    return LogSplit(
-        log.take(train_rows),
-        log.take(val_rows),
-        log.take(test_rows),
-        method,
-        train_rows,
-        val_rows,
-        test_rows,
-        log,
-    )
+    return method, train_rows, val_rows, test_rows
+
+
+def split_summary(method: str, rows: tuple, timestamps: Any) -> dict[str, Any]:
+    """Row counts, method and time boundaries of a split (see :meth:`LogSplit.summary`).
+
+    ``rows`` are the train, validation and test row positions; ``timestamps`` the source
+    log's (used only when ``method == "time"``).
+    """
+    out: dict[str, Any] = {"split_method": method}
+    for name, part in zip(("train", "validation", "test"), rows, strict=True):
+        out[f"n_{name}"] = int(part.size)
+    if method == "time":
+        ts = timestamps
+        for name, part in zip(("train", "validation", "test"), rows, strict=True):
+            out[f"{name}_start"] = str(ts[part].min())
+            out[f"{name}_end"] = str(ts[part].max())
+    return out

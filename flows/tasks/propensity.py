@@ -22,6 +22,18 @@ from poem.exceptions import InvalidLogError, Violation
 def diagnose_propensities(log: Any, checks: ChecksConfig, run: TrackedRun) -> Any:
     """Run ``data_checks.stages.propensity_stage``; log the report and plots; raise on fail."""
     report = propensity_stage(log, check_settings(checks))
+    with tempfile.TemporaryDirectory(prefix="poem-propensity-") as tmp:
+        save_diagnostic_plots(log, tmp)
+        log_artifact(run.client(), run.run_id, tmp, "checks/propensity_plots")
+    return record_propensity_report(report, run)
+
+
+def record_propensity_report(report: Any, run: TrackedRun) -> Any:
+    """Log a :class:`~poem.diagnostics.propensity.PropensityReport`; raise when a check failed.
+
+    Shared by :func:`diagnose_propensities` and the partitioned path (whose report comes from
+    the merged per-partition summaries, without plots).
+    """
     client = run.client()
     log_json(client, run.run_id, report.to_dict(), "checks/propensity_report.json")
     log_text(client, run.run_id, report.to_markdown(), "checks/propensity_report.md")
@@ -33,9 +45,6 @@ def diagnose_propensities(log: Any, checks: ChecksConfig, run: TrackedRun) -> An
             **{f"propensity_{k}": v for k, v in report.quantiles.items()},
         },
     )
-    with tempfile.TemporaryDirectory(prefix="poem-propensity-") as tmp:
-        save_diagnostic_plots(log, tmp)
-        log_artifact(client, run.run_id, tmp, "checks/propensity_plots")
     create_table_artifact(
         key="propensity-report", table=report.to_dict()["checks"], description=report.status
     )

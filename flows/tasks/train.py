@@ -28,6 +28,11 @@ def train_policy(
     log = parts.refit_log(training.refit_on)
     estimator = build_learner(training.learner, training.params, params, champion=champion, log=log)
     estimator.fit(log)
+    return record_fit(estimator, training, params, run)
+
+
+def record_fit(estimator: Any, training: TrainingConfig, params: dict, run: TrackedRun) -> Any:
+    """Log the selected params and the fitted diagnostics; return the learned policy."""
     fitted = {
         f"train_{name.rstrip('_')}": getattr(estimator, name)
         for name in _FITTED

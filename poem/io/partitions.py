@@ -5,11 +5,19 @@
 :func:`read_partition` reads one piece into a :class:`~poem.data.LoggedBandit` with the log's
 declared metadata. Any scheduler can map :func:`read_partition` over the pieces (a Dask
 cluster does, in :mod:`poem._dask`); concatenating the pieces gives the whole log.
+
+:class:`LocalPartitions` is the in-process *partition set*: a list of per-partition objects
+with ``map`` (run a function on every partition, keep the results as a new set or gather
+them) and ``fold`` (hand a small state from partition to partition). The partitioned fit,
+split, search and gate (:mod:`poem.learners.partitioned_poem`) only use these two methods, so
+they run unchanged on :class:`poem._dask.ClusterPartitions` (the objects stay in the
+workers' memory).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +30,13 @@ from poem.data import LoggedBandit
 from poem.io.log_format import METADATA_KEY, frame_to_log
 from poem.io.parquet import list_log_files
 
-__all__ = ["LogPartition", "log_partitions", "read_partition", "read_partition_frame"]
+__all__ = [
+    "LocalPartitions",
+    "LogPartition",
+    "log_partitions",
+    "read_partition",
+    "read_partition_frame",
+]
 
 
 @dataclass(frozen=True)
@@ -100,3 +114,62 @@ def read_partition_frame(partition: LogPartition) -> pd.DataFrame:
     if raw is not None:
         frame.attrs[METADATA_KEY] = json.loads(raw)
     return frame
+
+
+@dataclass(frozen=True)
+class LocalPartitions:
+    """A partition set held in this process (see the module docstring).
+
+    Attributes
+    ----------
+    items : list
+        One object per partition (None for an empty one), in read order.
+    """
+
+    items: list
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def map(
+        self,
+        fn: Callable,
+        *iterables: Iterable,
+        gather: bool = False,
+        consume: bool = False,
+        **kwargs: Any,
+    ) -> LocalPartitions | list:
+        """``fn(item, *per_partition_args, **kwargs)`` on every partition.
+
+        Parameters
+        ----------
+        fn : callable
+            The per-partition function.
+        *iterables : iterable
+            Per-partition extra arguments (one element per partition).
+        gather : bool, default=False
+            Return the results as a list (True) or as a new partition set (False).
+        consume : bool, default=False
+            Move the partitions into the result: this set is left empty and each partition
+            is freed once its result exists (the two never all coexist in memory).
+        **kwargs
+            Passed to every call.
+        """
+        extra = [list(it) for it in iterables]
+        out = []
+        for k in range(len(self.items)):
+            item = self.items[k]
+            if consume:
+                self.items[k] = None
+            out.append(fn(item, *(e[k] for e in extra), **kwargs))
+        if consume:
+            self.items.clear()
+        return out if gather else LocalPartitions(out)
+
+    def fold(
+        self, fn: Callable, state: Any, plan: Sequence[tuple[int, dict]], **kwargs: Any
+    ) -> Any:
+        """``state = fn(state, items[k], **extra, **kwargs)`` for each ``(k, extra)`` in order."""
+        for k, extra in plan:
+            state = fn(state, self.items[k], **extra, **kwargs)
+        return state

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["FeatureScaling", "fit_feature_scaling", "standardize"]
+__all__ = ["FeatureScaling", "fit_feature_scaling", "scaling_from_moments", "standardize"]
 
 DENSE_FRACTION = 0.5  # sparse inputs with more non-zeros than this are treated as dense
 
@@ -130,9 +130,20 @@ def fit_feature_scaling(inputs: Any, n_features: int, fit_intercept: bool) -> Fe
     else:
         mean = np.zeros(n_features)
         scale = np.sqrt(np.mean(np.square(np.asarray(X, dtype=np.float64)), axis=0))
-    varying = scale > 1e-12 * max(1.0, float(np.max(scale, initial=0.0)))
+    return scaling_from_moments(mean, scale, fit_intercept)
+
+
+def scaling_from_moments(
+    mean: np.ndarray, spread: np.ndarray, fit_intercept: bool
+) -> FeatureScaling:
+    """The transform of :func:`fit_feature_scaling` from the columns' centres and spreads.
+
+    ``spread`` is the standard deviation (centred) or the root mean square (not centred) of
+    each raw column, however it was computed (in memory, or merged over partitions).
+    """
+    varying = spread > 1e-12 * max(1.0, float(np.max(spread, initial=0.0)))
     # mean squared row norm 1 (the intercept's): Σ_j E[z_j²] = 1 over the d' varying columns
-    scale = np.where(varying, scale * np.sqrt(max(1, int(varying.sum()))), 1.0)
+    scale = np.where(varying, spread * np.sqrt(max(1, int(varying.sum()))), 1.0)
     return FeatureScaling(mean, scale, bool(fit_intercept))
 
 

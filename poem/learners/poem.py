@@ -522,10 +522,7 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
         if coef0 is not None and scaling is not None:
             coef0 = scaling.from_raw(coef0)
         clip = resolve_clip(self.clip, log.propensities)
-        if self.variance_penalty == "calibrated":
-            lam = float(self.variance_scale) * calibrated_variance_penalty(scaled)
-        else:
-            lam = float(self.variance_penalty)
+        lam = self._resolved_variance_penalty(scaled)
         common = dict(
             clip=clip,
             variance_penalty=lam,
@@ -565,6 +562,19 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
                 max_iter=int(self.max_iter),
                 **common,
             )
+        return self._store_fit(result, family, scaling, clip, lam, coef0, log)
+
+    def _resolved_variance_penalty(self, scaled_losses: np.ndarray) -> float:
+        """λ: the given number, or ``variance_scale``·λ* for ``"calibrated"``."""
+        if self.variance_penalty == "calibrated":
+            return float(self.variance_scale) * calibrated_variance_penalty(scaled_losses)
+        return float(self.variance_penalty)
+
+    def _store_fit(self, result, family, scaling, clip, lam, coef0, log) -> POEM:
+        """Set the fitted attributes from a solver result (shared with the partitioned fit).
+
+        ``log`` needs only ``n_rows``, ``n_features`` and ``feature_names``.
+        """
         if not result.converged:
             remedy = (
                 f"increase {'max_iter' if self.max_epochs is None else 'max_epochs'}, raise tol "
@@ -577,7 +587,7 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
                 f"{'epochs' if self.solver == 'adagrad' else 'iterations'} (gradient norm "
                 f"{result.gradient_norm:.3g}, tol={self.tol:g}); {remedy}.",
                 ConvergenceWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
         coef = result.coef if scaling is None else scaling.to_raw(result.coef)
         self.family_ = family

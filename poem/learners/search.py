@@ -32,6 +32,8 @@ __all__ = [
     "run_trial",
     "search_hyperparameters",
     "select_trial",
+    "trial_from_model",
+    "validation_scores",
 ]
 
 SCORINGS = ("ips", "snips", "ips_ucb", "snips_ucb")
@@ -168,18 +170,43 @@ def run_trial(
         warnings.simplefilter("ignore", ConvergenceWarning)
         model.fit(train_log)
     seconds = time.perf_counter() - start
+    scores = validation_scores(model.policy_, validation_log, confidence_level)
+    return trial_from_model(model, params, scores, seconds=seconds, keep_estimator=keep_estimator)
+
+
+def validation_scores(
+    policy: Any, validation_log: Any, confidence_level: float = 0.95
+) -> tuple[Estimate, Estimate]:
+    """IPS and SNIPS estimates of a policy's risk on the validation log (SNIPS NaN if undefined).
+
+    ``policy`` needs ``log_action_probability_on(log)``; ``validation_log`` the attributes
+    :func:`~poem.estimators.ips.evaluate_policy` reads.
+    """
     ips_est = evaluate_policy(
-        model.policy_, validation_log, estimator="ips", confidence_level=confidence_level
+        policy, validation_log, estimator="ips", confidence_level=confidence_level
     )
     try:
         snips_est = evaluate_policy(
-            model.policy_, validation_log, estimator="snips", confidence_level=confidence_level
+            policy, validation_log, estimator="snips", confidence_level=confidence_level
         )
     except ValueError:  # every weight is 0: SNIPS is undefined, recorded as NaN (ranks last)
         nan = float("nan")
         snips_est = Estimate(
             "snips", nan, nan, nan, nan, ips_est.n, confidence_level, 0.0, 0.0, ips_est.method
         )
+    return ips_est, snips_est
+
+
+def trial_from_model(
+    model: Any,
+    params: Mapping[str, Any],
+    scores: tuple[Estimate, Estimate],
+    *,
+    seconds: float,
+    keep_estimator: bool = False,
+) -> Trial:
+    """The :class:`Trial` of a fitted estimator and its validation ``(ips, snips)`` scores."""
+    ips_est, snips_est = scores
     return Trial(
         params=dict(params),
         ips=ips_est,

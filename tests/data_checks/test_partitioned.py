@@ -205,3 +205,28 @@ def test_cli_check_on_partitions(parts_log, tmp_path, capsys):
     d = out["data_checks"]
     assert (d["n_rows"], d["n_kept"], d["n_quarantined"]) == (600, 593, 7)
     assert out["files"]["quarantine"] == str(tmp_path / "o" / "quarantine")
+
+
+def test_kept_partitions_equal_the_in_memory_log(parts_log, tmp_path):
+    from data_checks.partitioned import check_partitioned
+    from data_checks.stages import (
+        CheckSettings,
+        build_stage,
+        quarantine_stage,
+        read_stage,
+        validate_stage,
+    )
+
+    settings = CheckSettings(family="discrete", max_quarantine_fraction=0.05)
+    table, _ = read_stage(parts_log, settings)
+    report = validate_stage(table, settings)
+    log, _ = build_stage(quarantine_stage(table, report)[0], report)
+    got, _, _, kept = check_partitioned(parts_log, settings, out_dir=tmp_path, keep=True)
+    assert got.passed and log.n_rows == sum(SIZES) - 7
+    logs = [part for part in kept.items if part is not None]
+    assert [part.n_rows for part in logs] == [145, 37, 298, 113]  # one empty; 5 + 2 quarantined
+    assert all(part.event_ids is None for part in logs)  # ids serve the checks only
+    np.testing.assert_array_equal(np.concatenate([p.contexts for p in logs]), log.contexts)
+    for name in ("actions", "losses", "propensities", "timestamps"):
+        got_values = np.concatenate([getattr(p, name) for p in logs])
+        np.testing.assert_array_equal(got_values, getattr(log, name), err_msg=name)

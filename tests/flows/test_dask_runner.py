@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from flows.config import ConfigError, DaskConfig
-from flows.dask_runner import log_size_mib, run_retrain, select_task_runner
+from flows.dask_runner import log_size_mib, run_retrain, select_task_runner, use_partitions
 
 pytest.importorskip("prefect_dask", reason="the dask extra is not installed")
 
@@ -15,6 +15,17 @@ def test_runner_by_mode_and_log_size(tmp_path):
     assert log_size_mib(tmp_path) == pytest.approx(1.0)
     assert select_task_runner(DaskConfig(mode="never"), 10_000.0) is None
     assert select_task_runner(DaskConfig(mode="auto", min_log_mib=2.0), 1.0) is None
+
+
+def test_partitioned_path_by_config_and_format(tmp_path):
+    (tmp_path / "a.parquet").write_bytes(b"x" * 2**20)
+    (tmp_path / "a.csv").write_bytes(b"x")
+    always = DaskConfig(mode="always")
+    assert use_partitions(always, tmp_path) and use_partitions(always, tmp_path / "a.parquet")
+    assert not use_partitions(always, tmp_path / "a.csv")  # CSV logs are read whole
+    assert not use_partitions(DaskConfig(mode="always", partitioned=False), tmp_path)
+    assert not use_partitions(DaskConfig(mode="auto", min_log_mib=2.0), tmp_path)
+    assert use_partitions(DaskConfig(mode="never", scheduler_address="tcp://h:1"), tmp_path)
 
 
 def test_cluster_without_prefect_server_is_a_config_error():
@@ -51,7 +62,7 @@ def test_retrain_on_a_local_cluster_equals_the_thread_pool(
                 "registered_model": f"poem-{mode}",
                 "experiment": f"dask-{mode}",
             },
-            dask={"mode": mode, "n_workers": 2, "memory_limit": "2GiB"},
+            dask={"mode": mode, "n_workers": 2, "memory_limit": "2GiB", "partitioned": False},
         )
         store.mkdir()
         with temporary_settings(updates={PREFECT_TASKS_REFRESH_CACHE: True}):
@@ -69,3 +80,42 @@ def test_retrain_on_a_local_cluster_equals_the_thread_pool(
     assert cluster.best_params == threads.best_params
     assert cluster.metrics == pytest.approx(threads.metrics, rel=1e-12)
     assert cluster.n_rows == threads.n_rows
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("prefect_harness")
+def test_retrain_on_partitions_equals_in_memory(tmp_path, digits_log, write_config):
+    """Validate, split, search, train and gate on partitions: same outcome as in memory."""
+    import pyarrow.parquet as pq
+
+    from poem.io.log_format import log_to_table
+
+    table = log_to_table(digits_log)
+    path = tmp_path / "log.parquet"
+    edges = [0, 100, 100, 437, 438, table.num_rows]  # uneven row groups, one empty
+    with pq.ParquetWriter(path, table.schema) as writer:
+        for a, b in zip(edges[:-1], edges[1:], strict=True):
+            writer.write_table(table.slice(a, b - a))
+    results = {}
+    for mode in ("never", "always"):
+        store = tmp_path / mode
+        store.mkdir()
+        config = write_config(
+            path,
+            tracking={
+                "uri": f"sqlite:///{store / 'mlflow.db'}",
+                "artifact_location": str(store / "mlartifacts"),
+                "registered_model": f"poem-{mode}",
+                "experiment": f"partitions-{mode}",
+            },
+            search={"grid": {"variance_scale": [0.0, 0.01, 0.1]}, "max_workers": 2},
+            dask={"mode": mode, "n_workers": 2, "memory_limit": "2GiB"},
+        )
+        results[mode] = run_retrain(config)
+    memory, partitions = results["never"], results["always"]
+    assert partitions.decision == memory.decision, partitions.reasons
+    assert partitions.best_params == memory.best_params
+    assert partitions.n_rows == memory.n_rows == digits_log.n_rows
+    assert partitions.metrics.keys() == memory.metrics.keys()
+    for key, value in memory.metrics.items():
+        assert partitions.metrics[key] == pytest.approx(value, rel=1e-10, abs=1e-12), key

@@ -1,0 +1,348 @@
+r"""A log held as partitions: its train/validation/test split, per-row views and the gate.
+
+The partitions form a *partition set* — :class:`poem.io.partitions.LocalPartitions` in this
+process, :class:`poem._dask.ClusterPartitions` on a Dask cluster — of
+:class:`~poem.data.LoggedBandit` partitions (None when empty), used only through ``map``.
+What travels to the client, and why the result is the in-memory one:
+
+- **split** (:func:`split_partitioned`): each partition sends its row count and timestamps
+  (8 bytes a row); the client applies :func:`poem.splits.split_rows` — the rule of
+  :func:`~poem.splits.split_log` — to the concatenation and keeps each partition's local row
+  positions. Same rows as in memory.
+- **scores and gate** (:func:`policy_rows`, :func:`counterfactual_ab_test_partitioned`): the
+  policies' probabilities of the logged actions are computed where the rows live (the
+  O(n·d·K) part); the client receives, per row, the loss, the propensity and one
+  probability per policy (24–32 bytes a row, in log order) and runs the in-memory functions
+  (:func:`poem.learners.search.validation_scores`, :func:`poem.gate.counterfactual_ab_test`)
+  on them. The gate's betting bound is sequential in the rows' order (a capital process),
+  not a sum over partitions; it runs on the client over those per-row vectors, in the
+  in-memory order, hence the same decision and metrics.
+
+Training on the split's rows is :mod:`poem.learners.partitioned_poem`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from poem.gate import counterfactual_ab_test
+from poem.splits import split_rows, split_summary
+
+__all__ = [
+    "FixedProbabilities",
+    "LogHeader",
+    "PartitionedSplit",
+    "RowsView",
+    "counterfactual_ab_test_partitioned",
+    "kept_rows",
+    "log_header",
+    "policy_rows",
+    "release_rows",
+    "split_partitioned",
+    "take_rows",
+]
+
+PARTS = ("train", "validation", "test")
+
+
+# -- split ---------------------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class PartitionedSplit:
+    """Train / validation / test rows of a partitioned log (row positions per partition).
+
+    Attributes
+    ----------
+    source : partition set
+        The log's partitions (:class:`~poem.data.LoggedBandit` or None each).
+    rows : dict
+        ``"train"``, ``"validation"``, ``"test"`` → one sorted array of local row positions
+        per partition.
+    method : {"time", "random"}
+        How rows were assigned.
+    summary : dict
+        As :meth:`poem.splits.LogSplit.summary`.
+    released : tuple of str, default=()
+        Parts whose rows the partitions no longer hold (:func:`release_rows`).
+    """
+
+    source: Any
+    rows: dict
+    method: str
+    summary: dict
+    released: tuple = ()
+
+    def rows_for(self, part: str) -> list[np.ndarray]:
+        """Local rows of ``part``: a split name, or ``"train+validation"`` (refit_on).
+
+        Raises
+        ------
+        ValueError
+            For any other name.
+        """
+        needed = ("train", "validation") if part == "train+validation" else (part,)
+        gone = [p for p in needed if p in self.released]
+        if gone:
+            raise ValueError(f"the {gone[0]} rows of this split were released from memory")
+        if part in PARTS:
+            return self.rows[part]
+        if part == "train+validation":
+            return [
+                np.sort(np.concatenate([a, b]))
+                for a, b in zip(self.rows["train"], self.rows["validation"], strict=True)
+            ]
+        raise ValueError(f"part must be one of {[*PARTS, 'train+validation']}, got {part!r}")
+
+    def n_rows(self, part: str) -> int:
+        """Rows of ``part`` over all partitions."""
+        return int(sum(r.size for r in self.rows_for(part)))
+
+
+def _split_key(log: Any) -> tuple[int, Any]:
+    return (0, None) if log is None else (log.n_rows, log.timestamps)
+
+
+def split_partitioned(
+    source: Any,
+    *,
+    validation_fraction: float = 0.25,
+    test_fraction: float = 0.25,
+    by_time: bool = True,
+    random_state: Any = None,
+) -> PartitionedSplit:
+    """:func:`poem.splits.split_log` of the concatenated partitions, as row positions.
+
+    Parameters
+    ----------
+    source : partition set
+        The log's partitions, in read order.
+    validation_fraction, test_fraction, by_time, random_state
+        As for :func:`~poem.splits.split_log`.
+
+    Returns
+    -------
+    PartitionedSplit
+        The same rows as ``split_log`` of the concatenated log.
+
+    Raises
+    ------
+    ValueError
+        As :func:`~poem.splits.split_log`.
+    """
+    keys = source.map(_split_key, gather=True)
+    sizes = [k[0] for k in keys]
+    stamps = [k[1] for k in keys if k[0]]
+    timestamps = None if any(t is None for t in stamps) or not stamps else np.concatenate(stamps)
+    method, *parts = split_rows(
+        sum(sizes),
+        timestamps,
+        validation_fraction=validation_fraction,
+        test_fraction=test_fraction,
+        by_time=by_time,
+        random_state=random_state,
+    )
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    rows = {}
+    for name, global_rows in zip(PARTS, parts, strict=True):
+        cut = np.searchsorted(global_rows, offsets)
+        rows[name] = [global_rows[cut[k] : cut[k + 1]] - offsets[k] for k in range(len(sizes))]
+    return PartitionedSplit(source, rows, method, split_summary(method, parts, timestamps))
+
+
+@dataclass(frozen=True)
+class LogHeader:
+    """The shape of a partitioned log (what the flow checks a champion and a warm start by).
+
+    Attributes
+    ----------
+    family : str
+        Policy family.
+    n_features, n_actions : int
+        Feature and action counts.
+    n_rows : int
+        Rows over all partitions.
+    """
+
+    family: str
+    n_features: int
+    n_actions: int
+    n_rows: int
+
+
+def _header(log: Any) -> tuple | None:
+    return None if log is None else (log.family, log.n_features, log.n_actions, log.n_rows)
+
+
+def log_header(source: Any) -> LogHeader:
+    """:class:`LogHeader` of a partition set (the first non-empty partition's shape).
+
+    Raises
+    ------
+    ValueError
+        When every partition is empty.
+    """
+    heads = [h for h in source.map(_header, gather=True) if h is not None]
+    if not heads:
+        raise ValueError(f"all {len(source)} partitions of the log are empty (0 rows)")
+    return LogHeader(*heads[0][:3], int(sum(h[3] for h in heads)))
+
+
+# -- per-row vectors for the estimators and the gate ---------------------------------------------
+@dataclass(frozen=True)
+class RowsView:
+    """The per-row columns the estimators read, gathered from partitions (in log order).
+
+    Duck-types the attributes of :class:`~poem.data.LoggedBandit` that
+    :func:`~poem.estimators.ips.evaluate_policy` and :func:`poem.gate.counterfactual_ab_test`
+    read (``losses``, ``propensities``, ``loss_bounds``, ``n_rows``), with
+    :class:`FixedProbabilities` standing in for the policies.
+    """
+
+    losses: np.ndarray
+    propensities: np.ndarray
+    loss_bounds: tuple[float, float]
+
+    @property
+    def n_rows(self) -> int:
+        """Number of rows."""
+        return int(self.losses.shape[0])
+
+
+@dataclass(frozen=True)
+class FixedProbabilities:
+    """A policy's π(yᵢ|xᵢ) on a :class:`RowsView`'s rows, computed where the rows live."""
+
+    probabilities: np.ndarray
+
+    def log_action_probability_on(self, log: Any) -> np.ndarray:
+        """π(yᵢ|xᵢ) of the view's rows."""
+        if log.n_rows != self.probabilities.size:
+            raise ValueError(
+                f"probabilities for {self.probabilities.size:,} rows, log has {log.n_rows:,}"
+            )
+        return self.probabilities
+
+
+def _policy_rows(log: Any, rows: np.ndarray, *, policies: tuple) -> tuple | None:
+    if log is None or rows.size == 0:
+        return None
+    part = log.take(rows)
+    probs = tuple(p.log_action_probability_on(part) for p in policies)
+    return np.asarray(part.losses), part.propensities, part.loss_bounds, probs
+
+
+def policy_rows(
+    source: Any, rows: list[np.ndarray], policies: tuple = ()
+) -> tuple[RowsView, list[FixedProbabilities]]:
+    """Losses, propensities and each policy's probabilities of the given rows, in log order.
+
+    Parameters
+    ----------
+    source : partition set
+        The log's partitions.
+    rows : list of ndarray
+        Local row positions per partition (:meth:`PartitionedSplit.rows_for`).
+    policies : tuple of StochasticPolicy, default=()
+        Policies whose π(yᵢ|xᵢ) to compute on the workers.
+
+    Returns
+    -------
+    view : RowsView
+    probabilities : list of FixedProbabilities
+        One per policy.
+
+    Raises
+    ------
+    ValueError
+        When no row is selected.
+    """
+    pieces = [p for p in source.map(_policy_rows, rows, policies=tuple(policies), gather=True) if p]
+    if not pieces:
+        raise ValueError("no rows selected in any of the partitions (0 rows)")
+    view = RowsView(
+        np.concatenate([p[0] for p in pieces]),
+        np.concatenate([p[1] for p in pieces]),
+        pieces[0][2],
+    )
+    probs = [
+        FixedProbabilities(np.concatenate([p[3][j] for p in pieces])) for j in range(len(policies))
+    ]
+    return view, probs
+
+
+def counterfactual_ab_test_partitioned(
+    challenger: Any, champion: Any, split: PartitionedSplit, **kwargs: Any
+) -> Any:
+    """:func:`poem.gate.counterfactual_ab_test` on the test rows of a partitioned split.
+
+    The probabilities are computed on the workers; the decision rule (betting bound,
+    estimates, ESS, failed checks) runs unchanged on the gathered per-row vectors, so the
+    comparison equals the in-memory one on the same rows (module docstring).
+
+    Parameters
+    ----------
+    challenger : StochasticPolicy
+        The newly trained policy.
+    champion : StochasticPolicy or None
+        The production policy; None for the logging policy.
+    split : PartitionedSplit
+        The split whose ``test`` rows the gate uses.
+    **kwargs
+        Passed to :func:`~poem.gate.counterfactual_ab_test` (estimator, clip, levels, ...).
+
+    Returns
+    -------
+    PolicyComparison
+    """
+    policies = (challenger,) if champion is None else (challenger, champion)
+    view, probs = policy_rows(split.source, split.rows_for("test"), policies)
+    return counterfactual_ab_test(probs[0], None if champion is None else probs[1], view, **kwargs)
+
+
+def kept_rows(split: PartitionedSplit, part: str) -> list[np.ndarray]:
+    """Per partition, the local rows of every part but ``part`` (sorted)."""
+    others = [p for p in PARTS if p != part]
+    return [
+        np.sort(np.concatenate([split.rows[p][k] for p in others]))
+        for k in range(len(split.rows[part]))
+    ]
+
+
+def take_rows(log: Any, rows: np.ndarray) -> Any:
+    """``log.take(rows)`` (the log itself when every row is kept; None when no row is)."""
+    if log is None or rows.size == 0:
+        return None
+    return log if rows.size == log.n_rows else log.take(rows)
+
+
+def release_rows(split: PartitionedSplit, part: str, source: Any = None) -> PartitionedSplit:
+    """The split with ``part``'s rows dropped from the partitions (to free memory).
+
+    Parameters
+    ----------
+    split : PartitionedSplit
+        The split; its ``source`` is consumed (left empty) when ``source`` is None.
+    part : {"train", "validation", "test"}
+        The part to drop (e.g. ``"train"`` once its rows are prepared for training).
+    source : partition set or None, default=None
+        The partitions already reduced to :func:`kept_rows` (by a pass that also did
+        something else with them); None reduces ``split.source`` here.
+
+    Returns
+    -------
+    PartitionedSplit
+        Same rows for the other parts (positions renumbered), ``part`` in ``released``.
+    """
+    keep = kept_rows(split, part)
+    if source is None:
+        source = split.source.map(take_rows, keep, consume=True)
+    rows = {
+        p: [
+            np.zeros(0, np.int64) if p == part else np.searchsorted(keep[k], split.rows[p][k])
+            for k in range(len(keep))
+        ]
+        for p in PARTS
+    }
+    return replace(split, source=source, rows=rows, released=(*split.released, part))
