@@ -332,7 +332,7 @@ def fit_prepared(estimator: Any, prepared: PreparedTraining) -> Any:
             statistics,
             epoch,
             start,
-            learning_rate=float(est.learning_rate),
+            learning_rate=est._step_size(prepared.n_rows),  # η, or γ·b/n per epoch
             max_iter=int(est.max_iter if est.max_epochs is None else est.max_epochs),
             tol=float(est.tol),
             **penalties,

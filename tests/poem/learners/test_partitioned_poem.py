@@ -81,6 +81,20 @@ def test_fit_prepared_equals_fit(timed_log, solver):
     assert got.clipped_fraction_ == ref.clipped_fraction_
 
 
+def test_partitioned_adagrad_takes_its_step_per_epoch_like_fit(timed_log):
+    """learning_rate_unit='epoch': η = γ·b/n on partitions too (n = the training rows)."""
+    split = split_partitioned(partitions(timed_log), random_state=0, by_time=False)
+    prepared, _ = prepare_training(split)
+    common = dict(solver="adagrad", variance_penalty=0.1, max_epochs=2, batch_size=40)
+    per_epoch = POEM(**common, learning_rate=50.0, learning_rate_unit="epoch", random_state=0)
+    eta = 50.0 * 40 / prepared.n_rows
+    per_step = POEM(**common, learning_rate=eta, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        a, b = fit_prepared(per_epoch, prepared), fit_prepared(per_step, prepared)
+    np.testing.assert_array_equal(a.coef_, b.coef_)
+
+
 def test_trial_and_gate_equal_in_memory(timed_log):
     parts = partitions(timed_log)
     split = split_partitioned(parts, random_state=0)
