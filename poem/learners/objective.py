@@ -348,10 +348,16 @@ def majorized_gradient(
     ndarray
         Unbiased estimate of the majorized objective's gradient.
     """
+    a, b = _majorized_weights(coefficients, n_total, variance_penalty)
+    g = a * batch.sum_grad_u + b * batch.sum_u_grad_u
+    return g / batch.n + 2.0 * l2_penalty * coef
+
+
+def _majorized_weights(coefficients, n_total: int, variance_penalty: float) -> tuple:
+    """(1 + λ√n·A, 2λ√n·B): the weights of Σ∇uᵢ and Σuᵢ∇uᵢ in the majorized gradient."""
     A, B, _ = coefficients
     scale = variance_penalty * np.sqrt(n_total)
-    g = (1.0 + scale * A) * batch.sum_grad_u + 2.0 * scale * B * batch.sum_u_grad_u
-    return g / batch.n + 2.0 * l2_penalty * coef
+    return 1.0 + scale * A, 2.0 * scale * B
 
 
 def majorized_batch_gradient(
@@ -405,12 +411,11 @@ def majorized_batch_gradient(
     ndarray of shape ``family.coef_shape``
         The minibatch estimate of the majorized objective's gradient.
     """
-    A, B, _ = coefficients
-    scale = variance_penalty * np.sqrt(n_total)
+    a, b = _majorized_weights(coefficients, n_total, variance_penalty)
     with single_blas_thread():
         prob, vjp = family.prob_and_vjp(coef, inputs, actions)
         r = prob / propensities
         u = scaled_losses * np.minimum(clip, r)
         g = np.where(r < clip, u, 0.0)
-        grad = vjp(g * ((1.0 + scale * A) + 2.0 * scale * B * u))
+        grad = vjp(g * (a + b * u))
     return grad / family.n_rows(inputs) + 2.0 * l2_penalty * coef
