@@ -17,7 +17,8 @@ Usage (from the repo root)::
 
 One source of truth: the POEM rows use exactly the flow's default training and search settings,
 read from the repo-root ``mlflow.yml`` by :func:`flow_defaults` (``training.params`` with the
-log's family and each solver; ``search.grid``, ``search.scoring``, ``search.min_ess_fraction``);
+log's family and each solver; ``search.grid``, ``search.scoring``, ``search.min_ess_fraction``,
+``search.temperatures``);
 the IPS rows are the same learners with λ = 0 (the grid without ``variance_scale``). There is no
 benchmark-only learning setting and no per-data-set value: the AdaGrad step size works on
 standardized features inside the learner. ``training.params.warm_start: champion`` starts from
@@ -169,7 +170,7 @@ def parse_args(argv=None):
 def flow_defaults(config: Path, overrides: list[str] = ()) -> dict:
     """The flow's default training and search settings (the one place that reads them).
 
-    Returns ``{"params", "grid", "scoring", "min_ess_fraction"}`` from ``config`` (the repo-root
+    Returns ``{"params", "grid", "scoring", "min_ess_fraction", "temperatures"}`` from ``config`` (the repo-root
     ``mlflow.yml``) through :func:`flows.config.load_config`; ``overrides`` are
     ``section.key[.key]=yaml`` strings for experiments.
     """
@@ -181,6 +182,7 @@ def flow_defaults(config: Path, overrides: list[str] = ()) -> dict:
         "grid": {k: list(v) for k, v in cfg.search.grid.items()},
         "scoring": cfg.search.scoring,
         "min_ess_fraction": cfg.search.min_ess_fraction,
+        "temperatures": cfg.search.temperatures,
     }
     for item in overrides:
         key, _, value = item.partition("=")
@@ -286,6 +288,7 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
             scoring=defaults["scoring"],
             min_effective_sample_size=min_ess,
             keep_estimators=True,
+            temperatures=defaults["temperatures"],
         )
         searched[name] = result.trials
         chosen = result.best_trial
@@ -295,13 +298,17 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
             "served_loss": true_expected_loss(best.policy_, ds.X_test, ds.Y_test),
             "map_loss": map_loss(best.policy_, ds.X_test, ds.Y_test),
             "seconds": float(np.mean([t.seconds for t in result.trials])),
-            "selected": printable({k: v for k, v in chosen.params.items() if k in grid}),
+            "selected": printable(
+                {k: v for k, v in chosen.params.items() if k in grid or k == "temperature"}
+            ),
             "n_iter": best.n_iter_,
             "converged": best.converged_,
             # every trial, for the selection-rule sensitivity table (test losses never select)
             "trials": [
                 {
-                    "params": printable({k: v for k, v in t.params.items() if k in grid}),
+                    "params": printable(
+                        {k: v for k, v in t.params.items() if k in grid or k == "temperature"}
+                    ),
                     "test_loss": learned_loss(t.estimator.policy_, ds),
                     "ips": t.ips.value,
                     "snips": t.snips.value,

@@ -22,6 +22,7 @@ overrides ``tracking.uri``. The package carries the annotated default config
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -73,6 +74,9 @@ _ALIAS = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,254}")
 _TRACKING_SCHEMES = ("sqlite", "file", "http", "https", "postgresql", "mysql", "mssql")
 _ARTIFACT_SCHEMES = ("file", "s3", "gs", "wasbs", "abfss", "hdfs", "mlflow-artifacts", "http")
 MAX_TRIALS = 1000  # search.grid points
+# serving temperatures every fit is scored at (search.temperatures): halvings of the fitted scale
+TEMPERATURES = (1.0, 0.5, 0.25, 0.125, 0.0625)
+MAX_TEMPERATURES = 20
 MAX_LOSS_RANGE = 1e12  # wider loss bounds lose the precision of the scaled losses
 
 
@@ -300,6 +304,7 @@ class SearchConfig(_Section):
         }
     )
     scoring: Literal["ips", "snips", "ips_ucb", "snips_ucb"] = "snips_ucb"
+    temperatures: list[float] | None = Field(default_factory=lambda: list(TEMPERATURES))
     min_ess_fraction: float = Field(0.01, ge=0, lt=1)
     confidence_level: float = Field(0.95, gt=0, lt=1)
     max_workers: int = Field(2, ge=1, le=64)
@@ -324,6 +329,26 @@ class SearchConfig(_Section):
         if n_trials > MAX_TRIALS:
             raise ValueError(f"the grid has {n_trials:,} points; at most {MAX_TRIALS:,}")
         return grid
+
+    @field_validator("temperatures")
+    @classmethod
+    def _temperatures(cls, values: list[float] | None) -> list[float] | None:
+        if values is None:
+            return None
+        if not values:
+            raise ValueError(
+                "temperatures is empty; give at least one, e.g. [1.0], or null to serve at "
+                "training.params.temperature"
+            )
+        bad = [t for t in values if not (math.isfinite(t) and t > 0)]
+        if bad:
+            raise ValueError(f"temperatures must be finite and > 0, got {bad[:3]}")
+        repeated = [t for i, t in enumerate(values) if t in values[:i]]
+        if repeated:
+            raise ValueError(f"temperatures repeats {repeated[:3]}")
+        if len(values) > MAX_TEMPERATURES:
+            raise ValueError(f"{len(values)} temperatures; at most {MAX_TEMPERATURES}")
+        return values
 
 
 # training.params of the packaged default config (used when ``params`` is absent for POEM)
@@ -464,6 +489,18 @@ class PipelineConfig(_Section):
 
     def _check_combinations(self, effective: dict[str, Any]) -> None:
         grid = self.search.grid
+        if self.search.temperatures is not None and "temperature" in grid:
+            raise ValueError(
+                "search.grid.temperature and search.temperatures both set: every fit is scored "
+                "at each of search.temperatures (no refit); drop the grid entry, or set "
+                "search.temperatures: null to refit per grid temperature"
+            )
+        known = learner_param_names(self.training.learner)
+        if self.search.temperatures is not None and "temperature" not in known:
+            raise ValueError(
+                f"search.temperatures: learner {self.training.learner!r} has no temperature "
+                "parameter; set search.temperatures: null"
+            )
         penalties = grid.get("variance_penalty", [effective.get("variance_penalty")])
         numeric = [p for p in penalties if not isinstance(p, str)]
         if len(grid.get("variance_scale", [])) > 1 and numeric:

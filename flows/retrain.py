@@ -38,7 +38,13 @@ from flows.tasks.partitioned import (
 )
 from flows.tasks.propensity import diagnose_propensities
 from flows.tasks.register import check_champion, promote_policy, register_policy
-from flows.tasks.search import code_fingerprint, record_search, search_trial, select_best
+from flows.tasks.search import (
+    code_fingerprint,
+    record_search,
+    search_trial,
+    select_best,
+    serving_choice,
+)
 from flows.tasks.split import split_logs
 from flows.tasks.track import finish_tracking, start_tracking
 from flows.tasks.train import train_policy
@@ -147,6 +153,7 @@ def _search(parts: Any, cfg: Any, data_key: str, champion: Any, champion_key: An
                 code_fingerprint(),
                 champion,
                 champion_key,
+                serving_choice(cfg.search, parts.validation.n_rows),
             )
             for params in grid[start : start + cfg.search.max_workers]
         ]
@@ -195,6 +202,7 @@ def _partitioned_stages(cfg: Any, run: Any, _fingerprint: str) -> tuple:
         champion_version, champion = load_champion(cfg.tracking)
         prepared, parts = prepare_partitions(parts, cfg.training)
         grid, trials = expand_grid(cfg.search.grid), []
+        serving = serving_choice(cfg.search, parts.n_rows("validation"))
         for start in range(0, len(grid), cfg.search.max_workers):
             futures = [
                 search_trial_partitioned.submit(
@@ -206,6 +214,7 @@ def _partitioned_stages(cfg: Any, run: Any, _fingerprint: str) -> tuple:
                     params,
                     cfg.search.confidence_level,
                     champion,
+                    serving,
                 )
                 for params in grid[start : start + cfg.search.max_workers]
             ]

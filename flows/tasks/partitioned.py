@@ -11,7 +11,6 @@ the workers (:func:`gate_inputs`). Only ``learner: poem`` trains on partitions.
 from __future__ import annotations
 
 import tempfile
-from dataclasses import replace
 from typing import Any
 
 from prefect import task
@@ -23,6 +22,7 @@ from flows.learners import build_learner, resolve_warm_start
 from flows.tasks import stage_done, task_logger
 from flows.tasks.load import check_settings
 from flows.tasks.propensity import record_propensity_report
+from flows.tasks.search import recorded
 from flows.tasks.train import record_fit
 from flows.tracking import TrackedRun, log_artifact, log_params
 from poem.learners.partitioned_poem import fit_prepared, prepare_training, run_trial_partitioned
@@ -123,14 +123,18 @@ def search_trial_partitioned(
     params: dict,
     confidence_level: float,
     champion: Any = None,
+    serving: dict | None = None,
 ) -> Trial:
-    """Fit one configuration on the prepared rows, score it on validation (not cached)."""
+    """Fit one configuration on the prepared rows, score it on validation (not cached).
+
+    ``serving``: the serving temperatures each fit is scored at (:func:`serving_choice`).
+    """
     estimator = build_learner(learner, fixed_params, champion=champion, log=header)
     resolved = resolve_warm_start(params, champion, header)
     trial = run_trial_partitioned(
-        estimator, resolved, prepared, split, confidence_level=confidence_level
+        estimator, resolved, prepared, split, confidence_level=confidence_level, **(serving or {})
     )
-    return replace(trial, params=dict(params))
+    return recorded(trial, params)
 
 
 @task(name="train-policy", cache_policy=NO_CACHE, on_completion=[stage_done])

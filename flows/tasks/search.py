@@ -57,19 +57,47 @@ def search_trial(
     code_key: str,
     champion: Any = None,
     champion_key: str | None = None,
+    serving: dict | None = None,
 ) -> Trial:
     """Fit one configuration on train, score it on validation (``run_trial``).
 
-    ``data_key``, ``code_key`` and ``champion_key`` are unused in the body: they are the cache
-    key's stand-ins for the logs, the learning code (:func:`code_fingerprint`) and the
-    champion policy (a ``warm_start: champion`` start), which are excluded from it.
+    ``serving`` is :func:`serving_choice` (the temperatures each fit is scored at). ``data_key``,
+    ``code_key`` and ``champion_key`` are unused in the body: they are the cache key's
+    stand-ins for the logs, the learning code (:func:`code_fingerprint`) and the champion
+    policy (a ``warm_start: champion`` start), which are excluded from it.
     """
     estimator = build_learner(learner, fixed_params, champion=champion, log=train_log)
     resolved = resolve_warm_start(params, champion, train_log)  # a grid of warm starts
     trial = run_trial(
-        estimator, resolved, train_log, validation_log, confidence_level=confidence_level
+        estimator,
+        resolved,
+        train_log,
+        validation_log,
+        confidence_level=confidence_level,
+        **(serving or {}),
     )
-    return replace(trial, params=dict(params))  # the record keeps "champion", not the policy
+    return recorded(trial, params)
+
+
+def serving_choice(search: SearchConfig, n_validation: int) -> dict:
+    """``run_trial``'s serving-temperature arguments from ``search`` (empty without them).
+
+    The temperature of each fit is chosen by the same rule as the trial
+    (``search.scoring`` with the ESS guard of ``search.min_ess_fraction``).
+    """
+    if search.temperatures is None:
+        return {}
+    return {
+        "temperatures": list(search.temperatures),
+        "scoring": search.scoring,
+        "min_effective_sample_size": search.min_ess_fraction * n_validation,
+    }
+
+
+def recorded(trial: Trial, params: dict) -> Trial:
+    """The trial as recorded: its grid params ("champion", not the policy) and its temperature."""
+    chosen = {"temperature": trial.params["temperature"]} if "temperature" in trial.params else {}
+    return replace(trial, params={**params, **chosen})
 
 
 @task(name="select-trial", cache_policy=NO_CACHE, on_completion=[stage_done])

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,7 +52,12 @@ from poem.learners.partitioned import (
     reduce_statistics,
 )
 from poem.learners.poem import initial_coef, resolve_clip
-from poem.learners.search import Trial, trial_from_model, validation_scores
+from poem.learners.search import (
+    Trial,
+    select_temperature,
+    trial_from_model,
+    validation_scores,
+)
 from poem.partitioned_log import (
     PartitionedSplit,
     kept_rows,
@@ -358,6 +363,9 @@ def run_trial_partitioned(
     *,
     confidence_level: float = 0.95,
     keep_estimator: bool = False,
+    temperatures: Sequence[float] | None = None,
+    scoring: str = "ips",
+    min_effective_sample_size: float = 0.0,
 ) -> Trial:
     """:func:`poem.learners.search.run_trial` on partitions: fit, then score on validation.
 
@@ -375,6 +383,9 @@ def run_trial_partitioned(
         Level of the reported intervals.
     keep_estimator : bool, default=False
         Keep the fitted estimator in ``Trial.estimator``.
+    temperatures, scoring, min_effective_sample_size
+        The serving-temperature choice of ``run_trial`` (every temperature's probabilities in
+        one pass over the validation partitions).
 
     Returns
     -------
@@ -387,6 +398,20 @@ def run_trial_partitioned(
         warnings.simplefilter("ignore", ConvergenceWarning)
         fit_prepared(model, prepared)
     seconds = time.perf_counter() - begin
-    view, (probs,) = policy_rows(split.source, split.rows_for("validation"), (model.policy_,))
+    rows = split.rows_for("validation")
+    if temperatures is not None:
+        policies = tuple(model.policy_.with_serving(temperature=t) for t in temperatures)
+        view, probs = policy_rows(split.source, rows, policies)
+        return select_temperature(
+            model,
+            params,
+            temperatures,
+            [validation_scores(p, view, confidence_level) for p in probs],
+            seconds=seconds,
+            scoring=scoring,
+            min_effective_sample_size=min_effective_sample_size,
+            keep_estimator=keep_estimator,
+        )
+    view, (probs,) = policy_rows(split.source, rows, (model.policy_,))
     scores = validation_scores(probs, view, confidence_level)
     return trial_from_model(model, params, scores, seconds=seconds, keep_estimator=keep_estimator)

@@ -16,7 +16,7 @@ import math
 import time
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sklearn.base import clone
@@ -31,6 +31,7 @@ __all__ = [
     "expand_grid",
     "run_trial",
     "search_hyperparameters",
+    "select_temperature",
     "select_trial",
     "trial_from_model",
     "validation_scores",
@@ -134,13 +135,18 @@ def run_trial(
     *,
     confidence_level: float = 0.95,
     keep_estimator: bool = False,
+    temperatures: Sequence[float] | None = None,
+    scoring: str = "ips",
+    min_effective_sample_size: float = 0.0,
 ) -> Trial:
     r"""Fit ``clone(estimator).set_params(**params)`` on the training log and score it.
 
     .. math:: \hat R_{IPS} = \frac{1}{n_v}\sum_i \delta_i r_i, \quad
               \hat R_{SNIPS} = \frac{\sum_i \delta_i r_i}{\sum_i r_i}
 
-    where rᵢ = π_w(yᵢ|xᵢ)/pᵢ on the validation log of n_v rows (paper Eq. 1).
+    where rᵢ = π_w(yᵢ|xᵢ)/pᵢ on the validation log of n_v rows (paper Eq. 1). With
+    ``temperatures`` the fitted policy is scored at each serving temperature and served at the
+    one ``scoring`` selects (:func:`select_temperature`; no refit).
 
     Parameters
     ----------
@@ -156,22 +162,119 @@ def run_trial(
         Level of the reported intervals.
     keep_estimator : bool, default=False
         Keep the fitted estimator in ``Trial.estimator``.
+    temperatures : sequence of float or None, default=None
+        Serving temperatures to choose from on validation (None: the estimator's own).
+    scoring : {"ips", "snips", "ips_ucb", "snips_ucb"}, default="ips"
+        Criterion of the temperature choice (as :func:`select_trial`).
+    min_effective_sample_size : float, default=0.0
+        ESS guard of the temperature choice.
 
     Returns
     -------
     Trial
         Scores, diagnostics and fit time. Non-convergence is recorded in ``converged``
         (the ConvergenceWarning is not re-emitted per trial); a SNIPS estimate that is undefined
-        because every validation weight is 0 is recorded as NaN.
+        because every validation weight is 0 is recorded as NaN. With ``temperatures`` the
+        chosen one is in ``params["temperature"]`` and the estimator serves at it.
     """
+    if temperatures is not None:
+        temperatures = _checked_temperatures(temperatures)  # before the fit
     model = clone(estimator).set_params(**dict(params))
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         model.fit(train_log)
     seconds = time.perf_counter() - start
+    if temperatures is not None:
+        scores = [
+            validation_scores(
+                model.policy_.with_serving(temperature=t), validation_log, confidence_level
+            )
+            for t in temperatures
+        ]
+        return select_temperature(
+            model,
+            params,
+            temperatures,
+            scores,
+            seconds=seconds,
+            scoring=scoring,
+            min_effective_sample_size=min_effective_sample_size,
+            keep_estimator=keep_estimator,
+        )
     scores = validation_scores(model.policy_, validation_log, confidence_level)
     return trial_from_model(model, params, scores, seconds=seconds, keep_estimator=keep_estimator)
+
+
+def _checked_temperatures(temperatures: Sequence[float]) -> list[float]:
+    values = [float(t) for t in temperatures]
+    if not values or not all(math.isfinite(t) and t > 0 for t in values):
+        raise ValueError(f"temperatures must be finite values > 0, got {values!r}")
+    return values
+
+
+def select_temperature(
+    model: Any,
+    params: Mapping[str, Any],
+    temperatures: Sequence[float],
+    scores: Sequence[tuple[Estimate, Estimate]],
+    *,
+    seconds: float,
+    scoring: str = "ips",
+    min_effective_sample_size: float = 0.0,
+    keep_estimator: bool = False,
+) -> Trial:
+    r"""Serve a fitted model at the temperature whose validation score is best.
+
+    The served policy at temperature α is :math:`\pi_{w/\alpha}` (DESIGN §5): the same
+    fitted w moved along its own direction, a point of the same policy class that the
+    solver's path from w₀ does not reach (the variance penalty and a few epochs keep ‖w‖
+    near the start, while a sharper policy has a lower expected loss whenever its MAP
+    actions are good). The choice among temperatures is the search's own rule
+    (:func:`select_trial` with the same ``scoring`` and ESS guard) applied to the scores of
+    one fit, so selecting over (trial, temperature) pairs costs one validation pass per
+    temperature, not one fit.
+
+    Parameters
+    ----------
+    model : fitted estimator
+        With ``policy_`` (:meth:`~poem.policies.StochasticPolicy.with_serving`) and a
+        ``temperature`` parameter; set to the chosen temperature in place.
+    params : dict
+        The trial's hyperparameters.
+    temperatures : sequence of float
+        Candidate serving temperatures α > 0.
+    scores : sequence of (Estimate, Estimate)
+        Validation (IPS, SNIPS) scores at each temperature (:func:`validation_scores`).
+    seconds : float
+        The fit's wall-clock seconds.
+    scoring, min_effective_sample_size
+        As :func:`select_trial`.
+    keep_estimator : bool, default=False
+        Keep the model in ``Trial.estimator``.
+
+    Returns
+    -------
+    Trial
+        The trial at the chosen temperature, ``params["temperature"]`` set to it.
+
+    Raises
+    ------
+    ValueError
+        When ``temperatures`` is empty, has a value that is not > 0 and finite, or does not
+        match ``scores`` in length.
+    """
+    temperatures = _checked_temperatures(temperatures)
+    if len(scores) != len(temperatures):
+        raise ValueError(f"{len(scores)} scores for {len(temperatures)} temperatures")
+    candidates = [
+        trial_from_model(model, {**params, "temperature": t}, s, seconds=seconds)
+        for t, s in zip(temperatures, scores, strict=True)
+    ]
+    best = select_trial(candidates, scoring, min_effective_sample_size=min_effective_sample_size)
+    model.set_params(temperature=temperatures[best])
+    model.policy_ = model.policy_.with_serving(temperature=temperatures[best])
+    return replace(candidates[best], estimator=model if keep_estimator else None)
 
 
 def validation_scores(
@@ -319,6 +422,7 @@ def search_hyperparameters(
     confidence_level: float = 0.95,
     min_effective_sample_size: float = 0.0,
     keep_estimators: bool = False,
+    temperatures: Sequence[float] | None = None,
 ) -> SearchResult:
     r"""Fit every configuration of ``grid`` and select by validation risk (paper §6).
 
@@ -344,6 +448,9 @@ def search_hyperparameters(
         ESS guard of :func:`select_trial`.
     keep_estimators : bool, default=False
         Keep every fitted estimator in its trial.
+    temperatures : sequence of float or None, default=None
+        Serving temperatures each fit is scored at (:func:`select_temperature`); the
+        selected trial's ``params["temperature"]`` is its chosen one.
 
     Returns
     -------
@@ -359,6 +466,11 @@ def search_hyperparameters(
         raise ValueError(f"scoring must be one of {list(SCORINGS)}, got {scoring!r}")
     configs = expand_grid(grid)
     valid = estimator.get_params()
+    if temperatures is not None and "temperature" in configs[0]:
+        raise ValueError(
+            "grid has 'temperature' and temperatures are given: serving temperatures are "
+            "chosen per fit from `temperatures`; drop one of them"
+        )
     for name in configs[0]:
         if name not in valid:
             raise ValueError(
@@ -373,6 +485,9 @@ def search_hyperparameters(
             validation_log,
             confidence_level=confidence_level,
             keep_estimator=keep_estimators,
+            temperatures=temperatures,
+            scoring=scoring,
+            min_effective_sample_size=min_effective_sample_size,
         )
         for p in configs
     )

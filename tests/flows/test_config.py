@@ -218,6 +218,23 @@ DEFECTS = [
         "training:\n  learner: banditnet\n",
         r"search\.grid: the default grid is POEM's; give learner 'banditnet' its own",
     ),
+    (
+        "search:\n  temperatures: []\n",
+        r"search\.temperatures: .*temperatures is empty; give at least one, e\.g\. \[1\.0\], or null",
+    ),
+    (
+        "search:\n  temperatures: [1.0, 0.0]\n",
+        r"search\.temperatures: .*temperatures must be finite and > 0, got \[0\.0\]",
+    ),
+    (
+        "search:\n  temperatures: [1.0, .nan]\n",
+        r"search\.temperatures",
+    ),
+    ("search:\n  temperatures: [0.5, 0.5]\n", r"search\.temperatures: .*repeats \[0\.5\]"),
+    (
+        "search:\n  grid: {temperature: [1.0, 0.5]}\n",
+        r"search\.grid\.temperature and search\.temperatures both set: .*search\.temperatures: null",
+    ),
 ]
 
 

@@ -165,3 +165,52 @@ def test_keep_estimators(split_logs):
         assert isinstance(trial.estimator, POEM) and trial.estimator.objective_ == trial.objective
     assert "estimator" not in result.trials[0].to_dict()
     assert run_trial(POEM(solver="lbfgs", max_iter=5), {}, train, valid).estimator is None
+
+
+def test_run_trial_serves_at_the_temperature_its_rule_selects(split_logs):
+    """Each temperature is scored on validation from one fit; the rule's choice is served."""
+    from poem.learners.search import validation_scores
+
+    train, valid = split_logs
+    template = POEM(solver="lbfgs", max_iter=30, tol=1e-4, random_state=0)
+    temps = [1.0, 0.5, 0.25, 0.125]
+    trial = run_trial(
+        template, {}, train, valid, temperatures=temps, scoring="snips_ucb", keep_estimator=True
+    )
+    plain = run_trial(template, {}, train, valid, keep_estimator=True)
+    uppers = [
+        validation_scores(plain.estimator.policy_.with_serving(temperature=t), valid)[1].upper
+        for t in temps
+    ]
+    chosen = temps[int(np.argmin(uppers))]
+    assert trial.params == {"temperature": chosen}
+    assert trial.snips.upper == pytest.approx(min(uppers), rel=1e-12)
+    assert trial.estimator.temperature == chosen == trial.estimator.policy_.temperature
+    np.testing.assert_array_equal(trial.estimator.coef_, plain.estimator.coef_)  # no refit
+    # the flow refits the selected params: the same served policy
+    refit = POEM(solver="lbfgs", max_iter=30, tol=1e-4, random_state=0, temperature=chosen)
+    probs = refit.fit(train).predict_proba(valid.contexts)
+    np.testing.assert_allclose(trial.estimator.predict_proba(valid.contexts), probs, rtol=1e-12)
+    # an ESS guard no temperature meets: the best-supported one (the flattest) is served
+    guarded = run_trial(
+        template,
+        {},
+        train,
+        valid,
+        temperatures=temps,
+        scoring="snips_ucb",
+        min_effective_sample_size=10 * valid.n_rows,
+    )
+    assert guarded.params == {"temperature": 1.0}
+
+
+def test_temperature_choice_errors(split_logs):
+    train, valid = split_logs
+    template = POEM(solver="lbfgs", max_iter=5, tol=1e-4, random_state=0)
+    for bad, message in (([], r"finite values > 0, got \[\]"), ([1.0, 0.0], r"got \[1\.0, 0\.0\]")):
+        with pytest.raises(ValueError, match=message):
+            run_trial(template, {}, train, valid, temperatures=bad)
+    with pytest.raises(ValueError, match="grid has 'temperature' and temperatures are given"):
+        search_hyperparameters(
+            template, train, valid, {"temperature": [1.0, 0.5]}, temperatures=[1.0]
+        )
