@@ -167,6 +167,7 @@ def test_keep_estimators(split_logs):
     assert run_trial(POEM(solver="lbfgs", max_iter=5), {}, train, valid).estimator is None
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 def test_run_trial_serves_at_the_temperature_its_rule_selects(split_logs):
     """Each temperature is scored on validation from one fit; the rule's choice is served."""
     from poem.learners.search import validation_scores
