@@ -24,6 +24,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from poem.data import LoggedBandit
 from poem.estimators.ips import Estimate, evaluate_policy
+from poem.partitioned_log import FixedProbabilities
 
 __all__ = [
     "SearchResult",
@@ -285,6 +286,7 @@ def validation_scores(
     ``policy`` needs ``log_action_probability_on(log)``; ``validation_log`` the attributes
     :func:`~poem.estimators.ips.evaluate_policy` reads.
     """
+    policy = FixedProbabilities(policy.log_action_probability_on(validation_log))  # once for both
     ips_est = evaluate_policy(
         policy, validation_log, estimator="ips", confidence_level=confidence_level
     )
