@@ -119,7 +119,7 @@ def test_search_selects_the_best_validation_risk(split_logs):
 
 
 def test_undefined_snips_is_recorded_as_nan(split_logs, monkeypatch):
-    import poem.learners.search as search
+    import poem.learners._trials as search
 
     real = search.evaluate_policy
 
