@@ -89,6 +89,10 @@ def test_promote_then_reject_then_compare_and_rollback(tmp_path, logs_dir, write
     for child in children:
         assert TRIAL_METRICS <= set(child.data.metrics), set(child.data.metrics)
         assert "variance_scale" in child.data.params
+        assert float(child.data.params["temperature"]) in (1.0, 0.5, 0.25, 0.125, 0.0625)
+    # the refit serves at the selected trial's temperature (search.temperatures, no refit per α)
+    chosen = first.best_params["temperature"]
+    assert float(parent.data.params["selected.temperature"]) == chosen
     artifacts = set(_artifacts(client, first.mlflow_run_id))
     for expected in (
         "config/resolved.yml",
