@@ -170,7 +170,7 @@ def select_temperature(
 ) -> Trial:
     r"""Serve a fitted model at the temperature whose validation score is best.
 
-    The served policy at temperature α is :math:`\pi_{w/\alpha}` (DESIGN §5): the same
+    The served policy at temperature α is :math:`\pi_{w/\alpha}` (DESIGN §7): the same
     fitted w moved along its own direction, a point of the same policy class that the
     solver's path from w₀ does not reach (the variance penalty and a few epochs keep ‖w‖
     near the start, while a sharper policy has a lower expected loss whenever its MAP
