@@ -187,10 +187,7 @@ def _block_statistics(
     if n == 0:  # an empty partition adds nothing
         return CRMStatistics.zeros(family.coef_shape)
     prob, vjp = family.prob_and_vjp(coef, inputs, actions)
-    r = prob / propensities
-    active = r < clip
-    u = scaled_losses * np.minimum(clip, r)
-    g = np.where(active, u, 0.0)  # ∇uᵢ = uᵢ ∇log π (Eq. 13); 0 when clipped
+    u, g, active = _row_terms(prob, propensities, scaled_losses, clip)
     sum_grad_u, sum_u_grad_u = vjp(np.stack([g, u * g], axis=1))  # one pass over the inputs
     return CRMStatistics(
         n=int(n),
@@ -200,6 +197,14 @@ def _block_statistics(
         sum_u_grad_u=sum_u_grad_u,
         n_clipped=int(n - np.count_nonzero(active)),
     )
+
+
+def _row_terms(prob, propensities, scaled_losses, clip) -> tuple[np.ndarray, ...]:
+    """uᵢ = δ'ᵢ min(M, rᵢ), gᵢ with ∇uᵢ = gᵢ ∇log π (Eq. 13: uᵢ, or 0 when clipped), rᵢ < M."""
+    r = prob / propensities
+    active = r < clip
+    u = scaled_losses * np.minimum(clip, r)
+    return u, np.where(active, u, 0.0), active
 
 
 def crm_objective_from_statistics(
@@ -414,8 +419,6 @@ def majorized_batch_gradient(
     a, b = _majorized_weights(coefficients, n_total, variance_penalty)
     with single_blas_thread():
         prob, vjp = family.prob_and_vjp(coef, inputs, actions)
-        r = prob / propensities
-        u = scaled_losses * np.minimum(clip, r)
-        g = np.where(r < clip, u, 0.0)
+        u, g, _ = _row_terms(prob, propensities, scaled_losses, clip)
         grad = vjp(g * (a + b * u))
     return grad / family.n_rows(inputs) + 2.0 * l2_penalty * coef
