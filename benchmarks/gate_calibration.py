@@ -41,9 +41,11 @@ favourable null, which puts mass ≈ μ/|L| = 1e-4 on L — about 2 rows in 20,0
 without such a row cannot tell the null from the alternative): 25 % is not excluded for
 such a test, but it needs a fixed-n calibration (unknown for this nonparametric class) or a
 randomized decision. The ``snips`` option bets at 0.99/|L|, the oracle's bet, and promotes
-18.4 / 11.4 %; the column ``snips+coin`` is the same bound with the randomized Ville
-threshold (also promote when Kₙ ≥ U/α, a fresh U ~ U(0, 1] per log; Ramdas & Manole 2023):
-38.6 / 33.6 %, valid, but not a gate option (a re-run of a rejected gate would draw again).
+18.4 / 11.4 %. The ``+coin`` columns are each option with ``gate.randomized: true``: the
+same bound with the randomized Ville threshold (also promote when Kₙ ≥ U/α; Ramdas & Manole
+2023), valid over U ~ U(0, 1]. Here U is drawn fresh per log; the gate takes it from the
+challenger (:func:`poem.gate.decision_coin`, a hash of its coefficients, fitted on other
+rows), so a re-run of a rejected gate cannot draw again.
 
 Usage: ``python benchmarks/gate_calibration.py [--reps 500] [--coverage-reps 200]
 [--limit-reps 1000] [--n 500,2000,20000] [--settings near-uniform,heavy-tailed,rare-loss]
@@ -53,6 +55,7 @@ Usage: ``python benchmarks/gate_calibration.py [--reps 500] [--coverage-reps 200
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import time
 from dataclasses import dataclass
@@ -72,7 +75,7 @@ MIN_ESS = 100.0
 CHUNK = 2_000_000  # replicate rows per vectorised chunk
 PEAK, FAR = 2.0, 1.5  # heavy-tailed: logger peakedness, targets' distance from it
 RARE_CONTRAST, SPREAD = 1.0, 0.1  # rare-loss: loss contrast, challengers' noise
-RANDOMIZED = "snips+coin"  # snips with the randomized Ville threshold (not a gate option)
+RANDOMIZED = tuple(f"{e}+coin" for e in GATE_ESTIMATORS)  # gate.randomized: true
 OLD_RULE = "t (old rule)"  # one-sided t on (δ_max − δᵢ)(r^c_i − r^h_i): not valid, for reference
 
 
@@ -246,7 +249,7 @@ def _sample(rng, p, shape):
 
 def _decisions(setting, rng, reps, n, challenger, champion, clip):
     """Promotion indicator per replicate and gate option (vectorised in chunks of logs)."""
-    out = {e: [] for e in (*GATE_ESTIMATORS, RANDOMIZED, OLD_RULE)}
+    out = {e: [] for e in (*GATE_ESTIMATORS, *RANDOMIZED, OLD_RULE)}
     per_chunk = max(1, CHUNK // n)
     for start in range(0, reps, per_chunk):
         m = min(per_chunk, reps - start)
@@ -254,7 +257,8 @@ def _decisions(setting, rng, reps, n, challenger, champion, clip):
         wc = challenger[ctx, actions] / p
         wh = np.ones_like(wc) if champion is None else champion[ctx, actions] / p
         ess = wc.sum(1) ** 2 / (wc**2).sum(1)
-        for estimator in GATE_ESTIMATORS:
+        coin = 1.0 - rng.random(m)  # U in (0, 1], one per log (as decision_coin per challenger)
+        for randomized, estimator in itertools.product((False, True), GATE_ESTIMATORS):
             lcb = improvement_lower_bound(
                 losses,
                 wc,
@@ -263,18 +267,10 @@ def _decisions(setting, rng, reps, n, challenger, champion, clip):
                 loss_bounds=(0.0, 1.0),
                 clip=clip if estimator == "clipped_ips" else None,
                 confidence_level=1 - ALPHA,
+                randomization=coin if randomized else None,
             )
-            out[estimator].append((lcb > 0) & (ess >= MIN_ESS))
-        lcb = improvement_lower_bound(
-            losses,
-            wc,
-            wh,
-            estimator="snips",
-            loss_bounds=(0.0, 1.0),
-            confidence_level=1 - ALPHA,
-            randomization=1.0 - rng.random(m),  # U in (0, 1], one per log
-        )
-        out[RANDOMIZED].append((lcb > 0) & (ess >= MIN_ESS))
+            key = f"{estimator}+coin" if randomized else estimator
+            out[key].append((lcb > 0) & (ess >= MIN_ESS))
         x = (1.0 - losses) * (wc - wh)
         t_lcb = x.mean(1) - stdtrit(n - 1, 1 - ALPHA) * x.std(1, ddof=1) / np.sqrt(n)
         out[OLD_RULE].append((t_lcb > 0) & (ess >= MIN_ESS))
@@ -356,7 +352,7 @@ def main() -> None:
         )
         print(
             f"{'champion':9s} {'challenger':10s} {'n':>6s} {'ESS/n':>6s}  "
-            + "  ".join(f"{e:>12s}" for e in (*GATE_ESTIMATORS, RANDOMIZED, OLD_RULE))
+            + "  ".join(f"{e:>12s}" for e in (*GATE_ESTIMATORS, *RANDOMIZED, OLD_RULE))
         )
         for champ_name, champion, base in (
             ()
@@ -374,7 +370,7 @@ def main() -> None:
                     print(
                         f"{champ_name:9s} {label:10s} {n:6d} {s.ess_fraction(challenger):6.3f}  "
                         + "  ".join(
-                            f"{rates[e]:12.3f}" for e in (*GATE_ESTIMATORS, RANDOMIZED, OLD_RULE)
+                            f"{rates[e]:12.3f}" for e in (*GATE_ESTIMATORS, *RANDOMIZED, OLD_RULE)
                         ),
                         flush=True,
                     )

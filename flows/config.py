@@ -403,6 +403,7 @@ class GateConfig(_Section):
     confidence_level: float = Field(0.95, gt=0, lt=1)
     min_improvement: float = Field(0.0, ge=0)
     min_ess: float = Field(100.0, ge=0)
+    randomized: bool = False
 
     @model_validator(mode="after")
     def _clip_for_clipped(self) -> GateConfig:

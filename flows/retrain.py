@@ -25,7 +25,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from flows.config import load_config
 from flows.dask_runner import open_data_client, use_partitions
 from flows.registry import version_tags
-from flows.tasks.gate import gate_candidate, gate_metrics, load_champion, report_gate
+from flows.tasks.gate import gate_candidate, gate_coin, gate_metrics, load_champion, report_gate
 from flows.tasks.load import build_log, fingerprint_logs, load_logs
 from flows.tasks.partitioned import (
     gate_inputs,
@@ -180,7 +180,8 @@ def _stages(cfg: Any, run: Any, fingerprint: str) -> tuple:
     record_search(trials, best, run)
     policy = train_policy(parts, cfg.training, trials[best].params, run, champion)
     blocking = [c.name for c in propensity.warnings] if cfg.checks.block_on_warnings else []
-    comparison = gate_candidate(policy, champion, parts.test, cfg.gate, blocking)
+    coin = gate_coin(policy, cfg.gate)
+    comparison = gate_candidate(policy, champion, parts.test, cfg.gate, blocking, coin)
     report_gate(comparison, champion_version, run)
     return comparison, trials, best, policy, log.n_rows, champion_version
 
@@ -227,7 +228,10 @@ def _partitioned_stages(cfg: Any, run: Any, _fingerprint: str) -> tuple:
         )
         blocking = [c.name for c in propensity.warnings] if cfg.checks.block_on_warnings else []
         challenger_rows, champion_rows, test_rows = gate_inputs(policy, champion, parts)
-        comparison = gate_candidate(challenger_rows, champion_rows, test_rows, cfg.gate, blocking)
+        coin = gate_coin(policy, cfg.gate)
+        comparison = gate_candidate(
+            challenger_rows, champion_rows, test_rows, cfg.gate, blocking, coin
+        )
         report_gate(comparison, champion_version, run)
     finally:
         client.close()

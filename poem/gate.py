@@ -18,7 +18,39 @@ from poem.data import LoggedBandit
 from poem.estimators.compare import PolicyComparison, compare_policies
 from poem.estimators.weights import importance_weights
 
-__all__ = ["counterfactual_ab_test"]
+__all__ = ["counterfactual_ab_test", "decision_coin"]
+
+
+def decision_coin(policy: Any) -> float:
+    r"""The U ∈ (0, 1] of a randomized gate decision, reproducible from the challenger itself.
+
+    .. math:: U = (h + 1) / 2^{64}
+
+    where h is the first 64 bits of the SHA-256 of the policy's family, coefficients w,
+    temperature α and exploration floor ε (:meth:`StochasticPolicy.digest`), i.e. of what it
+    serves. The randomized decision (``randomization=`` of
+    :func:`~poem.estimators.compare.compare_policies`) needs U independent of the test
+    log: the challenger is fitted on the training (and validation) rows only, so its digest
+    is, and across challengers it is uniform for all practical purposes. Because U is a
+    function of the challenger, re-running the gate — or retraining that reproduces the same
+    w — gives the same U and the same decision; a rejected challenger cannot draw again.
+
+    Parameters
+    ----------
+    policy : StochasticPolicy
+        The challenger.
+
+    Returns
+    -------
+    float
+        U in (0, 1].
+
+    References
+    ----------
+    Ramdas & Manole (2023), Randomized and exchangeable improvements of Markov's,
+    Chebyshev's and Chernoff's inequalities, arXiv:2304.02611, §4 (randomized Ville).
+    """
+    return (int(policy.digest()[:16], 16) + 1) / 2.0**64
 
 
 def counterfactual_ab_test(
@@ -33,6 +65,7 @@ def counterfactual_ab_test(
     min_ess: float = 100.0,
     interval: str = "t",
     failed_checks: Sequence[str] = (),
+    randomization: float | None = None,
 ) -> PolicyComparison:
     r"""Decide whether ``challenger`` should replace ``champion``, on ``log`` only.
 
@@ -68,6 +101,9 @@ def counterfactual_ab_test(
         Method of the reported intervals (the decision uses the betting bound).
     failed_checks : sequence of str, default=()
         Names of data or propensity checks that did not pass; any blocks promotion.
+    randomization : float or None, default=None
+        U in (0, 1] for the randomized decision (typically :func:`decision_coin` of the
+        challenger); None: deterministic.
 
     Returns
     -------
@@ -96,6 +132,7 @@ def counterfactual_ab_test(
         interval=interval,
         loss_baseline=log.loss_bounds[1],  # translated losses δ − δ_max ≤ 0 (DESIGN §4.1)
         loss_bounds=log.loss_bounds,
+        randomization=randomization,
     )
     if failed_checks:
         reasons = tuple(comparison.reasons) + tuple(

@@ -15,7 +15,7 @@ from flows.registry import alias_version, load_version_policy
 from flows.tasks import IO_RETRIES, stage_done
 from flows.tracking import TrackedRun, client_for, log_artifact, log_json, log_metrics, log_text
 from poem.diagnostics.gate_plot import plot_gate
-from poem.gate import counterfactual_ab_test
+from poem.gate import counterfactual_ab_test, decision_coin
 
 
 @task(name="load-champion", cache_policy=NO_CACHE, **IO_RETRIES)
@@ -26,11 +26,24 @@ def load_champion(tracking: TrackingConfig) -> tuple[str | None, Any]:
     return version, None if version is None else load_version_policy(client, tracking, version)
 
 
+def gate_coin(policy: Any, gate: GateConfig) -> float | None:
+    """U of the randomized decision (``gate.randomized``): the challenger's own coin, else None."""
+    return decision_coin(policy) if gate.randomized else None
+
+
 @task(name="gate-candidate", cache_policy=NO_CACHE, on_completion=[stage_done])
 def gate_candidate(
-    challenger: Any, champion: Any, test_log: Any, gate: GateConfig, failed_checks: list[str]
+    challenger: Any,
+    champion: Any,
+    test_log: Any,
+    gate: GateConfig,
+    failed_checks: list[str],
+    coin: float | None = None,
 ) -> Any:
-    """Compare challenger and champion on the test log (``poem.gate.counterfactual_ab_test``)."""
+    """Compare challenger and champion on the test log (``poem.gate.counterfactual_ab_test``).
+
+    ``coin``: U of the randomized decision (:func:`gate_coin`), None for the deterministic one.
+    """
     return counterfactual_ab_test(
         challenger,
         champion,
@@ -42,6 +55,7 @@ def gate_candidate(
         min_ess=gate.min_ess,
         interval=gate.interval,
         failed_checks=failed_checks,
+        randomization=coin,
     )
 
 

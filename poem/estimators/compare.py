@@ -58,6 +58,9 @@ class PolicyComparison:
         Required improvement (risk units).
     min_ess : float
         Required challenger effective sample size.
+    randomization : float or None
+        The U in (0, 1] of a randomized decision (see :func:`compare_policies`); None:
+        deterministic.
     """
 
     challenger: Estimate
@@ -68,6 +71,7 @@ class PolicyComparison:
     reasons: tuple[str, ...]
     min_improvement: float = 0.0
     min_ess: float = 0.0
+    randomization: float | None = None
 
     @property
     def decision(self) -> str:
@@ -107,6 +111,8 @@ class PolicyComparison:
             out |= {name: est.value, f"{name}_lower": est.lower, f"{name}_upper": est.upper}
             out[f"{name.removesuffix('_risk')}_interval_flagged"] = float(bool(est.flags))
         out["risk_difference_ucb"] = self.upper_bound
+        if self.randomization is not None:
+            out["gate_randomization"] = self.randomization
         out["challenger_effective_sample_size"] = self.challenger.effective_sample_size
         out["champion_effective_sample_size"] = self.champion.effective_sample_size
         return {k: float(v) for k, v in out.items()}
@@ -119,6 +125,7 @@ class PolicyComparison:
             "upper_bound": float(self.upper_bound),
             "min_improvement": float(self.min_improvement),
             "min_ess": float(self.min_ess),
+            "randomization": self.randomization,
             "estimator": self.estimator,
             "reasons": list(self.reasons),
             "flags": list(self.flags),
@@ -152,7 +159,7 @@ class PolicyComparison:
         lines += [
             "",
             f"One-sided {100 * level:g}% upper confidence bound of the difference "
-            f"({self.estimator} terms, betting bound valid at every n): "
+            f"({self.estimator} terms, {_bound_kind(self.randomization)}): "
             f"**{self.upper_bound:.4g}** (promotion needs < {0.0 - self.min_improvement:.4g}); "
             f"n = {self.difference.n:,} rows; "
             f"minimum challenger effective sample size {self.min_ess:,.4g}.",
@@ -170,6 +177,26 @@ class PolicyComparison:
             ]
             lines += [f"- {flag}" for flag in self.flags]
         return "\n".join(lines) + "\n"
+
+
+def _bound_kind(randomization: float | None) -> str:
+    """How the decisive bound was made, for the report and the reasons."""
+    if randomization is None:
+        return "betting bound valid at every n"
+    return (
+        f"randomized betting bound, U = {randomization:.4g}: it also promotes when the "
+        "capital at the end of the log reaches U/α; valid at every n over the draw of U"
+    )
+
+
+def _check_randomization(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"randomization must be a real number or None, got {type(value).__name__}")
+    if not (0.0 < value <= 1.0):
+        raise ValueError(f"randomization must be in (0, 1], got {value!r}")
+    return float(value)
 
 
 def _check_threshold(value: Any, name: str) -> float:
@@ -195,6 +222,7 @@ def compare_policies(
     loss_baseline: float = 0.0,
     loss_bounds: tuple[float, float] | None = None,
     max_weight: float | None = None,
+    randomization: float | None = None,
 ) -> PolicyComparison:
     r"""Paired off-policy comparison of a challenger with the champion, and the gate's decision.
 
@@ -216,7 +244,13 @@ def compare_policies(
     Guarantee: P(promote) ≤ γ when R(challenger) ≥ R(champion) − ε, at every n, if rows are
     independent draws from the logging policy with correct propensities, losses lie in
     ``loss_bounds`` and, unless the champion is the logging policy and the estimator is
-    ``"ips"`` or ``"clipped_ips"``, every importance weight is ≤ ``max_weight``.
+    ``"ips"`` or ``"clipped_ips"``, every importance weight is ≤ ``max_weight``. With
+    ``randomization=U`` the bound also rejects when the capital at the end of the log
+    Kₙ ≥ U/γ (randomized Ville inequality, Ramdas & Manole 2023): the guarantee then holds
+    over the draw of U ~ Uniform(0, 1], which must be independent of the log (e.g.
+    :func:`poem.gate.decision_coin` of a challenger fitted on other rows), and a log whose
+    evidence falls short of 1/γ still promotes with chance γ·Kₙ — more power where evidence
+    is scarce (rare losses), the same false-promotion rate.
 
     Parameters
     ----------
@@ -253,6 +287,9 @@ def compare_policies(
     max_weight : float or None, default=None
         Bound B on every importance weight, ≥ 1 (e.g. 1 / the logging policy's smallest
         propensity); None uses each policy's largest weight on the log.
+    randomization : float or None, default=None
+        U in (0, 1], drawn independently of the log, for the randomized decision; None:
+        deterministic (only the running maximum of the capital decides).
 
     Returns
     -------
@@ -265,13 +302,15 @@ def compare_policies(
         If lengths differ, weights are non-finite or negative, ``confidence_level`` is not
         in (0, 1), ``min_improvement`` or ``min_ess`` is negative, ``estimator`` or
         ``interval`` is not an exact option name, ``clip`` is ≤ 0, missing for or given
-        to the wrong estimator, a loss lies outside ``loss_bounds`` or a weight above
-        ``max_weight``.
+        to the wrong estimator, a loss lies outside ``loss_bounds``, a weight above
+        ``max_weight`` or ``randomization`` outside (0, 1].
 
     References
     ----------
     Waudby-Smith & Ramdas (2024), Estimating means of bounded random variables by betting,
     JRSS-B 86(1), arXiv:2010.09686 (the bound).
+    Ramdas & Manole (2023), Randomized and exchangeable improvements of Markov's,
+    Chebyshev's and Chernoff's inequalities, arXiv:2304.02611, §4 (randomized Ville).
     Swaminathan & Joachims (2015), JMLR 16, arXiv:1502.02362, Eq. (1) (each risk).
     Owen (2013), Monte Carlo theory, methods and examples, §9.2 (delta method for ratio
     estimates, used for SNIPS).
@@ -294,6 +333,7 @@ def compare_policies(
     _check_option(interval, "interval", INTERVAL_METHODS)
     bounds = _check_loss_bounds(raw, loss_bounds)
     bound = _check_max_weight(max_weight, wc, wh)
+    coin = _check_randomization(randomization)
     kwargs = {"confidence_level": level, "interval": interval, "random_state": random_state}
     challenger = shift_estimate(_dispatch(estimator, d, wc, clip, **kwargs), c)
     champion = shift_estimate(_dispatch(estimator, d, wh, clip, **kwargs), c)
@@ -306,6 +346,7 @@ def compare_policies(
         max_weight=bound,
         clip=clip,
         confidence_level=level,
+        randomization=coin,
     )
     ucb = -float(lcb)
     difference = _paired_difference(d, wc, wh, estimator, clip, level, interval, random_state)
@@ -322,15 +363,15 @@ def compare_policies(
     enough = bool(challenger.effective_sample_size >= n_min)
     reasons = (
         f"{'passed' if improves else 'failed'}: improvement: the one-sided {100 * level:g}% upper "
-        f"confidence bound of R(challenger) - R(champion) ({estimator} terms, betting bound "
-        f"valid at every n) is {ucb:.4g}, "
+        f"confidence bound of R(challenger) - R(champion) ({estimator} terms, "
+        f"{_bound_kind(coin)}) is {ucb:.4g}, "
         f"{'below' if improves else 'not below'} -min_improvement = {0.0 - epsilon:.4g}",
         f"{'passed' if enough else 'failed'}: effective sample size: the challenger's is "
         f"{challenger.effective_sample_size:,.1f} of {d.size:,} rows, "
         f"{'at least' if enough else 'below'} min_ess = {n_min:,.4g}",
     )
     return PolicyComparison(
-        challenger, champion, difference, ucb, improves and enough, reasons, epsilon, n_min
+        challenger, champion, difference, ucb, improves and enough, reasons, epsilon, n_min, coin
     )
 
 

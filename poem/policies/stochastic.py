@@ -6,6 +6,8 @@ This is the one object the learners produce, the gate evaluates, the artifact st
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,6 +99,17 @@ class StochasticPolicy:
             self.exploration_floor if exploration_floor is None else exploration_floor,
             dict(self.metadata),
         )
+
+    def digest(self) -> str:
+        """SHA-256 (hex) of what the served distribution depends on: family, w, α and ε.
+
+        Two policies with the same digest serve the same probabilities; the metadata (names,
+        hyperparameters) is not included, so a retrain that reproduces w reproduces the digest.
+        """
+        h = hashlib.sha256(json.dumps(self.family.spec(), sort_keys=True).encode())
+        h.update(np.ascontiguousarray(self.coef, dtype="<f8").tobytes())
+        h.update(np.array([self.temperature, self.exploration_floor], dtype="<f8").tobytes())
+        return h.hexdigest()
 
     def _kw(self) -> dict[str, float]:
         return {"temperature": self.temperature, "exploration_floor": self.exploration_floor}

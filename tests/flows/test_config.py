@@ -206,6 +206,7 @@ DEFECTS = [
         r"training\.params\.policy is 'discrete' but data\.family is 'multilabel'",
     ),
     ("gate:\n  min_ess: .inf\n", r"gate\.min_ess: Input should be a finite number"),
+    ("gate:\n  randomized: sometimes\n", r"gate\.randomized: Input should be a valid boolean"),
     (
         "search:\n  cache_expiration_hours: 1.0e+12\n",
         r"search\.cache_expiration_hours: Input should be less than or equal to 87600",

@@ -206,7 +206,20 @@ def test_crash_between_register_and_promote_keeps_champion(
 
 def test_cli_prints_stages_and_a_headline(tmp_path, logs_dir, write_config, capsys):
     config = write_config(logs_dir / "good")
-    assert main(["retrain", "--config", str(config), "--set", "gate.min_ess=10"]) == 0
+    assert (
+        main(
+            [
+                "retrain",
+                "--config",
+                str(config),
+                "--set",
+                "gate.min_ess=10",
+                "--set",
+                "gate.randomized=true",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out.splitlines()
     stages = [line.split()[1] for line in out if line.startswith("    ") and "s  " in line]
     for stage in ("validate-logs", "split-logs", "search-trial", "train-policy", "gate-candidate"):
@@ -217,3 +230,17 @@ def test_cli_prints_stages_and_a_headline(tmp_path, logs_dir, write_config, caps
         out[headline + 1].startswith("  difference -") and "champion is now v1" in out[headline + 1]
     )
     assert out[-1] == "decision=promoted champion=1"
+    # gate.randomized: the coin is the challenger's own (a hash of what it serves), logged
+    from flows.config import load_config
+    from flows.registry import load_version_policy
+    from flows.tracking import client_for
+    from poem.gate import decision_coin
+
+    tracking = load_config(config).tracking
+    client = client_for(tracking)
+    (run,) = client.search_runs(
+        [client.get_experiment_by_name("test").experiment_id], "tags.decision = 'promoted'"
+    )
+    coin = decision_coin(load_version_policy(client, tracking, "1"))
+    assert run.data.params["gate.randomized"] == "True"
+    assert run.data.metrics["gate_randomization"] == pytest.approx(coin, rel=1e-12)

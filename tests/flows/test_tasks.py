@@ -20,7 +20,7 @@ from flows.config import (
 )
 from flows.registry import alias_version
 from flows.tasks import is_transient_io_error
-from flows.tasks.gate import gate_candidate, gate_metrics, load_champion
+from flows.tasks.gate import gate_candidate, gate_coin, gate_metrics, load_champion
 from flows.tasks.load import build_log, fingerprint_logs, load_logs
 from flows.tasks.register import promote_policy, register_policy
 from flows.tasks.search import search_trial, select_best
@@ -28,6 +28,7 @@ from flows.tasks.split import split_logs
 from flows.tasks.validate import enforce_checks, quarantine_rows, record_check_report, validate_logs
 from flows.tracking import TrackedRun, client_for, ensure_experiment, start_run
 from poem.exceptions import InvalidLogError
+from poem.gate import decision_coin
 
 PARAMS = {"solver": "lbfgs", "variance_penalty": "calibrated", "max_iter": 30, "random_state": 0}
 
@@ -118,6 +119,14 @@ def test_gate_against_logging_policy_and_blocking_checks(parts, trials):
     assert not blocked.promote and "check did not pass: uniform_weight_mean" in blocked.reasons[-1]
     same = gate_candidate.fn(policy, policy, parts.test, gate, [])
     assert not same.promote and same.difference.value == 0.0
+    # gate.randomized: the challenger's own coin; off by default
+    assert gate_coin(policy, gate) is None and comparison.randomization is None
+    randomized = GateConfig(min_ess=10, randomized=True)
+    coin = gate_coin(policy, randomized)
+    assert coin == decision_coin(policy)
+    drawn = gate_candidate.fn(policy, None, parts.test, randomized, [], coin)
+    assert drawn.randomization == coin and gate_metrics(drawn)["gate_randomization"] == coin
+    assert drawn.upper_bound <= comparison.upper_bound
 
 
 def test_register_promote_load_champion(run, parts, trials):

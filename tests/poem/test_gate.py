@@ -7,7 +7,7 @@ import pytest
 
 from poem.diagnostics.gate_plot import plot_gate
 from poem.diagnostics.search_plot import plot_search
-from poem.gate import counterfactual_ab_test
+from poem.gate import counterfactual_ab_test, decision_coin
 from poem.policies import StochasticPolicy, family_from_log
 
 
@@ -69,3 +69,30 @@ def test_plots_are_written(synthetic_problem, tmp_path):
     ]
     png = plot_search(rows, tmp_path / "search" / "ips.png")
     assert png.stat().st_size > 1000
+
+
+def test_decision_coin_is_a_reproducible_function_of_what_the_challenger_serves(
+    synthetic_problem,
+):
+    policy = _oracle(synthetic_problem, 8.0)
+    u = decision_coin(policy)
+    assert 0.0 < u <= 1.0 and u == (int(policy.digest()[:16], 16) + 1) / 2.0**64
+    # metadata does not serve anything: a retrain that reproduces w reproduces the coin
+    renamed = StochasticPolicy(policy.family, policy.coef.copy(), metadata={"run": "other"})
+    assert decision_coin(renamed) == u
+    # anything that changes the served probabilities changes it
+    assert decision_coin(policy.with_serving(temperature=0.5)) != u
+    assert decision_coin(policy.with_serving(exploration_floor=0.01)) != u
+    assert decision_coin(StochasticPolicy(policy.family, policy.coef * (1 + 1e-15))) != u
+    coins = [decision_coin(_oracle(synthetic_problem, s)) for s in np.linspace(1, 9, 400)]
+    assert len(set(coins)) == 400 and 0.4 < np.mean(coins) < 0.6  # s.e. 0.014
+
+
+def test_randomized_gate_uses_the_given_coin(synthetic_problem):
+    log = synthetic_problem.log
+    challenger = _oracle(synthetic_problem, 8.0)
+    u = decision_coin(challenger)
+    result = counterfactual_ab_test(challenger, None, log, min_ess=10, randomization=u)
+    plain = counterfactual_ab_test(challenger, None, log, min_ess=10)
+    assert result.randomization == u and plain.randomization is None
+    assert result.upper_bound <= plain.upper_bound and result.promote

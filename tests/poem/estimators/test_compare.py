@@ -157,6 +157,7 @@ def test_report_and_dict(tiny_log):
         and d["min_improvement"] == 0.01
         and d["min_ess"] == 1.0
     )
+    assert d["randomization"] is None and "gate_randomization" not in d["metrics"]
     md = result.to_markdown()
     assert md.startswith("## Counterfactual A/B gate: rejected\n")
     assert "| challenger | ips | 0.8 | [" in md and "| champion | ips | 0.55 | [" in md
@@ -166,7 +167,7 @@ def test_report_and_dict(tiny_log):
     assert "- difference: few non-zero terms (rare losses): 4 of 5 rows (< 300)\n" in md
     assert d["estimator"] == "ips" and d["flags"] == list(result.flags)
     assert d["metrics"]["risk_difference_ucb"] == pytest.approx(result.upper_bound)
-    assert "**Decision: rejected**" in md
+    assert "**Decision: rejected**" in md and "betting bound valid at every n)" in md
     for reason in result.reasons:
         assert f"- {reason}\n" in md
     assert isinstance(result, PolicyComparison)
@@ -228,6 +229,14 @@ def test_report_and_dict(tiny_log):
         ),
         ({"clip": 5.0}, ValueError, r"clip is only used by estimator='clipped_ips', got clip=5.0"),
         ({"estimator": "clipped_ips", "clip": -2.0}, ValueError, r"clip must be > 0, got -2.0"),
+        ({"randomization": 0.0}, ValueError, r"randomization must be in \(0, 1\], got 0.0"),
+        ({"randomization": 1.5}, ValueError, r"randomization must be in \(0, 1\], got 1.5"),
+        ({"randomization": np.nan}, ValueError, r"randomization must be in \(0, 1\], got nan"),
+        (
+            {"randomization": True},
+            TypeError,
+            r"randomization must be a real number or None, got bool",
+        ),
     ],
     ids=[
         "losses-length",
@@ -246,6 +255,10 @@ def test_report_and_dict(tiny_log):
         "clip-missing",
         "clip-unused",
         "clip-negative",
+        "coin-zero",
+        "coin-above-one",
+        "coin-nan",
+        "coin-bool",
     ],
 )
 def test_bad_arguments(kwargs, exception, message):
@@ -297,3 +310,33 @@ def test_gate_rejects_a_challenger_that_avoids_the_logged_actions_whatever_the_b
     for baseline in (0.0, 1.0):
         result = compare_policies(losses, avoid, np.ones(2000), min_ess=1, loss_baseline=baseline)
         assert not result.promote and result.upper_bound > 0.4
+
+
+def test_randomized_decision_promotes_on_evidence_short_of_one_over_alpha():
+    # a 2.4-point better challenger on 300 rows: the capital never reaches 1/α = 20, so the
+    # deterministic gate rejects; it ends above U/α = 4 (U = 0.2), so the randomized one
+    # promotes — and no coin can promote on a log whose capital ended below 1
+    logger, mu = np.array([0.9, 0.09, 0.01]), np.array([0.3, 0.2, 0.1])
+    challenger = np.array([0.7, 0.25, 0.05])
+    rng = np.random.default_rng(4)
+    actions = (rng.random((300, 1)) > np.cumsum(logger)).sum(axis=1)
+    losses = (rng.random(300) < mu[actions]).astype(float)
+    weights = challenger[actions] / logger[actions]
+    kwargs = {"loss_bounds": (0.0, 1.0), "min_ess": 0.0}
+    plain = compare_policies(losses, weights, np.ones(300), **kwargs)
+    coin = compare_policies(losses, weights, np.ones(300), randomization=0.2, **kwargs)
+    assert not plain.promote and plain.upper_bound > 0
+    assert coin.promote and coin.upper_bound < 0 and coin.randomization == 0.2
+    assert coin.reasons[0].startswith(
+        "passed: improvement: the one-sided 95% upper confidence bound of R(challenger) - "
+        "R(champion) (ips terms, randomized betting bound, U = 0.2: it also promotes when the "
+        "capital at the end of the log reaches U/α; valid at every n over the draw of U)"
+    )
+    assert coin.metrics()["gate_randomization"] == 0.2
+    assert json.loads(json.dumps(coin.to_dict()))["randomization"] == 0.2
+    assert "randomized betting bound, U = 0.2" in coin.to_markdown()
+    # the coin only adds rejections of the null: the randomized bound is never the higher one
+    assert coin.upper_bound <= plain.upper_bound
+    # the smallest coin promotes only logs whose capital ended at ≥ 1: not a worse challenger's
+    worse = np.array([1.0, 0.0, 0.0])[actions] / logger[actions]  # risk 0.3 > 0.289
+    assert not compare_policies(losses, worse, np.ones(300), randomization=1e-12, **kwargs).promote

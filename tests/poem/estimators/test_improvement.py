@@ -106,6 +106,25 @@ def test_a_a_false_promotion_at_n_50_with_heavy_weights(estimator, champion):
     assert np.mean(t_bound > 0) > 0.09
 
 
+@pytest.mark.parametrize("estimator", GATE_ESTIMATORS)
+def test_randomized_decision_keeps_the_level_at_n_50_with_heavy_weights(estimator):
+    # the A/A design above against the logger, with a fresh coin U per log: the randomized
+    # Ville threshold promotes more logs than the running maximum alone, and still ≤ α
+    reps, n = 2000, 50
+    base_a, base_b = np.array([0.1, 0.3, 0.6]), np.array([0.9, 0.1, 0.0])
+    t = (base_b @ MU - LOGGER @ MU) / (base_b @ MU - base_a @ MU)
+    challenger = t * base_a + (1 - t) * base_b
+    rng = np.random.default_rng(7)
+    actions, losses = _draw(rng, reps, n)
+    rc, rh = challenger[actions] / LOGGER[actions], np.ones((reps, n))
+    kwargs = {"estimator": estimator, "loss_bounds": (0.0, 1.0), "clip": 20.0}
+    plain = improvement_lower_bound(losses, rc, rh, **kwargs)
+    coin = improvement_lower_bound(losses, rc, rh, randomization=1.0 - rng.random(reps), **kwargs)
+    assert np.all(coin >= plain - 1e-12)
+    limit = 0.05 + 2 * np.sqrt(0.05 * 0.95 / reps)
+    assert np.mean(plain > 0) <= np.mean(coin > 0) <= limit
+
+
 def test_adversarial_log_with_one_weight_of_ten_thousand():
     rng = np.random.default_rng(4)
     losses = rng.random(50)
@@ -122,6 +141,9 @@ def test_adversarial_log_with_one_weight_of_ten_thousand():
         assert not compare_policies(losses, challenger, ones, **kwargs).promote
         result = compare_policies(losses, np.full(50, 0.9), champion, **kwargs)
         assert not result.promote and result.upper_bound > 0
+        # nor with the smallest coin: these logs' capitals end below 1
+        for w_c, w_h in ((challenger, ones), (np.full(50, 0.9), champion)):
+            assert not compare_policies(losses, w_c, w_h, randomization=1e-12, **kwargs).promote
     # with the default ESS guard even a lucky huge weight on a zero loss is not enough
     challenger[17], losses[17] = 1e4, 0.0
     lucky = compare_policies(losses, challenger, ones, loss_bounds=(0.0, 1.0))
