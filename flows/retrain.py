@@ -125,11 +125,13 @@ class RetrainResult:
             return "n/a" if value is None else f"{value:{sign}.4f}"
 
         risk = f"{self.estimator.upper()} risk" if self.estimator else "risk"
+        coin = m.get("gate_randomization")  # gate.randomized: the bound used the coin U
+        kind = "upper bound" if coin is None else f"randomized upper bound (U = {coin:.3f})"
         return [
             f"{self.decision.upper()}: challenger v{self.challenger_version} {risk} "
             f"{num(challenger)} vs {against} {num(champion)}",
             f"  difference {num(difference, '+')}, interval [{num(lower, '+')}, "
-            f"{num(upper, '+')}], upper bound {num(bound, '+')}; champion is now "
+            f"{num(upper, '+')}], {kind} {num(bound, '+')}; champion is now "
             f"{'v' + self.champion_version if self.champion_version else now}",
         ]
 

@@ -229,6 +229,7 @@ def test_cli_prints_stages_and_a_headline(tmp_path, logs_dir, write_config, caps
     assert (
         out[headline + 1].startswith("  difference -") and "champion is now v1" in out[headline + 1]
     )
+    assert "], randomized upper bound (U = 0." in out[headline + 1]
     assert out[-1] == "decision=promoted champion=1"
     # gate.randomized: the coin is the challenger's own (a hash of what it serves), logged
     from flows.config import load_config
