@@ -181,7 +181,7 @@ def main() -> None:
         )
         t = time.perf_counter()
         split = split_partitioned(kept, validation_fraction=0.25, test_fraction=0.25, by_time=True)
-        done("split", t, str(split.summary))
+        done("split", t, str(split.summary()))
         t = time.perf_counter()
         template = POEM(**TRAINING, max_iter=args.max_iter)
         prepared, split = prepare_training(split, release=True)  # refit_on: train

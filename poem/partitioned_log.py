@@ -62,8 +62,8 @@ class PartitionedSplit:
         per partition.
     method : {"time", "random"}
         How rows were assigned.
-    summary : dict
-        As :meth:`poem.splits.LogSplit.summary`.
+    counts : dict
+        Row counts, method and time boundaries (returned by :meth:`summary`).
     released : tuple of str, default=()
         Parts whose rows the partitions no longer hold (:func:`release_rows`).
     """
@@ -71,8 +71,12 @@ class PartitionedSplit:
     source: Any
     rows: dict
     method: str
-    summary: dict
+    counts: dict
     released: tuple = ()
+
+    def summary(self) -> dict[str, Any]:
+        """As :meth:`poem.splits.LogSplit.summary` (the same keys and values)."""
+        return dict(self.counts)
 
     def rows_for(self, part: str) -> list[np.ndarray]:
         """Local rows of ``part``: a split name, or ``"train+validation"`` (refit_on).

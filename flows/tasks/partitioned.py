@@ -84,8 +84,8 @@ def split_partitions(kept: Any, split: SplitConfig, run: TrackedRun) -> Any:
         by_time=split.by_time,
         random_state=split.random_state,
     )
-    log_params(run.client(), run.run_id, {"split": parts.summary})
-    task_logger().info("split %s", parts.summary)
+    log_params(run.client(), run.run_id, {"split": parts.summary()})
+    task_logger().info("split %s", parts.summary())
     return parts
 
 
@@ -98,18 +98,22 @@ def _learner_check(training: TrainingConfig) -> dict:
     return dict(training.params)
 
 
+def _preparation(params: dict) -> dict[str, bool]:
+    """The learner params that shape the prepared rows (POEM's defaults: both True)."""
+    return {
+        "fit_intercept": bool(params.get("fit_intercept", True)),
+        "standardize": bool(params.get("standardize", True)),
+    }
+
+
 @task(name="prepare-training", cache_policy=NO_CACHE, on_completion=[stage_done])
 def prepare_partitions(split: Any, training: TrainingConfig) -> tuple[Any, Any]:
     """Prepare the training rows where they live (:func:`prepare_training`).
 
     With ``refit_on: train`` the raw training rows are released (each row held once).
     """
-    params = _learner_check(training)
     return prepare_training(
-        split,
-        fit_intercept=bool(params.get("fit_intercept", True)),
-        standardize=bool(params.get("standardize", True)),
-        release=training.refit_on == "train",
+        split, **_preparation(_learner_check(training)), release=training.refit_on == "train"
     )
 
 
@@ -150,12 +154,7 @@ def train_policy_partitioned(
     """Refit the selected configuration on ``training.refit_on`` rows; log as ``train_policy``."""
     fixed = _learner_check(training)
     if training.refit_on != "train":
-        prepared, _ = prepare_training(
-            split,
-            part=training.refit_on,
-            fit_intercept=bool(fixed.get("fit_intercept", True)),
-            standardize=bool(fixed.get("standardize", True)),
-        )
+        prepared, _ = prepare_training(split, part=training.refit_on, **_preparation(fixed))
     estimator = build_learner(training.learner, fixed, params, champion=champion, log=header)
     fit_prepared(estimator, prepared)
     return record_fit(estimator, training, params, run)

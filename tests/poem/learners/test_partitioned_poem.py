@@ -53,7 +53,7 @@ def test_split_equals_split_log(timed_log, by_time):
         np.testing.assert_array_equal(
             np.concatenate([r + o for r, o in zip(local, edges, strict=False)]), rows
         )
-    assert got.summary == ref.summary() and got.n_rows("test") == ref.test_rows.size
+    assert got.summary() == ref.summary() and got.n_rows("test") == ref.test_rows.size
 
 
 @pytest.mark.parametrize("solver", ["lbfgs", "adagrad"])
