@@ -6,7 +6,13 @@ true risk R(π) = mean_x Σ_a π(a|x) μ(x, a) is exact:
 
 - ``near-uniform``: π₀ close to uniform (propensities ≈ 0.1–0.4);
 - ``heavy-tailed``: a peaked π₀ and targets far from it (Kong ESS ≤ 5 % of n);
-- ``rare-loss``: near-uniform π₀, losses non-zero on ≈ 1 % of rows.
+- ``rare-loss``: near-uniform π₀, losses non-zero on ≈ 1 % of rows;
+
+and two that no option was tuned on, run with ``--settings no-floor,very-rare``:
+
+- ``no-floor``: π₀ without an exploration floor (propensities down to ≈ 2e-4, weights in the
+  thousands) and targets far from it;
+- ``very-rare``: as ``rare-loss`` with losses on ≈ 0.2 % of rows.
 
 Champion = the logging policy or another policy H. Challengers are mixtures of two policies
 that differ from the champion, with true risk equal to the champion's, 2 % above it, or 5 %
@@ -152,10 +158,26 @@ def make_settings(seed: int) -> dict[str, Setting]:
     }
     contrast = 1.0 / (1.0 + np.exp(-RARE_CONTRAST * score))
     rare_mu = 0.01 * contrast / np.mean(np.sum(uniform * contrast, axis=1))
+    # two checks the options were not tuned on (not in the default --settings): no exploration
+    # floor (propensities down to ~1e-4, weights in the thousands, the log rarely shows the
+    # largest), and losses on 0.2 % of rows (about 40 in 20,000)
+    log_wide = 0.5 * noise[0]
+    h_wide = -log_wide - 0.3 * score + 0.3 * noise[1]
+
+    def away(logits: np.ndarray) -> tuple:
+        return (
+            _softmax(logits - 0.3 * score + 0.3 * noise[4]),
+            _softmax(logits + 0.3 * score + 0.3 * noise[5]),
+        )
+
+    wide = {"logger": away(-log_wide), "policy": away(h_wide)}
+    very_rare_mu = 0.2 * rare_mu
     return {
         "near-uniform": Setting("near-uniform", mu, uniform, _softmax(log_h), near),
         "heavy-tailed": Setting("heavy-tailed", mu, peaked, _softmax(log_far), far),
         "rare-loss": Setting("rare-loss", rare_mu, uniform, _softmax(log_h), rare),
+        "no-floor": Setting("no-floor", mu, _softmax(log_wide), _softmax(h_wide), wide),
+        "very-rare": Setting("very-rare", very_rare_mu, uniform, _softmax(log_h), rare),
     }
 
 
