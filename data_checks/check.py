@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from data_checks.partitioned import (
     PartitionOptions,
     check_partitioned,
@@ -102,6 +104,7 @@ class CheckOutcome:
         lines += [f"  quarantined {n:,}: {reason}" for reason, n in r.quarantined_by_reason.items()]
         if r.extra_columns:
             lines.append(f"extra columns (allowed, not checked): {', '.join(r.extra_columns)}")
+        lines += [f"skipped, not data: {f}" for f in r.skipped_files]
         lines += [f"HARD FAILURE {f}" for f in r.hard_failures]
         if self.propensity is not None:
             p = self.propensity
@@ -142,6 +145,8 @@ def check_logs(
     plots: bool = True,
     partitions: Any = None,
     client: Any = None,
+    future_timestamps: str = "warn",
+    now: Any = None,
     **overrides: Any,
 ) -> CheckOutcome:
     """Validate a log file or ``date=`` directory end to end.
@@ -166,6 +171,10 @@ def check_logs(
         (:mod:`data_checks.partitioned`); None always checks in memory.
     client : distributed.Client or None, default=None
         Cluster for the partitioned check, instead of the one ``partitions`` describes.
+    future_timestamps : {"warn", "quarantine"}, default="warn"
+        Rows dated later than the run's clock: a warning, or quarantined.
+    now : datetime-like or None, default=None
+        The run's clock (UTC); None reads the wall clock once, when the check starts.
     **overrides
         Metadata for logs without it (or replacing the declared one): ``loss_bounds``,
         ``reward_bounds``, ``n_actions``.
@@ -183,6 +192,8 @@ def check_logs(
         min_rows=min_rows,
         max_quarantine_fraction=max_quarantine_fraction,
         thresholds=thresholds,
+        future_timestamps=future_timestamps,
+        now=pd.Timestamp.now(tz="UTC") if now is None else now,
     )
     if client is not None or use_partitions(path, partitions):
         return _check_partitioned(path, settings, out, partitions, client, target_policy)

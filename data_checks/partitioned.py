@@ -53,6 +53,7 @@ from poem.diagnostics.propensity_summary import (
 )
 from poem.exceptions import InvalidLogError
 from poem.io.logs import log_files, table_from_frame
+from poem.io.parquet import skipped_log_files
 from poem.io.partitions import (
     LocalPartitions,
     LogPartition,
@@ -368,7 +369,11 @@ def check_partitioned(
     try:
         pieces = log_partitions(path)
     except (InvalidLogError, OSError, pa.ArrowException) as exc:
-        return (failed_report(source, exc), None, {}) + ((None,) if keep else ())
+        report = replace(
+            failed_report(source, exc),
+            skipped_files=tuple(str(f) for f in skipped_log_files(path)),
+        )
+        return (report, None, {}) + ((None,) if keep else ())
     n_total = sum(p.n_rows for p in pieces)
     qdir = None if out_dir is None else Path(out_dir) / "quarantine"
     if qdir is not None and qdir.exists():
@@ -395,6 +400,7 @@ def check_partitioned(
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     report = _merge(results, source, settings, duplicates, pieces)
+    report = replace(report, skipped_files=tuple(str(f) for f in skipped_log_files(path)))
     files = {}
     if qdir is not None and qdir.exists():
         files["quarantine"] = str(qdir)
@@ -425,6 +431,13 @@ def partition_set(items: list, client: Any = None) -> Any:
     return ClusterPartitions(client, list(items))
 
 
+def _comparable(metadata: str) -> str:
+    """Resolved metadata without ``min_propensity`` (it may change with the served policy)."""
+    meta = json.loads(metadata)
+    meta.pop("min_propensity", None)
+    return json.dumps(meta, sort_keys=True)
+
+
 def _merge(
     results: list[PartitionResult],
     source: str,
@@ -436,14 +449,16 @@ def _merge(
     merged = merge_reports(reports, source=source)
     n = merged.n_rows
     # a row-level expectation is evaluated on every row: its element count is the total
-    failures = [replace(f, element_count=n) if f.level == "row" else f for f in merged.failures]
-    metas = {r.metadata for r in results if r.metadata}
+    failures = [
+        replace(f, element_count=n) if f.level in ("row", "warning") else f for f in merged.failures
+    ]
+    metas = {_comparable(r.metadata) for r in results if r.metadata}
     if len(metas) > 1:
-        first = json.loads(sorted(metas)[0])
+        first = sorted(metas)[0]
         bad = [
             _name(pieces[r.index])
             for r in results
-            if r.metadata and json.loads(r.metadata) != first
+            if r.metadata and _comparable(r.metadata) != first
         ]
         failures.append(
             ExpectationFailure(

@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from data_checks.report import DataCheckReport
+from poem.io._folder import write_parquet_atomic
 from poem.io.parquet import METADATA_KEY
 
 __all__ = ["split_quarantine", "write_quarantine"]
@@ -74,5 +74,4 @@ def write_quarantine(quarantined: pd.DataFrame, path: str | Path) -> Path:
     table = table.replace_schema_metadata(
         {METADATA_KEY: json.dumps(meta)} if meta is not None else None
     )
-    pq.write_table(table, path)
-    return path
+    return write_parquet_atomic(table, path)

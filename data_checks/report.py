@@ -31,8 +31,9 @@ class ExpectationFailure:
         Column (or file) concerned.
     expectation : str
         GX expectation type, e.g. ``"expect_column_values_to_be_between"``.
-    level : {"dataset", "row"}
-        Dataset-level failures are always hard; row-level ones can be quarantined.
+    level : {"dataset", "row", "warning"}
+        Dataset-level failures are always hard; row-level ones can be quarantined; warnings
+        (counted rows that are kept, e.g. timestamps later than the run's clock) never fail.
     reason : str
         What is wrong, in words (the quarantine ``reason``).
     unexpected_count : int
@@ -55,7 +56,7 @@ class ExpectationFailure:
     observed: str = ""
 
     def __str__(self) -> str:
-        if self.level == "row":
+        if self.level in ("row", "warning") and self.unexpected_count:
             counts = f"{self.unexpected_count:,} of {self.element_count:,} rows"
             text = f"{self.column}: {counts}: {self.reason}"
         else:
@@ -107,6 +108,9 @@ class DataCheckReport:
     row_reasons : tuple
         Per input row, the index into ``reasons`` of its first row-level failure, or -1
         (used by the quarantine split; not serialised).
+    skipped_files : tuple of str
+        Files below the log folder that look like data (``*.parquet``) but are not read, each
+        with the reason (the data-file rule of :mod:`poem.io._folder`).
     """
 
     suite: str
@@ -120,6 +124,12 @@ class DataCheckReport:
     source: str = ""
     docs_path: str | None = None
     row_reasons: Any = field(default=None, repr=False, compare=False)
+    skipped_files: tuple[str, ...] = ()
+
+    @property
+    def warnings(self) -> tuple[ExpectationFailure, ...]:
+        """Warning-level findings (rows kept, run not failed)."""
+        return tuple(f for f in self.failures if f.level == "warning")
 
     @property
     def n_kept(self) -> int:
@@ -173,6 +183,8 @@ class DataCheckReport:
                 {**asdict(f), "examples": [_plain(e) for e in f.examples]} for f in self.failures
             ],
             "hard_failures": [str(f) for f in self.hard_failures],
+            "warnings": [str(f) for f in self.warnings],
+            "skipped_files": list(self.skipped_files),
         }
 
     def to_json(self, **kwargs: Any) -> str:
@@ -191,6 +203,7 @@ class DataCheckReport:
         ]
         if self.extra_columns:
             lines.append(f"Extra columns (allowed, not checked): {', '.join(self.extra_columns)}.")
+        lines += [f"Skipped (not data): `{f}`." for f in self.skipped_files]
         if self.failures:
             lines += [
                 "",
@@ -243,7 +256,8 @@ def raise_for_failures(report: DataCheckReport, *, quarantine: bool = True) -> D
     failures = (
         report.hard_failures
         if quarantine
-        else report.failures + tuple(f for f in report.hard_failures if f.column == "quarantine")
+        else tuple(f for f in report.failures if f.level != "warning")
+        + tuple(f for f in report.hard_failures if f.column == "quarantine")
     )
     if failures:
         raise InvalidLogError([f.to_violation() for f in failures])
@@ -313,4 +327,5 @@ def merge_reports(reports: Sequence[DataCheckReport], *, source: str = "") -> Da
         extra_columns=extra,
         source=source,
         row_reasons=(np.concatenate(codes), tuple(reasons)),
+        skipped_files=tuple(dict.fromkeys(f for r in reports for f in r.skipped_files)),
     )

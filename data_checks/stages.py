@@ -25,8 +25,10 @@ from poem.diagnostics.propensity import PropensityReport, PropensityThresholds, 
 from poem.exceptions import InvalidLogError
 from poem.io._row_checks import row_problems
 from poem.io.logs import LogTable, read_log_table
+from poem.io.parquet import skipped_log_files
 
 __all__ = [
+    "FUTURE_ACTIONS",
     "CheckSettings",
     "build_stage",
     "failed_report",
@@ -35,6 +37,9 @@ __all__ = [
     "read_stage",
     "validate_stage",
 ]
+
+
+FUTURE_ACTIONS = ("warn", "quarantine")
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,10 @@ class CheckSettings:
         Larger fractions of quarantined rows fail hard.
     thresholds : PropensityThresholds or None, default=None
         Propensity check thresholds.
+    future_timestamps : {"warn", "quarantine"}, default="warn"
+        Rows dated later than the run's clock: counted as a warning (kept), or quarantined.
+    now : datetime-like or None, default=None
+        The run's clock (UTC; naive values are UTC); None reads the wall clock at validation.
     """
 
     family: str | None = None
@@ -67,6 +76,15 @@ class CheckSettings:
     min_rows: int = 1
     max_quarantine_fraction: float = 0.05
     thresholds: PropensityThresholds | None = None
+    future_timestamps: str = "warn"
+    now: Any = None
+
+    def __post_init__(self) -> None:
+        if self.future_timestamps not in FUTURE_ACTIONS:
+            raise ValueError(
+                f"future_timestamps must be one of {list(FUTURE_ACTIONS)}, "
+                f"got {self.future_timestamps!r}"
+            )
 
 
 def _violation_failures(exc: InvalidLogError, stage: str) -> tuple[ExpectationFailure, ...]:
@@ -113,7 +131,8 @@ def read_stage(
             path, family=settings.family, window=settings.window, **settings.overrides
         )
     except (InvalidLogError, ValueError, FileNotFoundError) as exc:
-        return None, failed_report(str(path), exc)
+        skipped = tuple(str(f) for f in skipped_log_files(path)) if Path(path).is_dir() else ()
+        return None, replace(failed_report(str(path), exc), skipped_files=skipped)
     return table, None
 
 
@@ -132,6 +151,55 @@ def _row_failures(table: LogTable) -> list[tuple[ExpectationFailure, np.ndarray]
     return out
 
 
+def _future_rows(table: LogTable, settings: CheckSettings) -> list[tuple]:
+    """Rows dated later than the run's clock: a warning, or row failures to quarantine."""
+    if "timestamp" not in table.frame.columns:
+        return []
+    stamps = table.frame["timestamp"]
+    if not pd.api.types.is_datetime64_dtype(stamps):
+        return []  # unparsed timestamps are reported by the type checks
+    now = pd.Timestamp.now(tz="UTC") if settings.now is None else pd.Timestamp(settings.now)
+    now = now.tz_convert("UTC").tz_localize(None) if now.tzinfo is not None else now
+    mask = (stamps > now).to_numpy()
+    if not mask.any():
+        return []
+    pos = np.flatnonzero(mask)
+    ids = table.frame["event_id"] if "event_id" in table.frame.columns else None
+    examples = tuple(_plain(v) for v in (ids.iloc[pos[:5]] if ids is not None else pos[:5]))
+    level = "row" if settings.future_timestamps == "quarantine" else "warning"
+    failure = ExpectationFailure(
+        "timestamp",
+        "timestamp_not_after_run_clock",
+        level,
+        f"dated later than the run's clock {now.isoformat()} UTC "
+        f"(checks.future_timestamps: {settings.future_timestamps})",
+        int(pos.size),
+        table.n_rows,
+        examples,
+    )
+    return [(failure, pos)]
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") else value
+
+
+def _reader_warnings(table: LogTable) -> tuple[ExpectationFailure, ...]:
+    """What the reader noticed (rows outside their ``date=`` folder) as warnings."""
+    return tuple(
+        ExpectationFailure(
+            v.column,
+            "timestamp_in_partition_folder",
+            "warning",
+            v.message,
+            v.n_invalid,
+            v.n_rows,
+            v.row_examples,
+        )
+        for v in table.warnings
+    )
+
+
 def validate_stage(
     table: LogTable,
     settings: CheckSettings,
@@ -139,7 +207,14 @@ def validate_stage(
     context: Any = None,
     docs_dir: str | Path | None = None,
 ) -> DataCheckReport:
-    """Run the family's GX suite plus the front door's row rules on one table."""
+    """Run the family's GX suite plus the front door's row rules on one table.
+
+    Also: rows dated later than the run's clock (``settings.future_timestamps``), rows dated
+    outside their ``date=`` folder (a warning) and the files skipped as not data (named).
+    """
+    future = _future_rows(table, settings)
+    quarantined = [(f, pos) for f, pos in future if f.level == "row"]
+    warnings = _reader_warnings(table) + tuple(f for f, _ in future if f.level == "warning")
     meta = table.meta
     suite = build_log_suite(
         meta.family,
@@ -152,7 +227,7 @@ def validate_stage(
         min_propensity=settings.min_propensity,
         min_rows=settings.min_rows,
     )
-    return validate_frame(
+    report = validate_frame(
         table.frame,
         suite,
         params,
@@ -160,8 +235,9 @@ def validate_stage(
         max_quarantine_fraction=settings.max_quarantine_fraction,
         docs_dir=docs_dir,
         source=table.source,
-        row_failures=_row_failures(table),
+        row_failures=_row_failures(table) + quarantined,
     )
+    return replace(report, failures=report.failures + warnings, skipped_files=tuple(table.skipped))
 
 
 def quarantine_stage(

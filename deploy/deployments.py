@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import logging
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -35,16 +35,21 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 
+from poem.io.parquet import partition_date, scan_log_folder
+
 __all__ = ["DEPLOYMENT_NAME", "newest_partitions", "scheduled_retrain", "serve", "stage_partitions"]
 
 DEPLOYMENT_NAME = "nightly-retrain"
-_PARTITION = re.compile(r"^date=(\d{4}-\d{2}-\d{2})$")
+logger = logging.getLogger(__name__)
 
 
 def newest_partitions(
     root: str | Path, newest: int = 1, *, today: _dt.date | None = None, include_today: bool = False
 ) -> list[Path]:
-    """Return the ``newest`` latest ``date=YYYY-MM-DD`` folders (with Parquet files) under ``root``.
+    """Return the ``newest`` latest ``date=YYYY-MM-DD`` folders (with data files) under ``root``.
+
+    A ``date=`` folder whose name is not a calendar date (``date=2026-13-45``) is skipped with
+    a warning naming it; data files follow the rule of :func:`poem.io.parquet.list_log_files`.
 
     Parameters
     ----------
@@ -71,11 +76,13 @@ def newest_partitions(
         raise ValueError(f"newest must be >= 1, got {newest}")
     today = today or _dt.datetime.now(_dt.UTC).date()
     found = []
-    for child in Path(root).iterdir() if Path(root).is_dir() else ():
-        match = _PARTITION.match(child.name)
-        if not (match and child.is_dir() and any(child.glob("*.parquet"))):
+    for child in sorted(Path(root).iterdir()) if Path(root).is_dir() else ():
+        day, problem = partition_date(child.name)
+        if problem is not None and child.is_dir():
+            logger.warning("skipping %s: %s", child, problem)
             continue
-        day = _dt.date.fromisoformat(match.group(1))
+        if not (day and child.is_dir() and scan_log_folder(child).files):
+            continue
         if include_today or day < today:
             found.append((day, child))
     return [path for _, path in sorted(found)[-newest:]]
@@ -87,7 +94,7 @@ def stage_partitions(partitions: list[Path], target: Path) -> Path:
         return partitions[0]
     for part in partitions:
         (target / part.name).mkdir(parents=True, exist_ok=True)
-        for file in sorted(part.glob("*.parquet")):
+        for file in scan_log_folder(part).files:  # the data-file rule of the readers
             dest = target / part.name / file.name
             try:
                 os.link(file, dest)

@@ -21,8 +21,9 @@ fresh OS-entropy generator per request, so draws are independent across requests
 omitted signature param takes its default, ECOSYSTEM §3) and ``return_distribution``.
 
 Malformed requests (no rows, missing or non-numeric feature columns, NaN/inf, bad candidate
-layout, bad params) raise :class:`mlflow.exceptions.MlflowException` with error code
-``INVALID_PARAMETER_VALUE``; the scoring server turns it into HTTP 400 with the message.
+layout, an ``event_id`` repeated within a discrete or multilabel request, bad params) raise
+:class:`mlflow.exceptions.MlflowException` with error code ``INVALID_PARAMETER_VALUE``; the
+scoring server turns it into HTTP 400 with the message.
 
 The model is logged as *models from code*: MLflow executes this file and :func:`set_model`
 at the bottom selects the model, so no pickle is stored. The policy itself is the
@@ -258,7 +259,7 @@ class StochasticPolicyModel(mlflow.pyfunc.PythonModel):
                 inputs, event_ids = group_candidates(X, ids, self.policy.exploration_floor)
             else:
                 inputs = self.policy.family.prepare(X)
-                ids = parse_event_ids(model_input, required=False)
+                ids = parse_event_ids(model_input, required=False, unique=True)
                 event_ids = (
                     ids if ids is not None else np.array([uuid.uuid4().hex for _ in range(len(X))])
                 )

@@ -277,7 +277,8 @@ class ChecksConfig(_Section):
     """Log checks: GX expectation parameters, quarantine, and propensity thresholds.
 
     Propensity checks with status ``fail`` stop the flow; ``warn`` only blocks promotion when
-    ``block_on_warnings`` is true.
+    ``block_on_warnings`` is true. Rows dated later than the run's clock are a warning
+    (``future_timestamps: warn``, kept) or quarantined (``quarantine``).
     """
 
     min_rows: int = Field(100, ge=1)
@@ -285,6 +286,7 @@ class ChecksConfig(_Section):
     quarantine: bool = True
     max_quarantine_fraction: float = Field(0.01, ge=0, le=1)
     block_on_warnings: bool = False
+    future_timestamps: Literal["warn", "quarantine"] = "warn"
     propensity: PropensityChecksConfig = PropensityChecksConfig()
 
 

@@ -29,6 +29,7 @@ def check_settings(checks: ChecksConfig, data: DataConfig | None = None) -> Chec
         min_rows=checks.min_rows,
         max_quarantine_fraction=checks.max_quarantine_fraction,
         thresholds=PropensityThresholds(**checks.propensity.model_dump()),
+        future_timestamps=checks.future_timestamps,
     )
 
 

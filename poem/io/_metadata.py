@@ -18,6 +18,7 @@ import pandas as pd
 
 from poem.data import FAMILIES, check_loss_bounds
 from poem.exceptions import InvalidLogError, Violation
+from poem.policies._base import check_policy_size
 
 __all__ = [
     "FORMAT_VERSION",
@@ -194,7 +195,9 @@ def check_metadata(meta: LogMetadata, n_rows: int = 0) -> LogMetadata:
     ------
     InvalidLogError
         Naming the key: unknown family, ``n_actions`` that is not a positive integer,
-        bounds that are not two finite, increasing, non-overflowing numbers, unknown layouts.
+        bounds that are not two finite, increasing, non-overflowing numbers, unknown layouts,
+        a context column listed twice, a width (``n_features`` × ``n_actions``) beyond the
+        training limit :data:`poem.policies._base.MAX_COEFFICIENTS`.
     """
     if meta.family not in FAMILIES:
         raise _bad("family", n_rows, f"{meta.family!r} is not one of {list(FAMILIES)}")
@@ -230,7 +233,29 @@ def check_metadata(meta: LogMetadata, n_rows: int = 0) -> LogMetadata:
             raise _bad(key, n_rows, f"must be a non-negative integer, got {value!r}")
     if not all(isinstance(c, str) for c in meta.context_columns):
         raise _bad("context_columns", n_rows, "must be a list of column names")
+    repeated = sorted({c for c in meta.context_columns if meta.context_columns.count(c) > 1})
+    if repeated:
+        raise _bad(
+            "context_columns",
+            n_rows,
+            f"lists {repeated} more than once: each feature must be its own column",
+        )
+    _check_size(meta, n_rows)
     return replace(meta, **bounds)
+
+
+def _check_size(meta: LogMetadata, n_rows: int) -> None:
+    """Refuse a declared width no policy can be trained on (the training limit, same function)."""
+    if meta.family == "candidates":
+        key, d, k = "candidate_n_features", meta.candidate_n_features, None
+    else:
+        key = "n_features"
+        d = meta.n_features if meta.n_features is not None else len(meta.context_columns)
+        k = meta.n_actions
+    try:
+        check_policy_size(d or 0, k)
+    except ValueError as exc:
+        raise _bad(key, n_rows, str(exc)) from None
 
 
 def parse_timestamps(frame: pd.DataFrame) -> pd.DataFrame:

@@ -20,6 +20,26 @@ event ids (ignored). Feedback for the same event twice keeps the first value (co
 
 Pending decisions live in memory; a process that stops loses them (flush with ``force=True``
 before stopping closes every pending decision under the rule above).
+
+What reaches the disk (exactly once, never half)
+------------------------------------------------
+- Every file is written atomically (:func:`poem.io._folder.write_parquet_atomic`: hidden
+  temporary file, fsync, rename in the same folder, page checksums): a writer killed at any
+  moment leaves complete files only, plus at most a hidden ``.part-….tmp`` that readers ignore.
+- Exactly once per decision: before writing a date's rows, the event ids already in that
+  ``date=`` folder are read (each file once per process) and those rows are not written again
+  (counted as ``n_already_logged``); a flush that fails after some dates were written closes
+  those dates' decisions and keeps the others pending. So a retried flush, or a process that
+  replays decisions after a crash, never duplicates a row.
+- Bad decisions are refused by :meth:`DecisionLog.add_decisions` with the reason, before they
+  enter the buffer (a feature that is NaN or infinite, a propensity outside (0, 1] or below
+  the declared minimum, an unparseable or far-future timestamp, an action outside the action
+  space): one bad request never blocks later flushes.
+- Timestamps: ISO 8601 text or datetimes; values with a UTC offset are converted to UTC and
+  **naive values are UTC**; a decision dated more than ``max_future`` after the wall clock is
+  refused (it would open a ``date=`` partition in the future).
+- ``min_propensity`` (the served policy's guaranteed smallest probability, see
+  :func:`served_min_propensity`) is recorded in the ``poem`` metadata of every file written.
 """
 
 from __future__ import annotations
@@ -35,12 +55,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from poem.data import CandidateSets, LoggedBandit
+from poem.io._decision_rows import (
+    check_future,
+    check_propensities,
+    feature_matrix,
+    ids_on_disk,
+    served_min_propensity,
+    utc_naive,
+)
+from poem.io._folder import write_parquet_atomic
 from poem.io.parquet import METADATA_KEY, log_to_frame
 
-__all__ = ["DecisionLog", "FlushReport"]
+__all__ = ["DecisionLog", "FlushReport", "served_min_propensity"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,15 +88,11 @@ class FlushReport:
     n_unknown_feedback: int
     n_duplicate_feedback: int
     files: tuple[str, ...] = ()
+    n_already_logged: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (for JSON, MLflow, Prefect artifacts)."""
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
-
-
-def _utc_naive(values: Any) -> np.ndarray:
-    ts = pd.to_datetime(pd.Series(values), utc=True)
-    return ts.dt.tz_localize(None).to_numpy(dtype="datetime64[ns]")
 
 
 @dataclass
@@ -95,6 +119,13 @@ class DecisionLog:
         loss bound". Set ``exclude_missing=True`` to drop (and count) them instead.
     exclude_missing : bool, default=False
         Exclude timed-out decisions from the log instead of imputing a loss.
+    min_propensity : float or None, default=None
+        The served policy's guaranteed smallest probability (:func:`served_min_propensity`),
+        recorded as ``min_propensity`` in the metadata of every file; decisions served with a
+        smaller propensity are refused. None: not recorded.
+    max_future : datetime.timedelta or None, default=1 day
+        Decisions dated more than this after the wall clock are refused (clock errors would
+        otherwise open a ``date=`` partition in the future); None accepts any date.
     """
 
     path: str | Path
@@ -105,10 +136,13 @@ class DecisionLog:
     feedback_timeout: _dt.timedelta = _dt.timedelta(hours=1)
     missing_feedback_loss: float | None = None
     exclude_missing: bool = False
+    min_propensity: float | None = None
+    max_future: _dt.timedelta | None = _dt.timedelta(days=1)
     _pending: list[pd.DataFrame] = field(default_factory=list, init=False, repr=False)
     _feedback: dict[str, float] = field(default_factory=dict, init=False, repr=False)
     _closed: set[str] = field(default_factory=set, init=False, repr=False)
     _counts: dict[str, int] = field(default_factory=dict, init=False, repr=False)
+    _on_disk: dict[str, frozenset] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.path = Path(self.path)
@@ -125,6 +159,11 @@ class DecisionLog:
                 f"missing_feedback_loss {default} is outside the loss bounds {self.loss_bounds}"
             )
         self.missing_feedback_loss = default
+        if self.min_propensity is not None:
+            value = float(self.min_propensity)
+            if not 0 < value <= 1:
+                raise ValueError(f"min_propensity must be in (0, 1], got {self.min_propensity!r}")
+            self.min_propensity = value
         self._reset_counts()
 
     def _reset_counts(self) -> None:
@@ -145,6 +184,7 @@ class DecisionLog:
             The model's response (``event_id, action, propensity, model_version, timestamp``).
         timestamps : array-like or None
             Override of the decision times (simulations); default the served ``timestamp``.
+            ISO 8601 text or datetimes; naive values are UTC.
 
         Returns
         -------
@@ -154,8 +194,11 @@ class DecisionLog:
         Raises
         ------
         ValueError
-            If columns are missing, a propensity is not in (0, 1], or requests and decisions
-            do not line up (nothing is added then).
+            Naming the field, the count and example event ids, when columns are missing, a
+            feature is NaN or infinite, a propensity is not in (0, 1] (or below
+            ``min_propensity``), a timestamp is unreadable or more than ``max_future`` ahead,
+            an action is outside the action space, an event id is repeated, or requests and
+            decisions do not line up. Nothing is added then, and later flushes are unaffected.
         """
         missing = [c for c in _DECISION_COLUMNS if c not in decisions.columns]
         missing += [c for c in self.feature_names if c not in requests.columns]
@@ -163,16 +206,8 @@ class DecisionLog:
             raise ValueError(f"decision log: missing columns {missing}")
         frame = decisions.loc[:, list(_DECISION_COLUMNS)].reset_index(drop=True).copy()
         frame["event_id"] = frame["event_id"].astype(str)
-        propensity = pd.to_numeric(frame["propensity"], errors="coerce").to_numpy(np.float64)
-        bad = ~np.isfinite(propensity) | (propensity <= 0) | (propensity > 1)
-        if bad.any():
-            examples = frame.loc[bad, "event_id"].head(5).tolist()
-            raise ValueError(
-                f"decision log: propensity: {int(bad.sum())} of {len(frame)} decisions outside "
-                f"(0, 1] or not a number, e.g. event ids {examples}; a decision without a "
-                "valid propensity cannot be learned from"
-            )
-        X = requests[list(self.feature_names)].to_numpy(dtype=np.float64)
+        check_propensities(frame, self.min_propensity)
+        X = feature_matrix(requests, frame, self.feature_names)
         if self.family == "candidates":
             ids = requests["event_id"].astype(str).to_numpy()
             codes, uniques = pd.factorize(ids, sort=False)
@@ -189,7 +224,10 @@ class DecisionLog:
                     f"decision log: {X.shape[0]} request rows but {len(frame)} decisions"
                 )
             frame["context"] = list(X)
-        frame["timestamp"] = _utc_naive(frame["timestamp"] if timestamps is None else timestamps)
+        frame["timestamp"] = utc_naive(
+            frame["timestamp"] if timestamps is None else timestamps, frame["event_id"]
+        )
+        check_future(frame, self.max_future)
         dup = frame["event_id"].duplicated() | frame["event_id"].isin(self._closed)
         for f in self._pending:
             dup |= frame["event_id"].isin(f["event_id"])
@@ -198,6 +236,10 @@ class DecisionLog:
                 f"decision log: {int(dup.sum())} event id(s) already recorded, e.g. "
                 f"{frame.loc[dup, 'event_id'].head(5).tolist()}"
             )
+        try:  # the rows must make a valid log now, not at the next flush
+            self._log(frame, np.full(len(frame), self.loss_bounds[0]))
+        except ValueError as exc:
+            raise ValueError(f"decision log: decisions refused, nothing added: {exc}") from None
         self._pending.append(frame)
         return len(frame)
 
@@ -246,8 +288,9 @@ class DecisionLog:
         Parameters
         ----------
         now : datetime-like or None
-            Current time (UTC); default the wall clock. Decisions older than
-            ``now - feedback_timeout`` without feedback are closed by the missing-feedback rule.
+            Current time (UTC; naive values are UTC); default the wall clock. Decisions older
+            than ``now - feedback_timeout`` without feedback are closed by the
+            missing-feedback rule.
         force : bool, default=False
             Close every pending decision (shutdown, end of a simulation round).
 
@@ -258,10 +301,11 @@ class DecisionLog:
         Raises
         ------
         OSError
-            If the write fails; nothing is closed then: every decision stays pending and the
-            next flush tries again.
+            If a write fails. Decisions of the dates already written are closed (their files
+            are complete), every other decision stays pending and the next flush tries again;
+            no decision is ever written twice.
         """
-        now64 = _utc_naive([pd.Timestamp.now(tz="UTC") if now is None else now])[0]
+        now64 = utc_naive([pd.Timestamp.now(tz="UTC") if now is None else now])[0]
         frame = pd.concat(self._pending, ignore_index=True) if self._pending else None
         counts = dict(self._counts)
         if frame is None or frame.empty:
@@ -274,30 +318,40 @@ class DecisionLog:
         timed_out = ~has_feedback & (force | (frame["timestamp"].to_numpy() <= cutoff))
         done = has_feedback | timed_out
         closing = frame[done]
-        frame_keep = frame[~done].reset_index(drop=True)
         losses = np.array(closing["event_id"].map(self._feedback), dtype=np.float64)
         imputed = timed_out[done]
         losses[imputed] = self.missing_feedback_loss
         keep = ~imputed if self.exclude_missing else np.ones(len(closing), dtype=bool)
-        # write first: if it fails (read-only folder, full disk) every row stays pending
-        files = (
-            self._write(closing[keep].reset_index(drop=True), losses[keep]) if keep.any() else ()
-        )
-        self._pending = [frame_keep] if len(frame_keep) else []
-        for event_id in closing["event_id"]:
-            self._closed.add(event_id)
-            self._feedback.pop(event_id, None)
+        rows = closing[keep].reset_index(drop=True)
+        files, n_already, written = [], 0, set()
+        try:  # date by date: a date is closed once its file is in place
+            days = rows["timestamp"].to_numpy(dtype="datetime64[D]")
+            for day in np.unique(days):
+                part = rows[days == day].reset_index(drop=True)
+                on_disk = ids_on_disk(self.path / f"date={day}", self._on_disk)
+                fresh = ~part["event_id"].isin(on_disk).to_numpy()
+                n_already += int((~fresh).sum())
+                if fresh.any():
+                    sel = fresh.nonzero()[0]
+                    day_losses = losses[keep][days == day][sel]
+                    files.append(self._write_day(day, part.iloc[sel], day_losses))
+                written.update(part["event_id"].tolist())
+        except BaseException:
+            self._close(written)
+            raise
+        self._close(set(closing["event_id"].tolist()))
         self._reset_counts()
         report = FlushReport(
-            n_written=int(keep.sum()),
+            n_written=int(keep.sum()) - n_already,
             n_with_feedback=int((~imputed).sum()),
             n_default_loss=0 if self.exclude_missing else int(imputed.sum()),
             n_excluded=int(imputed.sum()) if self.exclude_missing else 0,
-            n_pending=len(frame_keep),
+            n_pending=sum(len(f) for f in self._pending),
             n_late_feedback=counts["late"],
             n_unknown_feedback=counts["unknown"],
             n_duplicate_feedback=counts["duplicate"],
             files=tuple(files),
+            n_already_logged=n_already,
         )
         if report.n_default_loss or report.n_excluded:
             logger.warning(
@@ -308,7 +362,23 @@ class DecisionLog:
                 if self.exclude_missing
                 else f"recorded with loss {self.missing_feedback_loss:g}",
             )
+        if n_already:
+            logger.warning(
+                "decision log: %d decision(s) were already in the log (a replay or a retried "
+                "flush); not written again",
+                n_already,
+            )
         return report
+
+    def _close(self, event_ids: set[str]) -> None:
+        """Move decisions out of the buffer for good (written, excluded or already logged)."""
+        if not event_ids:
+            return
+        kept = [f[~f["event_id"].isin(event_ids)].reset_index(drop=True) for f in self._pending]
+        self._pending = [f for f in kept if len(f)]
+        self._closed.update(event_ids)
+        for event_id in event_ids:
+            self._feedback.pop(event_id, None)
 
     def _log(self, rows: pd.DataFrame, losses: np.ndarray) -> LoggedBandit:
         actions = rows["action"].tolist()
@@ -335,21 +405,20 @@ class DecisionLog:
             **kwargs,
         )
 
-    def _write(self, rows: pd.DataFrame, losses: np.ndarray) -> list[str]:
-        """Validate as a :class:`LoggedBandit`, then append one file per decision date."""
-        frame = log_to_frame(self._log(rows, losses))
-        meta = frame.attrs[METADATA_KEY]
+    def _write_day(self, day: np.datetime64, rows: pd.DataFrame, losses: np.ndarray) -> str:
+        """Validate one date's rows as a :class:`LoggedBandit`; write them as one new file."""
+        rows = rows.reset_index(drop=True)
+        frame = log_to_frame(self._log(rows, np.asarray(losses, dtype=np.float64)))
+        meta = dict(frame.attrs[METADATA_KEY])
+        if self.min_propensity is not None:
+            meta["min_propensity"] = self.min_propensity
         frame["logging_model_version"] = rows["model_version"].astype(str).to_numpy()
-        days = frame["timestamp"].to_numpy(dtype="datetime64[D]")
+        table = pa.Table.from_pandas(frame, preserve_index=False)
+        table = table.replace_schema_metadata({METADATA_KEY: json.dumps(meta, sort_keys=True)})
+        folder = self.path / f"date={day}"
+        folder.mkdir(parents=True, exist_ok=True)
         stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S%f")
-        written = []
-        for day in np.unique(days):
-            part = frame[days == day].reset_index(drop=True)
-            table = pa.Table.from_pandas(part, preserve_index=False)
-            table = table.replace_schema_metadata({METADATA_KEY: json.dumps(meta, sort_keys=True)})
-            folder = self.path / f"date={day}"
-            folder.mkdir(parents=True, exist_ok=True)
-            target = folder / f"part-{stamp}-{uuid.uuid4().hex[:8]}.parquet"
-            pq.write_table(table, target)
-            written.append(str(target))
-        return written
+        target = folder / f"part-{stamp}-{uuid.uuid4().hex[:8]}.parquet"
+        write_parquet_atomic(table, target)
+        self._on_disk[str(target)] = frozenset(rows["event_id"].tolist())
+        return str(target)

@@ -52,6 +52,7 @@ from poem.io._metadata import (
     parse_timestamps,
 )
 from poem.io._row_checks import list_column, row_problems
+from poem.policies._base import check_policy_size
 
 __all__ = [
     "FORMAT_VERSION",
@@ -284,6 +285,10 @@ def _contexts(frame: pd.DataFrame, meta: LogMetadata, numeric: dict) -> Any:
             if meta.n_features is not None
             else (int(indices.max()) + 1 if indices.size else 0)
         )
+        try:
+            check_policy_size(d, meta.n_actions)
+        except ValueError as exc:  # an undeclared width inferred from a huge index
+            raise InvalidLogError([Violation("x_indices", 0, len(frame), (), str(exc))]) from None
         return sp.csr_matrix((data.astype(np.float64), indices, indptr), shape=(len(frame), d))
     return None
 

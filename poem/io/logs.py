@@ -30,6 +30,7 @@ import pandas as pd
 
 from poem.data import LoggedBandit
 from poem.exceptions import InvalidLogError, Violation
+from poem.io._folder import check_regular_file
 from poem.io.csv import metadata_path, read_csv_frame
 from poem.io.log_format import (
     METADATA_KEY,
@@ -39,7 +40,7 @@ from poem.io.log_format import (
     losses_from_rewards,
     parse_timestamps,
 )
-from poem.io.parquet import list_log_files, read_frame
+from poem.io.parquet import WARNINGS_KEY, list_log_files, read_frame, skipped_log_files
 
 __all__ = [
     "LogTable",
@@ -65,12 +66,20 @@ class LogTable:
         The path given to :func:`read_log_table`.
     files : tuple of str
         The files read (the ones :func:`log_fingerprint` hashes).
+    skipped : tuple of str
+        Files below the folder that look like data but are not read, each with the reason
+        (the data-file rule of :mod:`poem.io._folder`); the checks name them.
+    warnings : tuple of Violation
+        What the reader noticed without refusing the rows (rows dated outside their
+        ``date=`` folder); the checks report them as warnings.
     """
 
     frame: pd.DataFrame = field(repr=False)
     meta: LogMetadata
     source: str = ""
     files: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()
+    warnings: tuple[Violation, ...] = ()
 
     @property
     def n_rows(self) -> int:
@@ -96,12 +105,15 @@ def log_files(path: str | Path) -> list[Path]:
     FileNotFoundError
         When ``path`` does not exist.
     InvalidLogError
-        For a folder without ``*.parquet`` files.
+        For a folder without data files, or a path that is not a regular file (a named pipe
+        or a device is never opened).
     """
     path = Path(path)
     if path.suffix.lower() == ".csv":
-        if not path.is_file():
-            raise FileNotFoundError(f"log {path} does not exist")
+        try:
+            check_regular_file(path)
+        except ValueError as exc:
+            raise InvalidLogError([Violation(str(path), 0, 0, (), str(exc))]) from None
         side = metadata_path(path)
         return [path, side] if side.is_file() else [path]
     return list_log_files(path)
@@ -179,9 +191,10 @@ def read_log_table(
     files = log_files(path)
     csv = Path(path).suffix.lower() == ".csv"
     frame = read_csv_frame(path) if csv else read_frame(path)
-    return table_from_frame(
+    table = table_from_frame(
         frame, family=family, window=window, source=str(path), files=files, **overrides
     )
+    return replace(table, skipped=tuple(str(s) for s in skipped_log_files(path)))
 
 
 def table_from_frame(
@@ -210,6 +223,7 @@ def table_from_frame(
     -------
     LogTable
     """
+    warnings = tuple(frame.attrs.pop(WARNINGS_KEY, ()))
     meta = frame_metadata(frame, family=family, **overrides)
     frame.attrs[METADATA_KEY] = json.loads(meta.to_json())
     frame, meta = losses_from_rewards(frame, meta)
@@ -229,7 +243,7 @@ def table_from_frame(
     frame = parse_timestamps(frame)
     _window_needs_timestamps(frame, window)
     frame.attrs[METADATA_KEY] = json.loads(meta.to_json())
-    return LogTable(frame, meta, source, tuple(str(f) for f in files))
+    return LogTable(frame, meta, source, tuple(str(f) for f in files), warnings=warnings)
 
 
 def read_log(path: str | Path, *, family: str | None = None, **overrides: Any) -> LoggedBandit:

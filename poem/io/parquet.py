@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,15 @@ import pyarrow.parquet as pq
 
 from poem.data import LoggedBandit
 from poem.exceptions import InvalidLogError, Violation
+from poem.io._folder import (
+    READ_OPTIONS,
+    SkippedFile,
+    check_regular_file,
+    looks_like_data,
+    partition_date,
+    scan_log_folder,
+    write_parquet_atomic,
+)
 from poem.io.log_format import (
     METADATA_KEY,
     LogMetadata,
@@ -33,6 +41,7 @@ from poem.io.log_format import (
     frame_to_log,
     log_to_frame,
     log_to_table,
+    parse_timestamps,
 )
 
 __all__ = [
@@ -42,14 +51,19 @@ __all__ = [
     "frame_to_log",
     "list_log_files",
     "log_to_frame",
+    "partition_date",
     "read_frame",
     "read_log",
+    "scan_log_folder",
+    "skipped_log_files",
     "write_log",
 ]
 
 logger = logging.getLogger(__name__)
 
 _PART = "part-00000.parquet"
+_PER_FILE_KEYS = ("min_propensity",)
+WARNINGS_KEY = "poem_warnings"  # frame.attrs: reader warnings (Violations) for the checks
 
 
 def write_log(
@@ -93,17 +107,17 @@ def write_log(
     if path.is_dir():  # symlinked partitions are unlinked, never emptied: their files are not ours
         for link in [p for p in path.rglob("*") if p.is_symlink()]:
             link.unlink()
-        existing = sorted(path.rglob("*.parquet"))
+        existing = sorted(p for p in path.rglob("*") if p.is_file() and looks_like_data(p.name))
     for old in existing:
         old.unlink()
     table = log_to_table(log)
     if not partition_by_date:
         path.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(table, path)
+        write_parquet_atomic(table, path)
         return path
     path.mkdir(parents=True, exist_ok=True)
     if log.timestamps is None:
-        pq.write_table(table, path / _PART)
+        write_parquet_atomic(table, path / _PART)
         return path
     days = log.timestamps.astype("datetime64[D]")
     order = np.argsort(days, kind="stable")
@@ -112,44 +126,127 @@ def write_log(
     for s, e in zip(starts, np.r_[starts[1:], len(order)], strict=True):
         folder = path / f"date={sorted_days[s]}"
         folder.mkdir(exist_ok=True)
-        pq.write_table(table.take(pa.array(order[s:e])), folder / _PART)
+        write_parquet_atomic(table.take(pa.array(order[s:e])), folder / _PART)
     return path
 
 
 # -- reading ------------------------------------------------------------------------------------
 def _walk_parquet(path: Path) -> list[Path]:
-    """``*.parquet`` files below ``path``, following symlinked folders, each real folder once."""
-    files, seen = [], set()
-    for root, dirs, names in os.walk(path, followlinks=True):
-        real = os.path.realpath(root)
-        if real in seen:  # a symlink loop, or a folder linked twice
-            dirs[:] = []
-            continue
-        seen.add(real)
-        files += [Path(root) / n for n in names if n.endswith(".parquet")]
-    return files
+    """The data files below ``path`` under the data-file rule (:mod:`poem.io._folder`)."""
+    return list(scan_log_folder(path).files)
 
 
 def list_log_files(path: str | Path) -> list[Path]:
-    """Parquet files of a log: the file itself, or every ``*.parquet`` below a directory.
+    """Parquet files of a log: the file itself, or the data files below a directory.
 
-    Symlinked folders (e.g. a ``date=…`` partition linked from elsewhere) are followed, each
-    real folder once; files are sorted by their path relative to ``path``.
+    Which files below a directory are data is decided by one rule (:mod:`poem.io._folder`:
+    ``*.parquet`` in any case, nothing hidden or ``_``-prefixed, no invalid ``date=`` folder,
+    regular files only); :func:`skipped_log_files` names the data-looking files it leaves out.
+    Symlinked folders are followed, each real folder once; files are sorted by their path
+    relative to ``path``.
+
+    Raises
+    ------
+    FileNotFoundError
+        When ``path`` does not exist.
+    InvalidLogError
+        For a folder without data files, or a path that is not a regular file (a named pipe,
+        ``/dev/zero``: never opened, it could block forever).
     """
     path = Path(path)
     if path.is_dir():
-        files = sorted(_walk_parquet(path), key=lambda p: p.relative_to(path).as_posix())
-        if not files:
-            raise InvalidLogError([Violation(str(path), 0, 0, (), "contains no *.parquet files")])
-        return files
-    if not path.exists():
-        raise FileNotFoundError(f"log {path} does not exist")
-    return [path]
+        folder = scan_log_folder(path)
+        if not folder.files:
+            skipped = "".join(f"; skipped {s}" for s in folder.skipped[:5])
+            raise InvalidLogError(
+                [Violation(str(path), 0, 0, (), f"contains no *.parquet files{skipped}")]
+            )
+        return list(folder.files)
+    try:
+        return [check_regular_file(path)]
+    except ValueError as exc:
+        raise InvalidLogError([Violation(str(path), 0, 0, (), str(exc))]) from None
+
+
+def skipped_log_files(path: str | Path) -> tuple[SkippedFile, ...]:
+    """Files below a log folder that look like data (``*.parquet``) but are not read, and why."""
+    path = Path(path)
+    return scan_log_folder(path).skipped if path.is_dir() else ()
 
 
 def _file_metadata(table: pa.Table) -> Any:
     raw = (table.schema.metadata or {}).get(METADATA_KEY.encode())
     return None if raw is None else json.loads(raw)
+
+
+def _comparable(meta: Any) -> Any:
+    """Declared metadata without the per-file keys that may differ between files of one log."""
+    if not isinstance(meta, dict):
+        return meta
+    return {k: v for k, v in meta.items() if k not in _PER_FILE_KEYS}
+
+
+def _combined_metadata(metas: list[Any]) -> Any:
+    """The log's metadata: the first file's, with ``min_propensity`` the smallest of all files.
+
+    ``min_propensity`` (the served policy's guaranteed minimum probability, written by the
+    decision log) may change between files when the champion changes; the log guarantees only
+    the smallest, and nothing when one file does not declare it.
+    """
+    meta = metas[0]
+    if not isinstance(meta, dict) or "min_propensity" not in meta:
+        return meta
+    values = [m.get("min_propensity") if isinstance(m, dict) else None for m in metas]
+    meta = dict(meta)
+    if any(v is None for v in values):
+        meta.pop("min_propensity")
+    else:
+        meta["min_propensity"] = min(values)
+    return meta
+
+
+def read_error(path: str | Path, exc: BaseException) -> Violation:
+    """The violation for a Parquet file that cannot be read (checksum failures said so)."""
+    text = str(exc)
+    if "checksum" in text.lower() or "crc" in text.lower():
+        message = (
+            f"fails its Parquet page checksum: its bytes changed after it was written ({text})"
+        )
+        hint = "Restore the file from a copy or remove it; its values cannot be trusted"
+    else:
+        message, hint = f"cannot be read as Parquet ({text})", "Rewrite or remove the file"
+    return Violation(str(path), 0, 0, (), message, hint)
+
+
+def outside_folder_date(table: pa.Table, path: str | Path) -> Violation | None:
+    """Rows of a file in a ``date=YYYY-MM-DD`` folder whose timestamp has another UTC date.
+
+    Returns
+    -------
+    Violation or None
+        Naming the file, the count and up to five event ids (a warning for the checks).
+    """
+    day, _ = partition_date(Path(path).parent.name)
+    if day is None or "timestamp" not in table.column_names or table.num_rows == 0:
+        return None
+    frame = parse_timestamps(pd.DataFrame({"timestamp": table.column("timestamp").to_pandas()}))
+    stamps = frame["timestamp"].to_numpy(dtype="datetime64[ns]")
+    bad = ~np.isnat(stamps) & (stamps.astype("datetime64[D]") != np.datetime64(day, "D"))
+    if not bad.any():
+        return None
+    if "event_id" in table.column_names:
+        ids = table.column("event_id").to_pandas().to_numpy()[bad][:5]
+        examples = tuple(v.item() if hasattr(v, "item") else v for v in ids)
+    else:
+        examples = tuple(int(i) for i in np.flatnonzero(bad)[:5])
+    return Violation(
+        "timestamp",
+        int(bad.sum()),
+        table.num_rows,
+        examples,
+        f"are dated outside their partition folder {Path(path).parent.name} (file {path})",
+        "Move the rows to the folder of their date, or fix their timestamps",
+    )
 
 
 def _same_columns(table: pa.Table, ref: pa.Table) -> bool:
@@ -173,41 +270,38 @@ def read_frame(path: str | Path) -> pd.DataFrame:
         differ from the first readable file.
     """
     files = list_log_files(path)
-    tables, violations = [], []
+    tables, violations, warnings = [], [], []
     ref: tuple[pa.Table, Path] | None = None
     for f in files:
         try:
-            table = pq.read_table(f)
+            table = pq.read_table(f, **READ_OPTIONS)
             _file_metadata(table)
         except (pa.ArrowException, OSError, ValueError) as exc:
-            violations.append(
-                Violation(
-                    str(f),
-                    0,
-                    0,
-                    (),
-                    f"cannot be read as Parquet ({exc})",
-                    "Rewrite or remove the file",
-                )
-            )
+            violations.append(read_error(f, exc))
             continue
         if ref is None:
             ref = (table, f)
-        elif not _same_columns(table, ref[0]) or _file_metadata(table) != _file_metadata(ref[0]):
+        elif not _same_columns(table, ref[0]) or _comparable(_file_metadata(table)) != _comparable(
+            _file_metadata(ref[0])
+        ):
             violations.append(
                 Violation(str(f), 0, table.num_rows, (), _schema_difference(table, ref[0], ref[1]))
             )
             continue
+        if (warning := outside_folder_date(table, f)) is not None:
+            warnings.append(warning)
         tables.append(table.select(ref[0].schema.names))  # same columns in the first file's order
     if violations:
         raise InvalidLogError(violations)
-    meta = _file_metadata(tables[0])
+    meta = _combined_metadata([_file_metadata(t) for t in tables])
     table = pa.concat_tables([t.replace_schema_metadata(None) for t in tables])
     frame = table.to_pandas(
         types_mapper=lambda t: pd.ArrowDtype(t) if pa.types.is_list(t) else None
     )
     if meta is not None:
         frame.attrs[METADATA_KEY] = meta
+    if warnings:
+        frame.attrs[WARNINGS_KEY] = warnings
     return frame
 
 

@@ -27,8 +27,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from poem.data import LoggedBandit
+from poem.io._folder import READ_OPTIONS
 from poem.io.log_format import METADATA_KEY, frame_to_log
-from poem.io.parquet import list_log_files
+from poem.io.parquet import WARNINGS_KEY, list_log_files, outside_folder_date
 
 __all__ = [
     "LocalPartitions",
@@ -73,7 +74,7 @@ def log_partitions(path: str | Path) -> list[LogPartition]:
     """
     pieces = []
     for f in list_log_files(path):
-        meta = pq.ParquetFile(f).metadata
+        meta = pq.ParquetFile(f, **READ_OPTIONS).metadata
         pieces += [
             LogPartition(str(f), g, meta.row_group(g).num_rows) for g in range(meta.num_row_groups)
         ]
@@ -105,14 +106,21 @@ def read_partition(
 
 
 def read_partition_frame(partition: LogPartition) -> pd.DataFrame:
-    """Read one partition's rows as a raw frame (declared metadata in ``attrs["poem"]``)."""
-    table = pq.ParquetFile(partition.path).read_row_group(partition.row_group)
+    """Read one partition's rows as a raw frame (declared metadata in ``attrs["poem"]``).
+
+    Page checksums are verified; rows dated outside their ``date=`` folder are listed in
+    ``attrs["poem_warnings"]`` (as by :func:`poem.io.parquet.read_frame`).
+    """
+    table = pq.ParquetFile(partition.path, **READ_OPTIONS).read_row_group(partition.row_group)
+    warning = outside_folder_date(table, partition.path)
     raw = (table.schema.metadata or {}).get(METADATA_KEY.encode())
     frame = table.replace_schema_metadata(None).to_pandas(
         types_mapper=lambda t: pd.ArrowDtype(t) if pa.types.is_list(t) else None
     )
     if raw is not None:
         frame.attrs[METADATA_KEY] = json.loads(raw)
+    if warning is not None:
+        frame.attrs[WARNINGS_KEY] = [warning]
     return frame
 
 

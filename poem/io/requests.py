@@ -151,13 +151,26 @@ def check_served_propensities(propensities: Any) -> np.ndarray:
     return p
 
 
-def parse_event_ids(frame: pd.DataFrame, required: bool) -> np.ndarray | None:
+def parse_event_ids(
+    frame: pd.DataFrame, required: bool, *, unique: bool = False
+) -> np.ndarray | None:
     """The ``event_id`` column as strings; None when absent and not ``required``.
+
+    Parameters
+    ----------
+    frame : DataFrame
+        The request.
+    required : bool
+        Whether the column must be present (candidate sets).
+    unique : bool, default=False
+        Whether every row is its own decision, so an id may occur once (discrete and
+        multilabel requests; candidate rows share their request's id).
 
     Raises
     ------
     InvalidRequestError
-        A required column is missing, or values are empty.
+        A required column is missing, values are empty, or (``unique``) an id is repeated:
+        the decision log could not tell the decisions apart.
     """
     if EVENT_ID not in frame.columns:
         if required:
@@ -172,7 +185,16 @@ def parse_event_ids(frame: pd.DataFrame, required: bool) -> np.ndarray | None:
         raise InvalidRequestError(
             f"column {EVENT_ID!r} has {int(bad.sum())} empty value(s) (rows {_rows(bad)})"
         )
-    return ids.astype(str).to_numpy()
+    values = ids.astype(str).to_numpy()
+    if unique:
+        repeated = pd.Series(values).duplicated(keep=False).to_numpy()
+        if repeated.any():
+            names = list(dict.fromkeys(values[repeated].tolist()))
+            raise InvalidRequestError(
+                f"column {EVENT_ID!r} repeats {len(names)} id(s) within the request: "
+                f"{names[:_N_EXAMPLES]} (rows {_rows(repeated)}); every decision needs its own id"
+            )
+    return values
 
 
 def group_candidates(

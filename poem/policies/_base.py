@@ -22,7 +22,31 @@ from typing import Any, ClassVar
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["PolicyFamily", "check_serving_params"]
+__all__ = ["MAX_COEFFICIENTS", "PolicyFamily", "check_policy_size", "check_serving_params"]
+
+# Largest parameter array w a family may have: 2**25 float64 = 256 MiB per copy; the solvers
+# hold a few dozen copies (gradient, AdaGrad accumulators, L-BFGS history), so training a
+# policy this size needs several GiB. The log checks refuse wider logs with this same limit.
+MAX_COEFFICIENTS = 2**25
+
+
+def check_policy_size(n_features: int, n_actions: int | None = None) -> int:
+    """Number of coefficients of a policy over ``n_features`` (+ intercept) and ``n_actions``.
+
+    Raises
+    ------
+    ValueError
+        When it exceeds :data:`MAX_COEFFICIENTS` (training would need tens of GiB).
+    """
+    n_coef = (int(n_features) + 1) * max(1, int(n_actions or 1))
+    if n_coef > MAX_COEFFICIENTS:
+        raise ValueError(
+            f"n_features = {int(n_features):,}"
+            + (f" × n_actions = {int(n_actions):,}" if n_actions else "")
+            + f" gives a policy of {n_coef:,} coefficients, more than the {MAX_COEFFICIENTS:,} "
+            "training can hold in memory; hash or select the features into fewer dimensions"
+        )
+    return n_coef
 
 
 def check_serving_params(temperature: float, exploration_floor: float, max_floor: float) -> None:
@@ -61,6 +85,7 @@ class PolicyFamily(ABC):
         self.n_features = int(n_features)
         self.n_actions = None if n_actions is None else int(n_actions)
         self.fit_intercept = bool(fit_intercept)
+        check_policy_size(self.n_features, self.n_actions)
 
     def __repr__(self) -> str:
         return (

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+from mlflow.exceptions import MlflowException
 
 from deploy.pyfunc import StochasticPolicyModel
-from poem.io.decisions import DecisionLog
+from poem.io.decisions import DecisionLog, served_min_propensity
 from poem.io.parquet import read_frame, read_log
 
 FEATURES = ["f_a", "f_b", "f_c"]
@@ -151,7 +156,7 @@ def test_a_failed_write_leaves_every_row_pending(tmp_path, make_policy, monkeypa
     def read_only(*args, **kwargs):
         raise OSError(30, "Read-only file system")
 
-    monkeypatch.setattr("poem.io.decisions.pq.write_table", read_only)
+    monkeypatch.setattr("poem.io._folder.pq.write_table", read_only)
     with pytest.raises(OSError, match="Read-only"):
         log.flush(force=True)
     monkeypatch.undo()
@@ -159,3 +164,169 @@ def test_a_failed_write_leaves_every_row_pending(tmp_path, make_policy, monkeypa
     assert (report.n_written, report.n_with_feedback, report.n_default_loss) == (4, 2, 2)
     assert report.n_unknown_feedback == 1
     assert sorted(read_frame(tmp_path / "logs")["event_id"]) == ["a0", "a1", "a2", "a3"]
+
+
+# -- reliability round 2 (issue 24, items 1-5) ---------------------------------------------------
+def _discrete_log(path, **kwargs):
+    return DecisionLog(path, "discrete", FEATURES, (0.0, 1.0), n_actions=4, **kwargs)
+
+
+def test_a_write_killed_midway_leaves_no_visible_file(tmp_path, make_policy, monkeypatch):
+    """Item 1: the half-written bytes never carry a data file's name; readers skip temp files."""
+    log = _discrete_log(tmp_path)
+    request, decisions = _serve(
+        StochasticPolicyModel(make_policy("discrete"), "1"), "discrete", 4, "k", 0
+    )
+    log.add_decisions(request, decisions, timestamps=[T0] * 4)
+    real_write = pq.write_table
+
+    def killed(table, where, **kwargs):  # the first half of the bytes, then the process dies
+        buffer = pa.BufferOutputStream()
+        real_write(table, buffer, **kwargs)
+        data = buffer.getvalue().to_pybytes()
+        if hasattr(where, "write"):
+            where.write(data[: len(data) // 2])
+        else:
+            Path(where).write_bytes(data[: len(data) // 2])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pq, "write_table", killed)
+    with pytest.raises(KeyboardInterrupt):
+        log.flush(force=True)
+    monkeypatch.undo()
+    visible = [p for p in tmp_path.rglob("*.parquet")]
+    assert visible == []
+    # a temporary file left by a SIGKILL (no clean-up ran) is not data, and not reported as such
+    folder = tmp_path / "date=2026-03-01"
+    folder.mkdir(exist_ok=True)
+    (folder / ".part-x.parquet.1234abcd.tmp").write_bytes(b"PAR1 truncated")
+    report = log.flush(force=True)  # the rows were still pending: written now, complete
+    assert report.n_written == 4
+    assert sorted(read_frame(tmp_path)["event_id"]) == ["k0", "k1", "k2", "k3"]
+
+
+def test_a_flush_failing_on_its_second_date_writes_each_decision_once(
+    tmp_path, make_policy, monkeypatch
+):
+    """Item 2: 100 decisions over two dates, the second write fails, the retry: 100 rows."""
+    log = _discrete_log(tmp_path)
+    request, decisions = _serve(
+        StochasticPolicyModel(make_policy("discrete"), "1"), "discrete", 100, "t", 1
+    )
+    times = [T0 + pd.Timedelta(minutes=i // 5) for i in range(100)]  # 50 rows each side of midnight
+    log.add_decisions(request, decisions, timestamps=times)
+    log.add_feedback(decisions["event_id"], np.linspace(0, 1, 100))
+    real_write, calls = pq.write_table, []
+
+    def second_fails(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(pq, "write_table", second_fails)
+    with pytest.raises(OSError, match="No space"):
+        log.flush(now=T0)
+    monkeypatch.undo()
+    retry = log.flush(now=T0)
+    assert retry.n_written == 50 and retry.n_pending == 0
+    frame = read_frame(tmp_path)
+    assert len(frame) == 100 and frame["event_id"].is_unique
+    # a process that replays the same decisions after a crash writes nothing twice either
+    again = _discrete_log(tmp_path)
+    again.add_decisions(request, decisions, timestamps=times)
+    again.add_feedback(decisions["event_id"], np.linspace(0, 1, 100))
+    replay = again.flush(now=T0)
+    assert (replay.n_written, replay.n_already_logged, replay.files) == (0, 100, ())
+    assert len(read_frame(tmp_path)) == 100
+
+
+def test_a_nan_feature_is_refused_when_added_and_the_buffer_keeps_flushing(tmp_path, make_policy):
+    """Item 3."""
+    model = StochasticPolicyModel(make_policy("discrete"), "1")
+    log = _discrete_log(tmp_path)
+    good, good_decisions = _serve(model, "discrete", 3, "g", 0)
+    log.add_decisions(good, good_decisions, timestamps=[T0] * 3)
+    bad, bad_decisions = _serve(model, "discrete", 3, "b", 1)
+    bad.loc[1, "f_b"] = np.nan
+    with pytest.raises(ValueError, match=r"features \['f_b'\]: 1 of 3 request rows .*\['b1'\]"):
+        log.add_decisions(bad, bad_decisions, timestamps=[T0] * 3)
+    bad_decisions.loc[2, "action"] = 9  # not one of the 4 actions: refused now, not at flush
+    bad.loc[1, "f_b"] = 0.0
+    with pytest.raises(ValueError, match=r"decisions refused, nothing added: .*action"):
+        log.add_decisions(bad, bad_decisions, timestamps=[T0] * 3)
+    report = log.flush(force=True)
+    assert report.n_written == 3
+    assert sorted(read_frame(tmp_path)["event_id"]) == ["g0", "g1", "g2"]
+
+
+def test_timestamps_naive_is_utc_offsets_converted_unreadable_and_far_future_refused(
+    tmp_path, make_policy
+):
+    """Item 4."""
+    model = StochasticPolicyModel(make_policy("discrete"), "1")
+    log = _discrete_log(tmp_path)
+    request, decisions = _serve(model, "discrete", 3, "z", 0)
+    mixed = ["2026-03-01T23:30:00+02:00", "2026-03-01T21:40:00", "2026-03-01T21:50:00Z"]
+    log.add_decisions(request, decisions, timestamps=mixed)
+    log.flush(force=True)
+    back = read_frame(tmp_path)
+    assert back["timestamp"].astype(str).tolist() == [
+        "2026-03-01 21:30:00",
+        "2026-03-01 21:40:00",
+        "2026-03-01 21:50:00",
+    ]
+    request, decisions = _serve(model, "discrete", 2, "u", 1)
+    with pytest.raises(
+        ValueError, match=r"timestamp: 1 of 2 decisions have no readable time.*'u1'"
+    ):
+        log.add_decisions(request, decisions, timestamps=["2026-03-01T10:00:00", "yesterday"])
+    with pytest.raises(
+        ValueError, match=r"timestamp: 1 of 2 decisions are dated more than 1 day.*'u0'"
+    ):
+        log.add_decisions(request, decisions, timestamps=["2099-01-01T00:00:00", T0])
+    assert log.flush(force=True).n_written == 0
+    assert not any(p.name.startswith("date=2099") for p in tmp_path.iterdir())
+
+
+def test_the_served_minimum_propensity_is_recorded_in_the_metadata(tmp_path, make_policy):
+    """For the gate (issue 20): ``min_propensity`` = ε (discrete), ε^q (multilabel)."""
+    assert served_min_propensity("discrete", 0.05, 4) == 0.05
+    assert served_min_propensity("multilabel", 0.1, 3) == pytest.approx(1e-3)
+    assert served_min_propensity("candidates", 0.0) is None
+    policy = make_policy("discrete", floor=0.05)
+    floor = served_min_propensity("discrete", policy.exploration_floor, 4)
+    log = _discrete_log(tmp_path, min_propensity=floor)
+    request, decisions = _serve(StochasticPolicyModel(policy, "1"), "discrete", 5, "m", 0)
+    log.add_decisions(request, decisions, timestamps=[T0] * 5)
+    (file,) = log.flush(force=True).files
+    meta = json.loads(pq.read_schema(file).metadata[b"poem"])
+    assert meta["min_propensity"] == 0.05
+    decisions["propensity"] = 0.01
+    decisions["event_id"] = [f"n{i}" for i in range(5)]
+    request["event_id"] = decisions["event_id"]
+    with pytest.raises(
+        ValueError, match=r"5 of 5 decisions below the served policy's min_propensity"
+    ):
+        log.add_decisions(request, decisions, timestamps=[T0] * 5)
+    # a later file served by another policy (another floor): the log guarantees the smaller one
+    other = _discrete_log(tmp_path, min_propensity=0.02)
+    request, decisions = _serve(StochasticPolicyModel(policy, "2"), "discrete", 2, "o", 1)
+    other.add_decisions(request, decisions, timestamps=[T0] * 2)
+    other.flush(force=True)
+    assert read_frame(tmp_path).attrs["poem"]["min_propensity"] == 0.02
+    with pytest.raises(ValueError, match=r"min_propensity must be in \(0, 1\]"):
+        _discrete_log(tmp_path, min_propensity=0.0)
+
+
+@pytest.mark.parametrize("family", ["discrete", "multilabel"])
+def test_a_request_repeating_an_event_id_is_refused_naming_it(make_policy, family):
+    """Item 5: a 400 (INVALID_PARAMETER_VALUE) naming the id, not a 200 the log refuses later."""
+    model = StochasticPolicyModel(make_policy(family), "1")
+    request = pd.DataFrame(np.zeros((4, 3)), columns=FEATURES)
+    request.insert(0, "event_id", ["e1", "e2", "e1", "e3"])
+    with pytest.raises(
+        MlflowException, match=r"repeats 1 id\(s\) within the request: \['e1'\]"
+    ) as err:
+        model.predict(None, request, {"seed": 0})
+    assert err.value.error_code == "INVALID_PARAMETER_VALUE"

@@ -1,0 +1,264 @@
+"""The log folder on disk: which files are data, and how a Parquet file is written and read safely.
+
+**Which files are data** (one rule, used by every reader, the fingerprint and the decision log;
+the same convention as Spark, Hive and Arrow's dataset discovery):
+
+- a file whose name ends with ``.parquet`` — in any case: ``part-0.PARQUET`` is data too;
+- unless its name, or the name of a folder between it and the log root, starts with ``.`` or
+  ``_`` (``_temporary/`` of a Spark writer, ``.part-0.parquet`` copies, ``_SUCCESS``, the
+  decision log's own ``.part-….parquet.tmp`` files while they are being written);
+- unless a folder on its way is a ``date=`` partition whose name is not a calendar date
+  (``date=2026-13-45/``);
+- it must be a regular file (a named pipe or a device is never opened: reading it would hang).
+
+Every file that *looks like data* (its name ends with ``.parquet``, any case) but is not read
+is returned by :func:`scan_log_folder` with the reason, and the checks name it in their report;
+other files (``_SUCCESS``, ``.crc``, temporary files) are ignored.
+
+**Writing** (:func:`write_parquet_atomic`): Parquet page checksums (CRC-32) are written; the
+file is written under a hidden temporary name in its target folder, flushed to disk (fsync),
+renamed into place and the folder fsynced, so a reader sees either the whole file or none of
+it, even when the writer is killed. **Reading** (:data:`READ_OPTIONS`) verifies the page
+checksums: a flipped bit in a page is an error naming the file, not a wrong value.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import re
+import stat
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+__all__ = [
+    "READ_OPTIONS",
+    "LogFolder",
+    "SkippedFile",
+    "check_regular_file",
+    "is_hidden",
+    "looks_like_data",
+    "partition_date",
+    "scan_log_folder",
+    "write_parquet_atomic",
+]
+
+READ_OPTIONS = {"page_checksum_verification": True}
+_DATE_FOLDER = re.compile(r"^date=(.*)$")
+_SUFFIX = ".parquet"
+TEMP_SUFFIX = ".tmp"
+
+
+@dataclass(frozen=True)
+class SkippedFile:
+    """A file that looks like data but is not read, and why."""
+
+    path: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path} ({self.reason})"
+
+
+@dataclass(frozen=True)
+class LogFolder:
+    """The data files of a log folder (sorted by relative path) and the files skipped."""
+
+    files: tuple[Path, ...]
+    skipped: tuple[SkippedFile, ...] = ()
+
+
+def is_hidden(name: str) -> bool:
+    """Whether a file or folder name is hidden or temporary (``.`` or ``_`` prefix)."""
+    return name.startswith((".", "_"))
+
+
+def looks_like_data(name: str) -> bool:
+    """Whether a file name ends with ``.parquet`` (case-insensitive)."""
+    return name.lower().endswith(_SUFFIX)
+
+
+def partition_date(name: str) -> tuple[_dt.date | None, str | None]:
+    """The date of a ``date=YYYY-MM-DD`` folder name.
+
+    Returns
+    -------
+    date : datetime.date or None
+        The partition's date; None for a name that is not a ``date=`` partition, or is invalid.
+    problem : str or None
+        Why a ``date=`` name is invalid (None when valid or not a ``date=`` folder).
+    """
+    match = _DATE_FOLDER.match(name)
+    if match is None:
+        return None, None
+    value = match.group(1)
+    if re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
+        try:
+            return _dt.date.fromisoformat(value), None
+        except ValueError as exc:
+            return None, f"partition folder {name!r} is not a valid date ({exc})"
+    return None, f"partition folder {name!r} is not a date=YYYY-MM-DD name"
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in (
+        (stat.S_ISFIFO, "a named pipe"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a folder"),
+    ):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def check_regular_file(path: str | Path) -> Path:
+    """Return ``path`` when it is a regular file (symlinks followed).
+
+    Raises
+    ------
+    FileNotFoundError
+        When it does not exist.
+    ValueError
+        When it is a named pipe, a device or a socket (reading it could block forever).
+    """
+    path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise FileNotFoundError(f"log {path} does not exist") from None
+    if not stat.S_ISREG(mode):
+        raise ValueError(
+            f"log {path} is {_file_kind(mode)}, not a regular file: give a Parquet or CSV file "
+            "or a folder of them"
+        )
+    return path
+
+
+def _data_looking(folder: Path, reason: str, seen: set[str]) -> list[SkippedFile]:
+    """Every data-looking file below a folder that is skipped as a whole."""
+    out = []
+    for sub, dirs, names in os.walk(folder, followlinks=True):
+        real = os.path.realpath(sub)
+        if real in seen:
+            dirs[:] = []
+            continue
+        seen.add(real)
+        dirs.sort()
+        out += [
+            SkippedFile(str(Path(sub) / n), reason) for n in sorted(names) if looks_like_data(n)
+        ]
+    return out
+
+
+def scan_log_folder(root: str | Path) -> LogFolder:
+    """Apply the data-file rule (module docstring) to a folder.
+
+    Symlinked folders are followed, each real folder once (a symlink loop ends there).
+
+    Parameters
+    ----------
+    root : str or Path
+        The log folder.
+
+    Returns
+    -------
+    LogFolder
+        Data files sorted by their path relative to ``root``, and the skipped data-looking files.
+    """
+    root = Path(root)
+    files: list[Path] = []
+    skipped: list[SkippedFile] = []
+    seen: set[str] = set()
+    for sub, dirs, names in os.walk(root, followlinks=True):
+        real = os.path.realpath(sub)
+        if real in seen:  # a symlink loop, or a folder linked twice
+            dirs[:] = []
+            continue
+        seen.add(real)
+        keep = []
+        for d in sorted(dirs):
+            _, problem = partition_date(d)
+            if is_hidden(d):
+                reason = f"inside {d}/: folders starting with '.' or '_' are not data"
+            elif problem is not None:
+                reason = problem
+            else:
+                keep.append(d)
+                continue
+            skipped += _data_looking(Path(sub) / d, reason, set(seen))
+        dirs[:] = keep
+        for name in sorted(names):
+            if not looks_like_data(name):
+                continue
+            path = Path(sub) / name
+            if is_hidden(name):
+                skipped.append(
+                    SkippedFile(str(path), "names starting with '.' or '_' are not data")
+                )
+                continue
+            try:
+                mode = os.stat(path).st_mode
+            except OSError as exc:  # a dangling symlink
+                skipped.append(SkippedFile(str(path), f"cannot be opened ({exc.strerror})"))
+                continue
+            if not stat.S_ISREG(mode):
+                skipped.append(SkippedFile(str(path), f"{_file_kind(mode)}, not a regular file"))
+                continue
+            files.append(path)
+    files.sort(key=lambda p: p.relative_to(root).as_posix())
+    skipped.sort(key=lambda s: s.path)
+    return LogFolder(tuple(files), tuple(skipped))
+
+
+def write_parquet_atomic(table: pa.Table, target: str | Path) -> Path:
+    """Write a Parquet file with page checksums, atomically (temp file, fsync, rename, fsync).
+
+    The temporary file is ``.<name>.<random>.tmp`` in the target's folder (hidden: never
+    read as data), so the rename never crosses file systems. A writer killed at any moment
+    leaves the target absent or complete, and at most a hidden temporary file.
+
+    Parameters
+    ----------
+    table : pyarrow.Table
+        The rows (schema metadata included).
+    target : str or Path
+        The final file name.
+
+    Returns
+    -------
+    Path
+        ``target``.
+    """
+    target = Path(target)
+    temp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}{TEMP_SUFFIX}")
+    try:
+        with open(temp, "wb") as fh:
+            pq.write_table(table, fh, write_page_checksum=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(temp, target)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    _fsync_folder(target.parent)
+    return target
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make a rename in ``folder`` durable (a no-op where folders cannot be opened)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
