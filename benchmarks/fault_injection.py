@@ -1,5 +1,10 @@
 """Kill ``retrain`` with SIGKILL at every stage boundary and inside register/promote, then rerun;
-run 2 and 4 ``retrain`` at once on a fresh and on an existing store. Prints two tables.
+run 2 and 4 ``retrain`` at once on a fresh and on an existing store; kill the decision log
+inside ``DecisionLog.flush`` (named points and random moments), repair, audit. Prints tables.
+
+The decision-log trials are in ``benchmarks/fault_injection_decisions.py`` (its docstring says
+what is checked: no truncated file visible to readers, no decision duplicated or missing after
+the repair, ``check`` passes).
 
 Each killed run is the real command (``poem-pipeline retrain``, in a child process that installs
 a kill hook, then calls the CLI's ``main``): at a stage boundary the hook is a handler on the
@@ -21,6 +26,8 @@ Usage::
 
     source .ci/env.sh
     .venv/bin/python benchmarks/fault_injection.py --workdir /tmp/fault-injection
+    # only the decision-log kills (a few minutes):
+    .venv/bin/python benchmarks/fault_injection.py --points --concurrency --decision-log-kills 24
 
 About 20–30 min on a loaded 2-core machine (every retrain starts its own Prefect server).
 """
@@ -37,6 +44,8 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+
+from fault_injection_decisions import decision_log_kills, summary
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -324,7 +333,7 @@ def concurrency(
 
 
 def _table(rows: list[dict], columns: list[str]) -> str:
-    cells = [columns] + [[str(r[c]) for c in columns] for r in rows]
+    cells = [columns] + [[str(r.get(c, "-")) for c in columns] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
     return "\n".join(
         "| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |"
@@ -339,10 +348,46 @@ def main() -> None:
     parser.add_argument("--points", nargs="*", default=list(STAGES + INSIDE))
     parser.add_argument("--concurrency", type=int, nargs="*", default=[2, 4])
     parser.add_argument("--stores", nargs="*", default=["fresh", "existing"])
+    parser.add_argument(
+        "--decision-log-kills",
+        type=int,
+        default=24,
+        help="SIGKILLs at random moments of a flushing DecisionLog, besides the 4 named points "
+        "(0: skip the decision-log trials)",
+    )
+    parser.add_argument(
+        "--code", type=Path, default=ROOT, help="checkout whose poem the decision-log children run"
+    )
+    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     workdir = args.workdir.resolve()
+    if args.decision_log_kills > 0:
+        rows = decision_log_kills(
+            workdir, args.decision_log_kills, code=args.code.resolve(), seed=args.seed
+        )
+        print("\nSIGKILL inside DecisionLog.flush, then a replay of every decision:\n")
+        print(
+            _table(
+                rows,
+                [
+                    "point",
+                    "delay_s",
+                    "killed_in",
+                    "visible_files",
+                    "visible_unreadable",
+                    "repair_written",
+                    "repair_already_logged",
+                    "rows",
+                    "duplicated",
+                    "missing",
+                    "temp_left",
+                    "check_passed",
+                ],
+            )
+        )
+        print("\n" + json.dumps(summary(rows)), flush=True)
     logs = workdir / "logs"
-    if not logs.exists():
+    if not logs.exists() and (args.points or args.concurrency):
         subprocess.run(
             [
                 sys.executable,
