@@ -113,6 +113,7 @@ def _start(code: Path, folder: Path, point: str, at: int, n_batches: int, size: 
     return subprocess.Popen(
         [sys.executable, "-c", DRIVER, str(folder), point, str(at), str(n_batches), str(size)],
         env=env,
+        cwd=code,  # ``-c`` puts the working folder first on sys.path: the checkout's poem wins
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

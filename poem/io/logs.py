@@ -4,8 +4,9 @@ Every reader of logged data — ``poem-pipeline check``, the ``retrain`` flow, s
 through :func:`read_log_table`, which in one place
 
 1. lists exactly the files it reads (:func:`log_files`: a CSV and its ``.meta.json``, a
-   Parquet file, or every ``*.parquet`` below a folder, following symlinked ``date=``
-   partitions) — :func:`log_fingerprint` hashes the same list;
+   Parquet file, or the data files below a folder under the one data-file rule of
+   :mod:`poem.io._folder`, following symlinked ``date=`` partitions; data-looking files it
+   skips are named in :attr:`LogTable.skipped`) — :func:`log_fingerprint` hashes the same list;
 2. reads them into one frame (:func:`poem.io.parquet.read_frame` or
    :func:`poem.io.csv.read_csv_frame`);
 3. resolves the metadata once (declared, then overridden by the caller; values checked);
