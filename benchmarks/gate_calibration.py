@@ -495,12 +495,13 @@ def _attempts_table(args, settings, rng, results) -> None:
         s = settings[name]
         clip = 5.0 * suggested_clip(s.logger.ravel())
         print(
-            f"\n== repeated attempts, {name}, logger champion, n = 2,000: cumulative promotion "
+            f"\n== repeated attempts, {name}, logger champion, n = {args.attempts_n:,}: cumulative "
+            f"promotion ({args.attempts_reps} logs) "
             f"of k equal-risk challengers (ledger: αₖ = α·{1 - RETRY_FRACTION:g}·"
             f"{RETRY_FRACTION:g}^(k−1))"
         )
         print(f"{'':10s} {'k':>3s}  " + _columns())
-        table = _attempts(s, rng, args.reps, 2000, None, "logger", clip)
+        table = _attempts(s, rng, args.attempts_reps, args.attempts_n, None, "logger", clip)
         for label, rows in table.items():
             for k, rates in rows.items():
                 print(
@@ -509,7 +510,14 @@ def _attempts_table(args, settings, rng, results) -> None:
                     flush=True,
                 )
                 results["attempts"].append(
-                    {"setting": name, "ledger": label, "k": k, "promotion_rate": rates}
+                    {
+                        "setting": name,
+                        "n": args.attempts_n,
+                        "reps": args.attempts_reps,
+                        "ledger": label,
+                        "k": k,
+                        "promotion_rate": rates,
+                    }
                 )
 
 
@@ -537,8 +545,10 @@ def main() -> None:
     parser.add_argument(
         "--attempts",
         default="near-uniform,rare-loss",
-        help="settings of the repeated-attempts table ('' to skip), n = 2,000",
+        help="settings of the repeated-attempts table ('' to skip)",
     )
+    parser.add_argument("--attempts-n", type=int, default=500)
+    parser.add_argument("--attempts-reps", type=int, default=500)
     args = parser.parse_args()
     settings = make_settings(args.seed)
     rng = np.random.default_rng(args.seed + 1)
