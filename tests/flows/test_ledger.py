@@ -22,7 +22,9 @@ def test_re_runs_on_one_window_cannot_draw_alpha_afresh(tracking):
     gate = GateConfig()
     january = TestWindow("2026-01-01T00:00:00", "2026-01-31T00:00:00")
     assert read_ledger(client, tracking) == []  # no registered model yet
-    alphas = [record_attempt(client, tracking, None, january, gate, f"r{k}").alpha for k in range(3)]
+    alphas = [
+        record_attempt(client, tracking, None, january, gate, f"r{k}").alpha for k in range(3)
+    ]
     assert alphas == pytest.approx([0.04, 0.008, 0.0016])
     stored = json.loads(client.get_registered_model(tracking.registered_model).tags[LEDGER_TAG])
     assert [e["attempt"] for e in stored] == [1, 2, 3] and stored[2]["run_id"] == "r2"
