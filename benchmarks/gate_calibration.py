@@ -19,8 +19,15 @@ that differ from the champion, with true risk equal to the champion's, 2 % above
 below it. Each replicate draws a fresh test log; the gate's decision is computed for every
 option by :func:`poem.estimators.improvement.improvement_lower_bound` — the function
 :func:`poem.estimators.compare.compare_policies` calls — vectorised over the replicates,
-with ``min_ess`` = 100 and the default weight bound (each policy's largest weight on the
-log), as :func:`poem.gate.counterfactual_ab_test` runs it. The second table gives the coverage of
+with ``min_ess`` = 100, the declared weight bound B = 1 / the logger's smallest propensity
+(its floor, as log metadata ``min_propensity`` declares it), the rows in a seeded random
+order and the α₁ = α·(1 − q) of a first attempt (q = ``gate.retry_fraction`` = 0.2), as
+:func:`poem.gate.counterfactual_ab_test` runs it. Production settings (issue 20,
+``--production``; equal-risk challengers, rows in time order): drift of the losses inside the
+test window, policy champions with mass on a rarely logged action, a challenger on a rarely
+logged bad action (:func:`make_production_settings`). The repeated-attempts table
+(``--attempts``) gives the cumulative false promotion of k = 1, 2, 5, 20 different equal-risk
+challengers on one window, with the ledger's αₖ and without. The second table gives the coverage of
 every interval the library reports (the library's own functions, one log at a time) for
 the 5 %-better challenger against the policy champion, with the fraction of replicates
 whose interval carries a reliability flag and the coverage of the unflagged ones.
