@@ -19,8 +19,15 @@ that differ from the champion, with true risk equal to the champion's, 2 % above
 below it. Each replicate draws a fresh test log; the gate's decision is computed for every
 option by :func:`poem.estimators.improvement.improvement_lower_bound` — the function
 :func:`poem.estimators.compare.compare_policies` calls — vectorised over the replicates,
-with ``min_ess`` = 100 and the default weight bound (each policy's largest weight on the
-log), as :func:`poem.gate.counterfactual_ab_test` runs it. The second table gives the coverage of
+with ``min_ess`` = 100, the declared weight bound B = 1 / the logger's smallest propensity
+(its floor, as log metadata ``min_propensity`` declares it), the rows in a seeded random
+order and the α₁ = α·(1 − q) of a first attempt (q = ``gate.retry_fraction`` = 0.2), as
+:func:`poem.gate.counterfactual_ab_test` runs it. Production settings (issue 20,
+``--production``; equal-risk challengers, rows in time order): drift of the losses inside the
+test window, policy champions with mass on a rarely logged action, a challenger on a rarely
+logged bad action (:func:`make_production_settings`). The repeated-attempts table
+(``--attempts``) gives the cumulative false promotion of k = 1, 2, 5, 20 different equal-risk
+challengers on one window, with the ledger's αₖ and without. The second table gives the coverage of
 every interval the library reports (the library's own functions, one log at a time) for
 the 5 %-better challenger against the policy champion, with the fraction of replicates
 whose interval carries a reliability flag and the coverage of the unflagged ones.
@@ -74,6 +81,7 @@ from poem.estimators import clipped_ips, ips, snips
 from poem.estimators.compare import compare_policies
 from poem.estimators.improvement import GATE_ESTIMATORS, improvement_lower_bound
 from poem.estimators.weights import suggested_clip
+from poem.ledger import attempt_alpha
 
 K, D, N_CONTEXTS = 5, 5, 2_000
 ALPHA = 0.05
@@ -81,6 +89,9 @@ MIN_ESS = 100.0
 CHUNK = 2_000_000  # replicate rows per vectorised chunk
 PEAK, FAR = 2.0, 1.5  # heavy-tailed: logger peakedness, targets' distance from it
 RARE_CONTRAST, SPREAD = 1.0, 0.1  # rare-loss: loss contrast, challengers' noise
+RETRY_FRACTION = 0.2  # gate.retry_fraction: attempt k gets α·(1 − q)·q^(k−1)
+FIRST_ALPHA = ALPHA * (1 - RETRY_FRACTION)  # what a first attempt on a window spends
+ATTEMPTS = (1, 2, 5, 20)
 RANDOMIZED = tuple(f"{e}+coin" for e in GATE_ESTIMATORS)  # gate.randomized: true
 OLD_RULE = "t (old rule)"  # one-sided t on (δ_max − δᵢ)(r^c_i − r^h_i): not valid, for reference
 
@@ -101,7 +112,9 @@ class Setting:
     bases: dict  # champion name -> (good, bad): challengers are t·good + (1 − t)·bad
 
     def risk(self, policy: np.ndarray) -> float:
-        return float(np.mean(np.sum(policy * self.mu, axis=1)))
+        """True risk (averaged over the window's two halves under drift)."""
+        mu = self.mu if self.later_mu is None else 0.5 * (self.mu + self.later_mu)
+        return float(np.mean(np.sum(policy * mu, axis=1)))
 
     def ess_fraction(self, policy: np.ndarray) -> float:
         return float(1.0 / np.mean(np.sum(policy**2 / self.logger, axis=1)))
@@ -115,12 +128,22 @@ class Setting:
             raise ValueError(f"{self.name}: target risk {target:.5f} outside [{rg:.5f}, {rb:.5f}]")
         return t * good + (1.0 - t) * bad
 
+    later_mu: np.ndarray | None = None  # drift: the expected losses of the window's 2nd half
+
+    @property
+    def max_weight(self) -> float:
+        """The declared weight bound B = 1 / the logger's smallest propensity (its floor)."""
+        return float(1.0 / self.logger.min())
+
     def draw(self, rng: np.random.Generator, reps: int, n: int):
-        """``reps`` logs of n rows: context ids, actions, losses, propensities."""
+        """``reps`` logs of n rows in time order: context ids, actions, losses, propensities."""
         ctx = rng.integers(0, N_CONTEXTS, size=(reps, n))
         cdf = np.cumsum(self.logger, axis=1)[ctx]
         actions = np.minimum((cdf < rng.random((reps, n, 1))).sum(axis=2), K - 1)
-        losses = (rng.random((reps, n)) < self.mu[ctx, actions]).astype(np.float64)
+        mu = self.mu[ctx, actions]
+        if self.later_mu is not None:  # drift inside the window: the 2nd half has other μ
+            mu[:, n // 2 :] = self.later_mu[ctx[:, n // 2 :], actions[:, n // 2 :]]
+        losses = (rng.random((reps, n)) < mu).astype(np.float64)
         return ctx, actions, losses, self.logger[ctx, actions]
 
 
@@ -269,17 +292,24 @@ def _sample(rng, p, shape):
     return np.minimum(np.searchsorted(cdf, rng.random(shape) * cdf[-1]), p.size - 1)
 
 
-def _decisions(setting, rng, reps, n, challenger, champion, clip):
-    """Promotion indicator per replicate and gate option (vectorised in chunks of logs)."""
+def _decisions(setting, rng, reps, n, challenger, champion, clip, alpha=FIRST_ALPHA, draw=None):
+    """Promotion indicator per replicate and gate option (vectorised in chunks of logs).
+
+    The gate's bound as :func:`poem.gate.counterfactual_ab_test` runs it: the declared weight
+    bound B of the setting, the rows in a random order, level 1 − ``alpha`` (a first
+    attempt's α₁ by default). ``draw``: the logs (context, action, loss, propensity), else
+    drawn here; ``challenger`` may be a list (one decision per challenger on the same logs).
+    """
     out = {e: [] for e in (*GATE_ESTIMATORS, *RANDOMIZED, OLD_RULE)}
-    per_chunk = max(1, CHUNK // n)
+    per_chunk = max(1, CHUNK // n) if draw is None else reps  # given logs: one chunk
     for start in range(0, reps, per_chunk):
         m = min(per_chunk, reps - start)
-        ctx, actions, losses, p = setting.draw(rng, m, n)
+        ctx, actions, losses, p = setting.draw(rng, m, n) if draw is None else draw
         wc = challenger[ctx, actions] / p
         wh = np.ones_like(wc) if champion is None else champion[ctx, actions] / p
         ess = wc.sum(1) ** 2 / (wc**2).sum(1)
         coin = 1.0 - rng.random(m)  # U in (0, 1], one per log (as decision_coin per challenger)
+        order = int(rng.integers(2**31))  # the gate's order_seed (one permutation per log)
         for randomized, estimator in itertools.product((False, True), GATE_ESTIMATORS):
             lcb = improvement_lower_bound(
                 losses,
@@ -287,9 +317,11 @@ def _decisions(setting, rng, reps, n, challenger, champion, clip):
                 wh,
                 estimator=estimator,
                 loss_bounds=(0.0, 1.0),
+                max_weight=setting.max_weight,
                 clip=clip if estimator == "clipped_ips" else None,
-                confidence_level=1 - ALPHA,
+                confidence_level=1 - alpha,
                 randomization=coin if randomized else None,
+                order_seed=order,
             )
             key = f"{estimator}+coin" if randomized else estimator
             out[key].append((lcb > 0) & (ess >= MIN_ESS))
@@ -297,6 +329,100 @@ def _decisions(setting, rng, reps, n, challenger, champion, clip):
         t_lcb = x.mean(1) - stdtrit(n - 1, 1 - ALPHA) * x.std(1, ddof=1) / np.sqrt(n)
         out[OLD_RULE].append((t_lcb > 0) & (ess >= MIN_ESS))
     return {e: np.concatenate(v) for e, v in out.items()}
+
+
+def make_production_settings() -> dict[str, tuple]:
+    """Settings a production log breaks the i.i.d. gate with (issue 20), each with K = 5.
+
+    Returns ``{name: (setting, champion or None, equal-risk challenger)}``:
+
+    - ``drift`` / ``mild-drift``: uniform logger; action 1's loss rate 0.3 → 0.7
+      (0.4 → 0.6) from the first to the second half of the window, every other action 0.5;
+      the challenger favours action 1 (0.6), its risk averaged over the window equals the
+      champion's (the logger, or a policy favouring action 2);
+    - ``rare-action``: the logger takes action 4 with propensity 1/50 (declared floor), whose
+      loss is 0; the policy champion puts 0.3 on it, the equal challenger 0.15;
+    - ``very-rare-action``: as ``rare-action`` with propensity 1e-5 and champion mass 0.1;
+    - ``rare-bad-action``: logger champion, the challenger moves 17 % of its mass onto the
+      rarely logged (propensity 1e-3) action 4 whose loss is 1.
+    """
+    ones = np.ones((N_CONTEXTS, 1))
+
+    def setting(name, mu, logger, later=None):
+        rows = lambda v: ones * np.asarray(v, dtype=np.float64)  # noqa: E731
+        return Setting(
+            name, rows(mu), rows(logger), rows(logger), {}, None if later is None else rows(later)
+        )
+
+    uniform = np.full(K, 1.0 / K)
+    out = {}
+    for name, (early, late) in (("drift", (0.3, 0.7)), ("mild-drift", (0.4, 0.6))):
+        s = setting(name, [0.5, early, 0.5, 0.5, 0.5], uniform, [0.5, late, 0.5, 0.5, 0.5])
+        favour_1 = ones * np.array([0.1, 0.6, 0.1, 0.1, 0.1])
+        favour_2 = ones * np.array([0.1, 0.1, 0.6, 0.1, 0.1])
+        out[f"{name}/logger"] = (s, None, favour_1)
+        out[f"{name}/policy"] = (s, favour_2, favour_1)
+    mu = [0.6, 0.5, 0.4, 0.5, 0.0]
+    rare = setting("rare-action", mu, [0.245, 0.245, 0.245, 0.245, 0.02])
+    out["rare-action/policy"] = (
+        rare,
+        ones * np.array([0.175, 0.175, 0.175, 0.175, 0.3]),  # risk 0.35
+        ones * np.array([0.0, 0.05, 0.75, 0.05, 0.15]),  # risk 0.35
+    )
+    tiny = 1e-5
+    very = setting("very-rare-action", mu, [(1 - tiny) / 4] * 4 + [tiny])
+    out["very-rare-action/policy"] = (
+        very,
+        ones * np.array([0.225, 0.225, 0.225, 0.225, 0.1]),  # risk 0.45
+        ones * np.array([0.0, 0.5, 0.5, 0.0, 0.0]),  # risk 0.45
+    )
+    floor = 1e-3
+    bad = setting("rare-bad-action", [0.6, 0.5, 0.4, 0.5, 1.0], [(1 - floor) / 4] * 4 + [floor])
+    x = (1 - bad.risk(bad.logger)) / 0.6  # 0.4 x + (1 − x) = the logger's risk
+    out["rare-bad-action/logger"] = (bad, None, ones * np.array([0.0, 0.0, x, 0.0, 1 - x]))
+    return out
+
+
+def _attempt_challengers(setting, rng, count, champion_name):
+    """``count`` different challengers with the champion's true risk (refits of other grids)."""
+    score = np.log(setting.mu / (1.0 - setting.mu))
+    base = np.log(setting.logger if champion_name == "logger" else setting.champion)
+    target = setting.risk(setting.logger if champion_name == "logger" else setting.champion)
+    out = []
+    for _ in range(count):
+        noise = rng.normal(size=(2,) + setting.mu.shape)
+        good = _softmax(base - 0.4 * score + 0.3 * noise[0])
+        bad = _softmax(base + 0.4 * score + 0.3 * noise[1])
+        rg, rb = setting.risk(good), setting.risk(bad)
+        t = (rb - target) / (rb - rg)
+        out.append(t * good + (1.0 - t) * bad)
+    return out
+
+
+def _attempts(setting, rng, reps, n, champion, champion_name, clip):
+    """Cumulative promotion rate of k = 1, 2, 5, 20 equal-risk challengers on one window.
+
+    Each log is tested by ``max(ATTEMPTS)`` different equal-risk challengers (and a fresh U
+    each, for ``+coin``); attempt j gets the ledger's αⱼ (``ledger``) or the full α
+    (``no ledger``, today's behaviour). Returns ``{"ledger"|"no ledger": {k: {option: rate}}}``.
+    """
+    challengers = _attempt_challengers(setting, rng, max(ATTEMPTS), champion_name)
+    draw = setting.draw(rng, reps, n)
+    out = {}
+    for label, alphas in (
+        ("ledger", [attempt_alpha(j + 1, ALPHA, RETRY_FRACTION) for j in range(len(challengers))]),
+        ("no ledger", [ALPHA] * len(challengers)),
+    ):
+        promoted = None
+        rates = {}
+        for j, (challenger, alpha) in enumerate(zip(challengers, alphas, strict=True)):
+            d = _decisions(setting, rng, reps, n, challenger, champion, clip, alpha, draw)
+            d = {e: v for e, v in d.items() if e != OLD_RULE}
+            promoted = d if promoted is None else {e: promoted[e] | d[e] for e in d}
+            if j + 1 in ATTEMPTS:
+                rates[j + 1] = {e: float(v.mean()) for e, v in promoted.items()}
+        out[label] = rates
+    return out
 
 
 def _coverage(setting, rng, reps, n, challenger, champion, clip):
@@ -342,6 +468,66 @@ def _coverage(setting, rng, reps, n, challenger, champion, clip):
     return table
 
 
+def _columns() -> str:
+    return "  ".join(f"{e:>12s}" for e in (*GATE_ESTIMATORS, *RANDOMIZED))
+
+
+def _production(args, rng, results) -> None:
+    """False promotion of equal-risk challengers in the production settings, rows as read."""
+    production = make_production_settings()
+    names = [k for k in production if k.split("/")[0] in filter(None, args.production.split(","))]
+    if not names:
+        return
+    print(f"\n== production settings (equal risk over the window; α₁ = {FIRST_ALPHA:g})")
+    print(f"{'setting':26s} {'n':>6s} {'B':>8s}  " + _columns())
+    for key in names:
+        s, champion, challenger = production[key]
+        assert abs(s.risk(challenger) - s.risk(s.logger if champion is None else champion)) < 1e-9
+        for n in (int(v) for v in args.production_n.split(",")):
+            promoted = _decisions(s, rng, args.reps, n, challenger, champion, clip=5.0)
+            rates = {e: float(v.mean()) for e, v in promoted.items()}
+            print(
+                f"{key:26s} {n:6d} {s.max_weight:8.3g}  "
+                + "  ".join(f"{rates[e]:12.3f}" for e in (*GATE_ESTIMATORS, *RANDOMIZED)),
+                flush=True,
+            )
+            results["production"].append(
+                {"setting": key, "n": n, "max_weight": s.max_weight, "promotion_rate": rates}
+            )
+
+
+def _attempts_table(args, settings, rng, results) -> None:
+    """Cumulative false promotion over k attempts on one window, with and without the ledger."""
+    for name in filter(None, args.attempts.split(",")):
+        s = settings[name]
+        clip = 5.0 * suggested_clip(s.logger.ravel())
+        print(
+            f"\n== repeated attempts, {name}, logger champion, n = {args.attempts_n:,}: cumulative "
+            f"promotion ({args.attempts_reps} logs) "
+            f"of k equal-risk challengers (ledger: αₖ = α·{1 - RETRY_FRACTION:g}·"
+            f"{RETRY_FRACTION:g}^(k−1))"
+        )
+        print(f"{'':10s} {'k':>3s}  " + _columns())
+        table = _attempts(s, rng, args.attempts_reps, args.attempts_n, None, "logger", clip)
+        for label, rows in table.items():
+            for k, rates in rows.items():
+                print(
+                    f"{label:10s} {k:3d}  "
+                    + "  ".join(f"{rates[e]:12.3f}" for e in (*GATE_ESTIMATORS, *RANDOMIZED)),
+                    flush=True,
+                )
+                results["attempts"].append(
+                    {
+                        "setting": name,
+                        "n": args.attempts_n,
+                        "reps": args.attempts_reps,
+                        "ledger": label,
+                        "k": k,
+                        "promotion_rate": rates,
+                    }
+                )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=500)
@@ -352,6 +538,24 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     parser.add_argument("--limit-reps", type=int, default=1000, help="0: skip the limits table")
     parser.add_argument("--skip-gate", action="store_true", help="interval coverage only")
+    parser.add_argument(
+        "--production",
+        default="drift,mild-drift,rare-action,very-rare-action,rare-bad-action",
+        help="production settings (issue 20; '' to skip): equal-risk challengers only",
+    )
+    parser.add_argument("--production-n", default="200,2000,20000")
+    parser.add_argument(
+        "--challengers",
+        default="equal,+2% worse,-5% better",
+        help="challengers of the main table (a subset of the default)",
+    )
+    parser.add_argument(
+        "--attempts",
+        default="near-uniform,rare-loss",
+        help="settings of the repeated-attempts table ('' to skip)",
+    )
+    parser.add_argument("--attempts-n", type=int, default=500)
+    parser.add_argument("--attempts-reps", type=int, default=500)
     args = parser.parse_args()
     settings = make_settings(args.seed)
     rng = np.random.default_rng(args.seed + 1)
@@ -362,9 +566,13 @@ def main() -> None:
         "cells": [],
         "coverage": [],
         "limits": [],
+        "production": [],
+        "attempts": [],
     }
     start = time.perf_counter()
-    for name in args.settings.split(","):
+    _production(args, rng, results)
+    _attempts_table(args, settings, rng, results)
+    for name in filter(None, args.settings.split(",")):
         s = settings[name]
         clip = 5.0 * suggested_clip(s.logger.ravel())  # 5 × p90/p10 of the propensities
         r_logger, r_champion = s.risk(s.logger), s.risk(s.champion)
@@ -385,6 +593,8 @@ def main() -> None:
             )
         ):
             for label, factor in (("equal", 1.0), ("+2% worse", 1.02), ("-5% better", 0.95)):
+                if label not in args.challengers.split(","):
+                    continue
                 challenger = s.challenger(factor * base, champ_name)
                 for n in sizes:
                     promoted = _decisions(s, rng, args.reps, n, challenger, champion, clip)

@@ -23,7 +23,7 @@ from data_checks.suites import build_log_suite, default_parameters
 from poem.data import LoggedBandit
 from poem.diagnostics.propensity import PropensityReport, PropensityThresholds, propensity_report
 from poem.exceptions import InvalidLogError
-from poem.io._row_checks import row_problems
+from poem.io._row_checks import RowProblem, row_problems
 from poem.io.logs import LogTable, read_log_table
 from poem.io.parquet import skipped_log_files
 
@@ -136,12 +136,31 @@ def read_stage(
     return table, None
 
 
+def _below_declared_floor(table: LogTable) -> list[RowProblem]:
+    """Rows whose propensity is below the log's declared ``min_propensity`` (the gate's bound)."""
+    floor = table.meta.min_propensity
+    if floor is None or "propensity" not in table.frame.columns:
+        return []
+    p = pd.to_numeric(table.frame["propensity"], errors="coerce").to_numpy(dtype=np.float64)
+    mask = p < floor  # NaN compares False: reported by the missing-propensity expectation
+    if not mask.any():
+        return []
+    return [
+        RowProblem(
+            "propensity",
+            f"propensity below the declared min_propensity {floor:g} (the metadata's floor; "
+            "the gate's weight bound 1/min_propensity assumes none is)",
+            mask,
+        )
+    ]
+
+
 def _row_failures(table: LogTable) -> list[tuple[ExpectationFailure, np.ndarray]]:
     """The front door's row rules (:func:`poem.io._row_checks.row_problems`) as failures."""
     n = table.n_rows
     ids = table.frame["event_id"].to_numpy() if "event_id" in table.frame.columns else np.arange(n)
     out = []
-    for problem in row_problems(table.frame, table.meta):
+    for problem in [*row_problems(table.frame, table.meta), *_below_declared_floor(table)]:
         pos = np.flatnonzero(problem.mask)
         examples = tuple(v.item() if hasattr(v, "item") else v for v in ids[pos[:5]])
         failure = ExpectationFailure(

@@ -397,7 +397,13 @@ class TrainingConfig(_Section):
 
 
 class GateConfig(_Section):
-    """The counterfactual A/B gate (DESIGN §5)."""
+    """The counterfactual A/B gate (DESIGN §5).
+
+    ``confidence_level``: 1 − α shared by every attempt on one test window against one
+    champion; attempt k gets αₖ = α(1 − q)q^{k−1} with q = ``retry_fraction``
+    (:mod:`poem.ledger`, recorded by :mod:`flows.ledger`). ``seed``: the random order of the
+    test rows the bound bets on.
+    """
 
     estimator: Literal["ips", "snips", "clipped_ips"] = "ips"
     clip: float | None = Field(None, gt=0)
@@ -406,6 +412,8 @@ class GateConfig(_Section):
     min_improvement: float = Field(0.0, ge=0)
     min_ess: float = Field(100.0, ge=0)
     randomized: bool = False
+    seed: int = Field(0, ge=0)
+    retry_fraction: float = Field(0.2, gt=0, lt=1)
 
     @model_validator(mode="after")
     def _clip_for_clipped(self) -> GateConfig:
@@ -467,6 +475,15 @@ class PipelineConfig(_Section):
                 "e.g. grid: {l2_penalty: [0.0, 1.0]}"
             )
         return raw
+
+    @model_validator(mode="after")
+    def _snips_needs_a_weight_bound(self) -> PipelineConfig:
+        if self.gate.estimator == "snips" and self.checks.min_propensity <= 0:
+            raise ValueError(
+                "gate.estimator 'snips' needs a declared weight bound: set "
+                "checks.min_propensity > 0 (the logger's floor), or use gate.estimator: ips"
+            )
+        return self
 
     @model_validator(mode="after")
     def _learner_params(self) -> PipelineConfig:

@@ -25,7 +25,15 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from flows.config import load_config
 from flows.dask_runner import open_data_client, use_partitions
 from flows.registry import version_tags
-from flows.tasks.gate import gate_candidate, gate_coin, gate_metrics, load_champion, report_gate
+from flows.tasks.gate import (
+    declared_floor,
+    gate_candidate,
+    gate_coin,
+    gate_metrics,
+    load_champion,
+    open_attempt,
+    report_gate,
+)
 from flows.tasks.load import build_log, fingerprint_logs, load_logs
 from flows.tasks.partitioned import (
     gate_inputs,
@@ -183,7 +191,11 @@ def _stages(cfg: Any, run: Any, fingerprint: str) -> tuple:
     policy = train_policy(parts, cfg.training, trials[best].params, run, champion)
     blocking = [c.name for c in propensity.warnings] if cfg.checks.block_on_warnings else []
     coin = gate_coin(policy, cfg.gate)
-    comparison = gate_candidate(policy, champion, parts.test, cfg.gate, blocking, coin)
+    floor = declared_floor(cfg.data, cfg.checks)
+    attempt = open_attempt(cfg.tracking, champion_version, parts.test, cfg.gate, run)
+    comparison = gate_candidate(
+        policy, champion, parts.test, cfg.gate, blocking, coin, floor, attempt
+    )
     report_gate(comparison, champion_version, run)
     return comparison, trials, best, policy, log.n_rows, champion_version
 
@@ -231,8 +243,10 @@ def _partitioned_stages(cfg: Any, run: Any, _fingerprint: str) -> tuple:
         blocking = [c.name for c in propensity.warnings] if cfg.checks.block_on_warnings else []
         challenger_rows, champion_rows, test_rows = gate_inputs(policy, champion, parts)
         coin = gate_coin(policy, cfg.gate)
+        floor = declared_floor(cfg.data, cfg.checks)
+        attempt = open_attempt(cfg.tracking, champion_version, test_rows, cfg.gate, run)
         comparison = gate_candidate(
-            challenger_rows, champion_rows, test_rows, cfg.gate, blocking, coin
+            challenger_rows, champion_rows, test_rows, cfg.gate, blocking, coin, floor, attempt
         )
         report_gate(comparison, champion_version, run)
     finally:

@@ -1,24 +1,34 @@
 """The counterfactual A/B gate on a log: challenger vs champion policy (DESIGN §5).
 
-:func:`counterfactual_ab_test` turns two policies and the held-out test log into importance
-weights and delegates the decision rule to
-:func:`poem.estimators.compare.compare_policies` (the gate's math lives there). Before any
-promotion the champion is the logging policy itself, whose weights are identically 1.
+The gate decides from per-row vectors only (:class:`GateRows`: losses, logged propensities,
+each policy's probability of the logged action), so the in-memory and the partitioned paths
+give the same decision from the same vectors. :func:`gate_rows` computes them from two
+policies and a log, :func:`gate_decision` applies the rule
+(:func:`poem.estimators.compare.compare_policies`, where the math lives), and
+:func:`counterfactual_ab_test` is the two in a row. Before any promotion the champion is the
+logging policy itself, whose weights are identically 1.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from poem.data import LoggedBandit
 from poem.estimators.compare import PolicyComparison, compare_policies
-from poem.estimators.weights import importance_weights
+from poem.estimators.weights import _check_values, importance_weights
+from poem.ledger import Attempt
 
-__all__ = ["counterfactual_ab_test", "decision_coin"]
+__all__ = [
+    "GateRows",
+    "counterfactual_ab_test",
+    "decision_coin",
+    "gate_decision",
+    "gate_rows",
+    "weight_bound",
+]
 
 
 def decision_coin(policy: Any) -> float:
@@ -53,10 +63,68 @@ def decision_coin(policy: Any) -> float:
     return (int(policy.digest()[:16], 16) + 1) / 2.0**64
 
 
-def counterfactual_ab_test(
-    challenger: Any,
-    champion: Any,
-    log: LoggedBandit,
+@dataclass(frozen=True)
+class GateRows:
+    """The per-row vectors the gate decides from (one row per test decision, log order).
+
+    Attributes
+    ----------
+    losses : ndarray of shape (n_samples,)
+        δᵢ.
+    propensities : ndarray of shape (n_samples,)
+        Logged pᵢ.
+    challenger_probabilities : ndarray of shape (n_samples,)
+        π_c(yᵢ|xᵢ).
+    champion_probabilities : ndarray of shape (n_samples,) or None
+        π_h(yᵢ|xᵢ); None when the champion is the logging policy.
+    loss_bounds : tuple of float
+        Declared (δ_min, δ_max).
+    """
+
+    losses: np.ndarray
+    propensities: np.ndarray
+    challenger_probabilities: np.ndarray
+    champion_probabilities: np.ndarray | None
+    loss_bounds: tuple[float, float]
+
+
+def gate_rows(challenger: Any, champion: Any, log: Any) -> GateRows:
+    """The :class:`GateRows` of two policies on a log (or on a partitioned test split's view).
+
+    ``champion`` None is the logging policy; policies need ``log_action_probability_on``.
+    """
+    return GateRows(
+        np.asarray(log.losses, dtype=np.float64),
+        np.asarray(log.propensities, dtype=np.float64),
+        np.asarray(challenger.log_action_probability_on(log), dtype=np.float64),
+        None if champion is None else np.asarray(champion.log_action_probability_on(log)),
+        tuple(float(v) for v in log.loss_bounds),
+    )
+
+
+def weight_bound(propensities: Any, min_propensity: float | None) -> float | None:
+    """The declared weight bound B = 1 / ``min_propensity`` (None: none declared).
+
+    Raises
+    ------
+    ValueError
+        If ``min_propensity`` is not in (0, 1], or rows have a propensity below it (then the
+        declaration is wrong: ``check`` reports and quarantines such rows).
+    """
+    if min_propensity is None:
+        return None
+    value = float(min_propensity)
+    if not 0.0 < value <= 1.0:
+        raise ValueError(f"min_propensity must be in (0, 1], got {min_propensity!r}")
+    p = np.asarray(propensities, dtype=np.float64)
+    _check_values(
+        p < value * (1 - 1e-12), "propensity", f"are below the declared min_propensity {value:g}"
+    )
+    return 1.0 / value
+
+
+def gate_decision(
+    rows: GateRows,
     *,
     estimator: str = "ips",
     clip: float | None = None,
@@ -66,33 +134,37 @@ def counterfactual_ab_test(
     interval: str = "t",
     failed_checks: Sequence[str] = (),
     randomization: float | None = None,
+    min_propensity: float | None = None,
+    order_seed: int | None = 0,
+    attempt: Attempt | None = None,
 ) -> PolicyComparison:
-    r"""Decide whether ``challenger`` should replace ``champion``, on ``log`` only.
+    r"""Decide whether the challenger should replace the champion, from the rows' vectors.
 
     .. math::
 
         \text{promote} \iff U < -\text{min\_improvement}, \qquad
-        P\big(U < R(\text{chal}) - R(\text{champ})\big) \le \alpha \text{ at every } n
+        P\Big(U < \tfrac1n \textstyle\sum_i \big(R_i(\text{chal}) - R_i(\text{champ})\big)
+        \Big) \le \alpha_k
 
-    where U is the betting upper confidence bound of :func:`compare_policies` on the
-    importance weights rᵢ = π(yᵢ|xᵢ)/pᵢ of each policy (r^{champ} ≡ 1 when the champion is
-    the logging policy) and the log's loss bounds, and 1 − α the confidence level; the
-    challenger's ESS must also reach ``min_ess`` and no check may have failed.
+    where U is the betting upper confidence bound of
+    :func:`~poem.estimators.compare.compare_policies` on the importance weights
+    rᵢ = π(yᵢ|xᵢ)/pᵢ (r^{champ} ≡ 1 for the logging policy), the rows in the random order of
+    ``order_seed``, the declared loss bounds and the weight bound B = 1/``min_propensity``;
+    Rᵢ are the risks at row i's context and time (the null: the challenger's risk averaged
+    over the test window is not lower than the champion's), and αₖ the α of this attempt on
+    the window (``attempt``; else 1 − ``confidence_level``). The challenger's ESS must also
+    reach ``min_ess`` and no check may have failed.
 
     Parameters
     ----------
-    challenger : StochasticPolicy
-        The newly trained policy.
-    champion : StochasticPolicy or None
-        The production policy; None means the logging policy (weights ≡ 1).
-    log : LoggedBandit
-        The held-out test log (never used for training or selection).
+    rows : GateRows
+        The test rows' vectors (:func:`gate_rows`).
     estimator : {"ips", "snips", "clipped_ips"}, default="ips"
-        Risk estimator of the paired comparison.
+        The gate option (:mod:`poem.estimators.gate_options`).
     clip : float or None, default=None
         Weight cap M for ``"clipped_ips"``, i.e. M.
     confidence_level : float, default=0.95
-        One-sided level 1 − α of the upper bound, i.e. 1 − α.
+        One-sided level 1 − α when there is no ``attempt``, i.e. 1 − α.
     min_improvement : float, default=0.0
         Required risk reduction (loss units).
     min_ess : float, default=100.0
@@ -102,41 +174,86 @@ def counterfactual_ab_test(
     failed_checks : sequence of str, default=()
         Names of data or propensity checks that did not pass; any blocks promotion.
     randomization : float or None, default=None
-        U in (0, 1] for the randomized decision (typically :func:`decision_coin` of the
-        challenger); None: deterministic.
+        U in (0, 1] for the randomized decision (:func:`decision_coin`); None: deterministic.
+    min_propensity : float or None, default=None
+        The logger's minimum propensity as *declared* before the rows were seen (log
+        metadata ``min_propensity`` or ``checks.min_propensity``), so every weight is
+        ≤ 1/min_propensity; None: no bound (only terms that need none are used).
+    order_seed : int or None, default=0
+        Seed of the random order of the rows for the bound (recorded in the result).
+    attempt : Attempt or None, default=None
+        This attempt on the window (:func:`poem.ledger.next_attempt`): its α replaces
+        1 − ``confidence_level`` for the decision and the reported intervals.
 
     Returns
     -------
     PolicyComparison
-        Both estimates, the difference, its upper bound, the decision and its reasons.
+        Both estimates, the difference, its upper bound, the decision, its reasons, the
+        order seed, the weight bound and the attempt.
+
+    Raises
+    ------
+    ValueError
+        As :func:`~poem.estimators.compare.compare_policies`, and when a propensity is
+        below the declared ``min_propensity``.
 
     References
     ----------
     Swaminathan, A. & Joachims, T. (2015). JMLR 16, arXiv:1502.02362, Eq. (1) (IPS).
     Waudby-Smith & Ramdas (2024), JRSS-B 86(1), arXiv:2010.09686 (the bound).
     """
-    chal_w = importance_weights(challenger.log_action_probability_on(log), log.propensities)
-    if champion is None:
-        champ_w = np.ones(log.n_rows)  # the logging policy: r_i = p_i / p_i
+    bound = weight_bound(rows.propensities, min_propensity)
+    chal_w = importance_weights(rows.challenger_probabilities, rows.propensities)
+    if rows.champion_probabilities is None:
+        champ_w = np.ones(rows.losses.size)  # the logging policy: r_i = p_i / p_i
     else:
-        champ_w = importance_weights(champion.log_action_probability_on(log), log.propensities)
+        champ_w = importance_weights(rows.champion_probabilities, rows.propensities)
+    level = confidence_level if attempt is None else attempt.confidence_level
     comparison = compare_policies(
-        log.losses,
+        rows.losses,
         chal_w,
         champ_w,
-        confidence_level=confidence_level,
+        confidence_level=level,
         min_improvement=min_improvement,
         min_ess=min_ess,
         estimator=estimator,
         clip=clip,
         interval=interval,
-        loss_baseline=log.loss_bounds[1],  # translated losses δ − δ_max ≤ 0 (DESIGN §4.1)
-        loss_bounds=log.loss_bounds,
+        loss_baseline=rows.loss_bounds[1],  # translated losses δ − δ_max ≤ 0 (DESIGN §4.1)
+        loss_bounds=rows.loss_bounds,
+        max_weight=bound,
         randomization=randomization,
+        order_seed=order_seed,
     )
-    if failed_checks:
-        reasons = tuple(comparison.reasons) + tuple(
-            f"check did not pass: {c}" for c in failed_checks
+    reasons = tuple(comparison.reasons)
+    if attempt is not None:
+        reasons += (
+            f"attempt {attempt.number} on this test window against this champion: "
+            f"alpha = {attempt.alpha:.4g} of the window's {attempt.family_alpha:.4g}",
         )
-        comparison = replace(comparison, promote=False, reasons=reasons)
-    return comparison
+        comparison = replace(comparison, attempt=attempt.number, family_alpha=attempt.family_alpha)
+    reasons += tuple(f"check did not pass: {c}" for c in failed_checks)
+    return replace(comparison, reasons=reasons, promote=comparison.promote and not failed_checks)
+
+
+def counterfactual_ab_test(
+    challenger: Any, champion: Any, log: Any, **options: Any
+) -> PolicyComparison:
+    """:func:`gate_decision` on :func:`gate_rows` of ``challenger`` and ``champion`` on ``log``.
+
+    Parameters
+    ----------
+    challenger : StochasticPolicy
+        The newly trained policy.
+    champion : StochasticPolicy or None
+        The production policy; None means the logging policy (weights ≡ 1).
+    log : LoggedBandit
+        The held-out test log (never used for training or selection).
+    **options
+        The keyword arguments of :func:`gate_decision`.
+
+    Returns
+    -------
+    PolicyComparison
+    """
+    return gate_decision(gate_rows(challenger, champion, log), **options)

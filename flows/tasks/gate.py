@@ -10,12 +10,15 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from flows.config import GateConfig, TrackingConfig
+from flows.config import ChecksConfig, DataConfig, GateConfig, TrackingConfig
+from flows.ledger import record_attempt
 from flows.registry import alias_version, load_version_policy
 from flows.tasks import IO_RETRIES, stage_done
 from flows.tracking import TrackedRun, client_for, log_artifact, log_json, log_metrics, log_text
 from poem.diagnostics.gate_plot import plot_gate
 from poem.gate import counterfactual_ab_test, decision_coin
+from poem.io.declared import declared_min_propensity, gate_min_propensity
+from poem.ledger import window_of
 
 
 @task(name="load-champion", cache_policy=NO_CACHE, **IO_RETRIES)
@@ -31,6 +34,23 @@ def gate_coin(policy: Any, gate: GateConfig) -> float | None:
     return decision_coin(policy) if gate.randomized else None
 
 
+@task(name="declared-min-propensity", cache_policy=NO_CACHE, **IO_RETRIES)
+def declared_floor(data: DataConfig, checks: ChecksConfig) -> float | None:
+    """The logger's floor the gate may assume: log metadata ``min_propensity`` or the config's."""
+    return gate_min_propensity(declared_min_propensity(data.path), checks.min_propensity)
+
+
+@task(name="open-gate-attempt", cache_policy=NO_CACHE, **IO_RETRIES)
+def open_attempt(
+    tracking: TrackingConfig, champion_version: Any, test_log: Any, gate: Any, run: TrackedRun
+) -> Any:
+    """Record this gate attempt on the registered model's ledger (:mod:`flows.ledger`)."""
+    window = window_of(test_log)
+    return record_attempt(
+        client_for(tracking), tracking, champion_version, window, gate, run.run_id
+    )
+
+
 @task(name="gate-candidate", cache_policy=NO_CACHE, on_completion=[stage_done])
 def gate_candidate(
     challenger: Any,
@@ -39,10 +59,14 @@ def gate_candidate(
     gate: GateConfig,
     failed_checks: list[str],
     coin: float | None = None,
+    min_propensity: float | None = None,
+    attempt: Any = None,
 ) -> Any:
     """Compare challenger and champion on the test log (``poem.gate.counterfactual_ab_test``).
 
-    ``coin``: U of the randomized decision (:func:`gate_coin`), None for the deterministic one.
+    ``coin``: U of the randomized decision (:func:`gate_coin`), None for the deterministic one;
+    ``min_propensity``: the declared floor (:func:`declared_floor`); ``attempt``: this attempt
+    on the window (:func:`open_attempt`), whose α the decision spends.
     """
     return counterfactual_ab_test(
         challenger,
@@ -56,6 +80,9 @@ def gate_candidate(
         interval=gate.interval,
         failed_checks=failed_checks,
         randomization=coin,
+        min_propensity=min_propensity,
+        order_seed=gate.seed,
+        attempt=attempt,
     )
 
 

@@ -19,6 +19,7 @@ from poem.estimators.bounds import (
     _check_option,
     standard_error,
 )
+from poem.estimators.gate_options import gate_option
 from poem.estimators.improvement import improvement_lower_bound
 from poem.estimators.ips import (
     ESTIMATORS,
@@ -61,6 +62,15 @@ class PolicyComparison:
     randomization : float or None
         The U in (0, 1] of a randomized decision (see :func:`compare_policies`); None:
         deterministic.
+    order_seed : int or None
+        Seed of the random order of the rows the bound bet on (None: the order given).
+    max_weight : float or None
+        The declared weight bound B the bound used (None: none was declared).
+    attempt : int
+        Which attempt on this test window against this champion (1: the first); its α is
+        1 − the difference's confidence level.
+    family_alpha : float or None
+        The α all attempts on the window share (the ledger's), or None when not ledgered.
     """
 
     challenger: Estimate
@@ -72,6 +82,15 @@ class PolicyComparison:
     min_improvement: float = 0.0
     min_ess: float = 0.0
     randomization: float | None = None
+    order_seed: int | None = None
+    max_weight: float | None = None
+    attempt: int = 1
+    family_alpha: float | None = None
+
+    @property
+    def alpha(self) -> float:
+        """The α this decision spent: 1 − the one-sided confidence level."""
+        return 1.0 - self.difference.confidence_level
 
     @property
     def decision(self) -> str:
@@ -113,6 +132,10 @@ class PolicyComparison:
         out["risk_difference_ucb"] = self.upper_bound
         if self.randomization is not None:
             out["gate_randomization"] = self.randomization
+        out["gate_attempt"] = self.attempt
+        out["gate_alpha"] = self.alpha
+        if self.order_seed is not None:
+            out["gate_order_seed"] = self.order_seed
         out["challenger_effective_sample_size"] = self.challenger.effective_sample_size
         out["champion_effective_sample_size"] = self.champion.effective_sample_size
         return {k: float(v) for k, v in out.items()}
@@ -126,6 +149,11 @@ class PolicyComparison:
             "min_improvement": float(self.min_improvement),
             "min_ess": float(self.min_ess),
             "randomization": self.randomization,
+            "order_seed": self.order_seed,
+            "max_weight": self.max_weight,
+            "attempt": self.attempt,
+            "alpha": self.alpha,
+            "family_alpha": self.family_alpha,
             "estimator": self.estimator,
             "reasons": list(self.reasons),
             "flags": list(self.flags),
@@ -163,6 +191,19 @@ class PolicyComparison:
             f"**{self.upper_bound:.4g}** (promotion needs < {0.0 - self.min_improvement:.4g}); "
             f"n = {self.difference.n:,} rows; "
             f"minimum challenger effective sample size {self.min_ess:,.4g}.",
+            "",
+            f"Attempt {self.attempt} on this test window against this champion: "
+            f"α = {self.alpha:.4g}"
+            + (
+                f" of the window's {self.family_alpha:.4g}."
+                if self.family_alpha is not None
+                else " (no attempt ledger)."
+            )
+            + (
+                f" Rows in the random order of seed {self.order_seed}."
+                if self.order_seed is not None
+                else ""
+            ),
             "",
             f"**Decision: {self.decision}**",
             "",
@@ -223,6 +264,7 @@ def compare_policies(
     loss_bounds: tuple[float, float] | None = None,
     max_weight: float | None = None,
     randomization: float | None = None,
+    order_seed: int | None = 0,
 ) -> PolicyComparison:
     r"""Paired off-policy comparison of a challenger with the champion, and the gate's decision.
 
@@ -241,10 +283,16 @@ def compare_policies(
     delta-method terms for SNIPS); they do not decide, and they carry reliability flags
     (:func:`poem.estimators.reliability.interval_flags`) when they may undercover.
 
-    Guarantee: P(promote) ≤ γ when R(challenger) ≥ R(champion) − ε, at every n, if rows are
-    independent draws from the logging policy with correct propensities, losses lie in
-    ``loss_bounds`` and, unless the champion is the logging policy and the estimator is
-    ``"ips"`` or ``"clipped_ips"``, every importance weight is ≤ ``max_weight``. With
+    Null and guarantee: P(promote) ≤ γ when the challenger's risk averaged over the test
+    window is not lower than the champion's by more than ε,
+    (1/n)Σᵢ(Rᵢ(challenger) − Rᵢ(champion)) ≥ −ε, with Rᵢ the risks at row i's context and
+    time, if given the window's contexts the rows are independent draws from the logging
+    policy of their time with correct propensities, losses lie in ``loss_bounds`` and, where
+    the option needs it (a policy champion, or ``"snips"``), every importance weight is
+    ≤ ``max_weight``, a bound *declared* before the rows were seen. The bound bets on the
+    rows in a random order drawn from ``order_seed`` (the order given does not matter: see
+    :mod:`poem.estimators.improvement`). Without ``max_weight`` only terms that need no
+    weight bound are used, and the reasons say so. With
     ``randomization=U`` the bound also rejects when the capital at the end of the log
     Kₙ ≥ U/γ (randomized Ville inequality, Ramdas & Manole 2023): the guarantee then holds
     over the draw of U ~ Uniform(0, 1], which must be independent of the log (e.g.
@@ -285,11 +333,15 @@ def compare_policies(
         (δ_min, δ_max) of the losses, i.e. (a, b); None uses the smallest and largest loss
         on the log (then it is assumed no loss can lie outside them).
     max_weight : float or None, default=None
-        Bound B on every importance weight, ≥ 1 (e.g. 1 / the logging policy's smallest
-        propensity); None uses each policy's largest weight on the log.
+        Declared bound B ≥ 1 on every importance weight, known before the test rows (1 / the
+        logger's declared minimum propensity); None: no bound is known (then only terms that
+        need none are used; never the largest weight the log shows).
     randomization : float or None, default=None
         U in (0, 1], drawn independently of the log, for the randomized decision; None:
         deterministic (only the running maximum of the capital decides).
+    order_seed : int or None, default=0
+        Seed of the random order of the rows for the bound (recorded in the result); None
+        keeps the order given (only for rows that are already in a random order).
 
     Returns
     -------
@@ -347,8 +399,11 @@ def compare_policies(
         clip=clip,
         confidence_level=level,
         randomization=coin,
+        order_seed=order_seed,
     )
-    ucb = -float(lcb)
+    # a challenger with the champion's probability of every logged action cannot be shown
+    # better (the bound-free terms would add the noise (b − a)(r^h − 1) to its zero terms)
+    ucb = max(-float(lcb), 0.0) if np.array_equal(wc, wh) else -float(lcb)
     difference = _paired_difference(d, wc, wh, estimator, clip, level, interval, random_state)
     difference = replace(
         difference,
@@ -369,9 +424,20 @@ def compare_policies(
         f"{'passed' if enough else 'failed'}: effective sample size: the challenger's is "
         f"{challenger.effective_sample_size:,.1f} of {d.size:,} rows, "
         f"{'at least' if enough else 'below'} min_ess = {n_min:,.4g}",
+        f"assumed: {gate_option(estimator).assumption(bool(np.all(wh == 1.0)), bound)}",
     )
     return PolicyComparison(
-        challenger, champion, difference, ucb, improves and enough, reasons, epsilon, n_min, coin
+        challenger,
+        champion,
+        difference,
+        ucb,
+        improves and enough,
+        reasons,
+        epsilon,
+        n_min,
+        coin,
+        order_seed=order_seed,
+        max_weight=bound,
     )
 
 

@@ -1,10 +1,23 @@
-"""Per-row improvement terms of a challenger over the champion, and their valid lower bound.
+"""The gate's bound on the improvement of a challenger over the champion (DESIGN §5).
 
-The gate (DESIGN §5) promotes when a lower confidence bound on the improvement
-R(champion) − R(challenger) is above the required margin. A t bound on paired terms is not
-valid at finite n (their skew and heavy tails make it promote up to 25 % of the time at
-α = 5 %), so this module builds terms Xᵢ that are *bounded below* by a known Lᵢ, and
-:func:`poem.estimators.betting.betting_lower_bound` turns them into a bound valid at every n.
+The gate promotes when a lower confidence bound on the improvement
+R(champion) − R(challenger), *averaged over the test window*, is above the required margin.
+Each option's per-row terms Xᵢ are bounded below by a known Lᵢ
+(:mod:`poem.estimators.gate_options`); :func:`improvement_lower_bound` bets on them with the
+rows in a seeded uniformly random order (:func:`shuffle_rows`,
+:func:`poem.estimators.betting.betting_lower_bound`).
+
+Why a random order: production logs are in time order and drift within the window. A
+capital over the logged order reaches 1/α as soon as the *early* rows favour the
+challenger, even when the window's average does not (a challenger better in the morning
+and worse in the evening: 78–100 % false promotion at n = 2,000 in the time order). In a
+uniformly random order every row of the window is equally likely at every position: the
+row at position t is a draw from the window's rows not yet seen, whose average
+improvement is the window's up to the finite-population correction, and the bets cannot
+know which rows remain. For i.i.d. rows the order changes nothing (the guarantee is exact
+and the power unchanged); with drift, the false-promotion rate for the window's average is
+measured in ``benchmarks/gate_calibration.py`` (``drift`` settings). The decision depends
+on the seed, which the gate records (``order_seed``) so that it is reproducible.
 
 Every function takes arrays whose last axis is the rows, so the calibration benchmark runs
 thousands of simulated logs through exactly the code the gate runs on one.
@@ -17,35 +30,34 @@ from typing import Any
 import numpy as np
 
 from poem.estimators.betting import betting_lower_bound
+from poem.estimators.gate_options import GATE_ESTIMATORS, Capital, gate_option
 
-__all__ = ["GATE_ESTIMATORS", "improvement_lower_bound", "improvement_terms"]
-
-GATE_ESTIMATORS = ("ips", "clipped_ips", "snips")
-_PRIOR_ROWS = 1.0  # the SNIPS baselines start at δ_max with the weight of one pseudo-row
-# the capital processes the bound averages, per option: (which terms, cap κ of the bets).
-# Terms 0 are the option's own; terms 1 are the SNIPS-baseline terms for "snips" and the
-# unclipped ips terms for "clipped_ips". Chosen on benchmarks/gate_calibration.py (every
-# cell, 200 logs each): κ = 0.99 on the SNIPS-baseline terms lifts rare-loss power at
-# n = 20,000 from 1.5 % to 18.5 % (logger champion) because their bets sit at the cap
-# κ/(m − L) (the oracle bet is at 0.99/|L|); averaging them with the translated terms
-# costs log 2 of evidence and brought it back to 7.5 %. The translated ips terms keep
-# κ = 1/2: their cap binds only against a policy champion, where the range comes from
-# the log and κ near 1 raised A/A promotions (7.5 % vs 5.5 % on 200 logs).
-_STRATEGIES = {
-    "ips": ((0, 0.5),),
-    "clipped_ips": ((0, 0.5), (1, 0.5)),
-    "snips": ((1, 0.99),),
-}
+__all__ = ["GATE_ESTIMATORS", "improvement_capitals", "improvement_lower_bound", "shuffle_rows"]
 
 
-def _predictable_snips(losses: np.ndarray, weights: np.ndarray, start: float) -> np.ndarray:
-    """ĉᵢ = (s·δ_max + Σ_{j<i} δⱼrⱼ) / (s + Σ_{j<i} rⱼ): SNIPS on the rows before i."""
-    num = np.cumsum(losses * weights, axis=-1) - losses * weights
-    den = np.cumsum(weights, axis=-1) - weights
-    return (_PRIOR_ROWS * start + num) / (_PRIOR_ROWS + den)
+def shuffle_rows(order_seed: Any, *arrays: Any) -> tuple[np.ndarray, ...]:
+    """The arrays with their rows (last axis) in one seeded uniformly random order per log.
+
+    The rows are first sorted by their values (``arrays`` in turn as keys), then permuted
+    with ``numpy.random.default_rng(order_seed)``: the result depends on the rows and the
+    seed only, never on the order they were given in. Every log along the leading axes gets
+    its own permutation (the same one for all ``arrays``). ``order_seed`` None keeps the
+    given order.
+    """
+    arrays = tuple(np.asarray(a, dtype=np.float64) for a in arrays)
+    if order_seed is None:
+        return arrays
+    shape = np.broadcast_shapes(*(a.shape for a in arrays))
+    full = tuple(np.broadcast_to(a, shape) for a in arrays)
+    canonical = np.lexsort(full[::-1], axis=-1)  # first array is the primary key
+    rng = np.random.default_rng(order_seed)
+    index = np.take_along_axis(
+        canonical, rng.permuted(np.broadcast_to(np.arange(shape[-1]), shape), axis=-1), axis=-1
+    )
+    return tuple(np.take_along_axis(a, index, axis=-1) for a in full)
 
 
-def improvement_terms(
+def improvement_capitals(
     losses: Any,
     challenger_weights: Any,
     champion_weights: Any,
@@ -54,38 +66,14 @@ def improvement_terms(
     loss_bounds: tuple[float, float],
     max_weight: float | None = None,
     clip: float | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    r"""Terms Xᵢ whose conditional mean is (at most) the improvement, and lower bounds Lᵢ.
+) -> list[Capital]:
+    r"""The capital processes of ``estimator``'s bound on the rows in the order given.
 
-    .. math::
+    .. math:: E[X_i \mid \text{rows} < i] \le R_i(\text{champion}) - R_i(\text{challenger}),
+        \qquad X_i \ge L_i
 
-        X_i = \big[c^h_i + (\delta_i - c^h_i)\, r^h_i\big]
-              - \big[c^c_i + (\delta_i - c^c_i)\, \tilde r^c_i\big], \qquad
-        L_i = \min_{\delta \in [a, b],\ \tilde r^c - r^h \in [D_{lo}, D_{hi}],\
-              r^h \in [l_h, B_h]} X_i
-
-    where δᵢ ∈ [a, b] is the logged loss, r^h_i and r^c_i the champion's and challenger's
-    importance weights, and the baselines c are fixed before row i is seen:
-
-    - ``"ips"``: c^c = c^h = b (translation by δ_max, DESIGN §4.1) and r̃^c = r^c, so
-      Xᵢ = (b − δᵢ)(r^c_i − r^h_i) has mean R(champion) − R(challenger) exactly and
-      Lᵢ = −(b − a)·max(0, −D_lo). With the logging policy as champion (r^h ≡ 1) D ≥ −1,
-      so Xᵢ ≥ −(b − a) whatever the challenger's weights: no weight bound is assumed;
-    - ``"clipped_ips"``: as ``"ips"`` with r̃^c = min(M, r^c). Because b − δᵢ ≥ 0, clipping
-      only the challenger's weights can only lower Xᵢ: the mean is ≤ the improvement, so the
-      bound stays valid (pessimistic, never optimistic). The champion is never clipped, which
-      is what biased the old paired difference;
-    - ``"snips"``: c^c_i and c^h_i are each policy's self-normalized estimate on the rows
-      before i (starting at b). Any baseline fixed before row i keeps the conditional mean at
-      R(champion) − R(challenger) (E[r] = 1); the SNIPS ones make (δ − c) r small where
-      losses are rare, at the price of a range that depends on the weights. The ``"ips"``
-      terms are returned beside them (leading axis of length 2, SNIPS second);
-      :func:`improvement_lower_bound` bets on the SNIPS-baseline terms with κ = 0.99.
-
-    Ranges: with ``max_weight=B``, D = r̃^c − r^h ∈ [−B, B] and r^h ∈ [0, B]; with
-    ``max_weight=None`` they are the smallest and largest values on the log (the assumption
-    is then that the log shows the extreme weights). When the champion is the logging policy
-    (every r^h = 1), r^h ∈ [1, 1] and D_lo = −1 in both cases.
+    where Rᵢ are the risks of row i's context (and time) and Lᵢ is known before row i; see
+    :mod:`poem.estimators.gate_options` for each option's terms.
 
     Parameters
     ----------
@@ -96,69 +84,33 @@ def improvement_terms(
     champion_weights : array-like of shape (..., n_samples)
         Champion's importance weights (all 1 for the logging policy), i.e. r^h_i.
     estimator : {"ips", "clipped_ips", "snips"}
-        Which terms.
+        The gate option.
     loss_bounds : tuple of float
-        (δ_min, δ_max) with δ_min < δ_max, i.e. (a, b).
+        (δ_min, δ_max), i.e. (a, b).
     max_weight : float or None, default=None
-        Bound on every importance weight the policies can have on this logging policy
-        (e.g. 1 / its smallest propensity), ≥ 1, i.e. B; None: the ranges the log shows
-        (per log along the leading axes).
+        Declared bound B ≥ 1 on every importance weight (1 / the logger's declared minimum
+        propensity); None: no bound is known, and only terms that need none are used.
     clip : float or None, default=None
         Cap M of the challenger's weights for ``"clipped_ips"``.
 
     Returns
     -------
-    terms : ndarray of shape (..., n_samples), or (2, ..., n_samples) for ``"snips"``
-        The Xᵢ.
-    lower : ndarray broadcastable to ``terms``
-        The Lᵢ.
+    list of Capital
+        One per capital process (their capitals are averaged).
 
     References
     ----------
-    Swaminathan & Joachims (2015), JMLR 16, arXiv:1502.02362, Eq. (1) and §4.3
-    (translation); The self-normalized estimator for counterfactual learning, NeurIPS 28
-    (SNIPS as a control variate).
-    Waudby-Smith & Ramdas (2024), JRSS-B 86(1), arXiv:2010.09686, §4 (predictable terms
-    keep the capital process a martingale).
+    Swaminathan & Joachims (2015), JMLR 16, arXiv:1502.02362, Eq. (1) and §4.3.
+    Waudby-Smith & Ramdas (2024), JRSS-B 86(1), arXiv:2010.09686, §4.
     """
     a, b = (float(v) for v in loss_bounds)
     d = np.asarray(losses, dtype=np.float64)
     rc = np.asarray(challenger_weights, dtype=np.float64)
     rh = np.asarray(champion_weights, dtype=np.float64)
-    if estimator == "clipped_ips":
-        rc = np.minimum(float(clip), rc)
-    lo_d, hi_d, lo_h, hi_h = _ranges(rc, rh, max_weight)
-    ips_terms = (b - d) * (rc - rh)  # (b − δᵢ)(r^c_i − r^h_i)
-    ips_lower = -(b - a) * np.maximum(0.0, -lo_d)
-    if estimator in ("ips", "clipped_ips"):
-        return ips_terms, ips_lower * np.ones(d.shape[:-1] + (1,))
-    cc = _predictable_snips(d, rc, b)
-    ch = np.ones_like(d) * _predictable_snips(d, rh, b)
-    # X = (c^h − c^c) + (c^c − δ) D + (c^c − c^h) r^h with D = r^c − r^h: bilinear in
-    # (δ, D), so its minimum over the box is at a corner
-    terms = (ch + (d - ch) * rh) - (cc + (d - cc) * rc)
-    corner = np.minimum(
-        np.minimum((cc - a) * lo_d, (cc - a) * hi_d), np.minimum((cc - b) * lo_d, (cc - b) * hi_d)
-    )
-    champ = np.minimum((cc - ch) * lo_h, (cc - ch) * hi_h)
-    lower = (ch - cc) + corner + champ
-    return np.stack([ips_terms, terms]), np.stack([ips_lower * np.ones_like(lower), lower])
-
-
-def _ranges(rc: np.ndarray, rh: np.ndarray, max_weight: float | None):
-    """[D_lo, D_hi] of D = r^c − r^h and [l_h, B_h] of r^h (see :func:`improvement_terms`)."""
     logger = bool(np.all(rh == 1.0))
-    if max_weight is not None:
-        bound = float(max_weight)
-        if logger:
-            return -1.0, bound - 1.0, 1.0, 1.0
-        return -bound, bound, 0.0, bound
-    diff = rc - rh
-    hi_d = np.max(diff, axis=-1, keepdims=True)
-    if logger:  # D = r^c − 1 ≥ −1 holds whatever the log shows
-        return -1.0, hi_d, 1.0, 1.0
-    lo_d = np.min(diff, axis=-1, keepdims=True)
-    return lo_d, hi_d, 0.0, np.max(rh, axis=-1, keepdims=True)
+    return gate_option(estimator).capitals(
+        d, rc, rh, loss_bounds=(a, b), max_weight=max_weight, clip=clip, logger=logger
+    )
 
 
 def improvement_lower_bound(
@@ -172,42 +124,45 @@ def improvement_lower_bound(
     clip: float | None = None,
     confidence_level: float = 0.95,
     randomization: Any = None,
+    order_seed: Any = 0,
 ) -> np.ndarray | float:
-    r"""Lower confidence bound on R(champion) − R(challenger), valid at every sample size.
+    r"""Lower confidence bound on the window's average R(champion) − R(challenger).
 
-    .. math:: P\big(\hat I_{LB} > R(\text{champion}) - R(\text{challenger})\big) \le \alpha
+    .. math::
 
-    where Î_LB is :func:`poem.estimators.betting.betting_lower_bound` of the
-    :func:`improvement_terms` and 1 − α the confidence level. Per option the bound bets on:
-    ``"ips"`` the translated terms (κ = 1/2); ``"snips"`` the SNIPS-baseline terms with
-    κ = 0.99 (rare losses put the best bet at the cap κ/(m − L)); ``"clipped_ips"`` the
-    average of the capitals on the clipped and on the unclipped ips terms (κ = 1/2 each).
-    Each capital is a nonnegative supermartingale at the true improvement μ (the clipped
-    terms have conditional mean ≤ μ and the bets are ≥ 0), so their average is one too and
-    Ville's inequality keeps the level (WSR 2024, Eq. (12) and §5); the price of averaging
-    S capitals is at most log S of evidence. Assumptions: rows are
-    independent draws from the logging policy, the propensities are correct, losses lie in
-    ``loss_bounds`` and — except for ``"ips"``/``"clipped_ips"`` with the logging policy
-    as champion — the weights stay within ``max_weight`` (by default: within the ranges
-    the log shows, see :func:`improvement_terms`).
+        P\Big(\hat I_{LB} > \tfrac1n \textstyle\sum_i \big(R_i(\text{champion})
+        - R_i(\text{challenger})\big)\Big) \le \alpha
+
+    where Î_LB = sup{m : maxₜ Kₜ(m) ≥ 1/α}, Kₜ(m) the average over the option's capitals
+    (:func:`improvement_capitals`) of Π_{i≤t}(1 + λᵢ(m)(X_{σ(i)} − m)) with the rows in a
+    uniformly random order σ drawn from ``order_seed``, predictable plug-in bets
+    λᵢ(m) ≤ κ/(m − L) (:func:`~poem.estimators.betting.betting_lower_bound`), Rᵢ the
+    risks of row i's context and time, and 1 − α the level.
+    Assumptions: given the window's contexts the rows are independent draws from the logging
+    policy of their time, the propensities are correct, losses lie in ``loss_bounds`` and,
+    where the option needs one (``GateOption.needs_weight_bound``), every weight is ≤
+    ``max_weight``. The order of the rows as given does not matter.
 
     Parameters
     ----------
     losses, challenger_weights, champion_weights : array-like of shape (..., n_samples)
-        δᵢ, r^c_i and r^h_i, as for :func:`improvement_terms`.
+        δᵢ, r^c_i and r^h_i, as for :func:`improvement_capitals`.
     estimator : {"ips", "clipped_ips", "snips"}, default="ips"
-        Which terms (see :func:`improvement_terms`).
+        The gate option.
     loss_bounds : tuple of float
         (δ_min, δ_max), i.e. (a, b).
     max_weight : float or None, default=None
-        Bound on every importance weight, i.e. B (see :func:`improvement_terms`).
+        Declared weight bound B (see :func:`improvement_capitals`).
     clip : float or None, default=None
         Challenger weight cap M for ``"clipped_ips"``.
     confidence_level : float, default=0.95
         Probability that the bound holds, in (0, 1), i.e. 1 − α.
     randomization : float or array-like of shape (...), optional
-        A fresh U ~ Uniform(0, 1] per decision for the randomized Ville threshold (see
-        :func:`~poem.estimators.betting.betting_lower_bound`); None: deterministic.
+        U ~ Uniform(0, 1] independent of the log: m is also rejected when Kₙ(m) ≥ U/α
+        (randomized Ville inequality); None: deterministic.
+    order_seed : int, Generator or None, default=0
+        Seed of the random order σ (one permutation per log); None keeps the given order
+        (only for rows already in a random order).
 
     Returns
     -------
@@ -217,40 +172,23 @@ def improvement_lower_bound(
     References
     ----------
     Waudby-Smith & Ramdas (2024), Estimating means of bounded random variables by betting,
-    JRSS-B 86(1), arXiv:2010.09686.
+    JRSS-B 86(1), arXiv:2010.09686, Eq. (12), §5.1.
+    Ramdas & Manole (2023), Randomized and exchangeable improvements of Markov's,
+    Chebyshev's and Chernoff's inequalities, arXiv:2304.02611, §4 (randomized Ville).
     """
-    terms, lower = improvement_terms(
-        losses,
-        challenger_weights,
-        champion_weights,
-        estimator=estimator,
-        loss_bounds=loss_bounds,
-        max_weight=max_weight,
-        clip=clip,
+    d, rc, rh = shuffle_rows(order_seed, losses, challenger_weights, champion_weights)
+    capitals = improvement_capitals(
+        d, rc, rh, estimator=estimator, loss_bounds=loss_bounds, max_weight=max_weight, clip=clip
     )
     a, b = loss_bounds
-    scale = float(b - a) if b > a else 1.0
-    if estimator != "snips":
-        terms, lower = terms[None], lower[None]
-    if estimator == "clipped_ips":  # term 1: the unclipped ips terms (exact mean)
-        exact, exact_lower = improvement_terms(
-            losses,
-            challenger_weights,
-            champion_weights,
-            estimator="ips",
-            loss_bounds=loss_bounds,
-            max_weight=max_weight,
-        )
-        terms = np.concatenate([terms, exact[None]])
-        lower = np.concatenate([lower, np.broadcast_to(exact_lower, lower.shape[1:])[None]])
-    strategies = _STRATEGIES[estimator]
-    which = [i for i, _ in strategies]
+    terms = np.stack([c.terms for c in capitals])
+    lower = np.stack([np.broadcast_to(c.lower, c.terms.shape) for c in capitals])
     return betting_lower_bound(
-        terms[which],
-        lower[which],
+        terms,
+        lower,
         confidence_level,
-        scale=scale,
+        scale=float(b - a) if b > a else 1.0,
         mixture=True,
-        max_bet_fraction=[kappa for _, kappa in strategies],
+        max_bet_fraction=[c.max_bet_fraction for c in capitals],
         randomization=randomization,
     )

@@ -66,6 +66,10 @@ class LogMetadata:
         True when the writer invented positional event ids (read back as ``None``).
     event_id_dtype : str or None
         NumPy dtype of the original event ids, restored on read.
+    min_propensity : float or None
+        The logging policy's declared smallest propensity, in (0, 1] (e.g. a served policy's
+        exploration floor): every row's propensity is ≥ it, so every importance weight is
+        ≤ 1/min_propensity — the bound the gate needs, known before the rows are seen.
     """
 
     family: str
@@ -82,6 +86,7 @@ class LogMetadata:
     event_ids_generated: bool = False
     event_id_dtype: str | None = None
     format_version: int = FORMAT_VERSION
+    min_propensity: float | None = None
 
     def to_json(self) -> str:
         """JSON text of the metadata."""
@@ -240,6 +245,13 @@ def check_metadata(meta: LogMetadata, n_rows: int = 0) -> LogMetadata:
             n_rows,
             f"lists {repeated} more than once: each feature must be its own column",
         )
+    floor = meta.min_propensity  # the gate's weight bound 1/min_propensity (DESIGN §5)
+    if floor is not None:
+        if isinstance(floor, bool) or not isinstance(floor, (int, float, np.integer, np.floating)):
+            raise _bad("min_propensity", n_rows, f"must be a number in (0, 1], got {floor!r}")
+        if not 0.0 < float(floor) <= 1.0:
+            raise _bad("min_propensity", n_rows, f"must be in (0, 1], got {floor!r}")
+        bounds["min_propensity"] = float(floor)
     _check_size(meta, n_rows)
     return replace(meta, **bounds)
 

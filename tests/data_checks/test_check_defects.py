@@ -251,3 +251,35 @@ def test_partition_reports_add_up_to_the_whole(tmp_path, gx_context, clean_logs)
     assert (merged.n_rows, merged.n_quarantined) == (whole.n_rows, whole.n_quarantined) == (N, 3)
     kept, quarantined = split_quarantine(table.frame, merged)
     assert sorted(quarantined["event_id"]) == ["e150", "e200", "e3"] and len(kept) == N - 3
+
+
+def test_rows_below_the_declared_min_propensity_are_reported(tmp_path, gx_context, clean_logs):
+    # the gate bounds every weight by 1/min_propensity (declared in the metadata): a row below
+    # the declared floor breaks that bound, so check names and quarantines it
+    frame = log_to_frame(clean_logs["discrete"])
+    p = frame["propensity"].to_numpy()
+    floor = float(np.sort(p)[3])  # three rows below it
+    meta = {**frame.attrs[METADATA_KEY], "min_propensity": floor}
+    path = _write(frame, tmp_path / "log.parquet", meta)
+    outcome = check_logs(path, out_dir=tmp_path / "out", context=gx_context, plots=False)
+    reason = (
+        f"propensity below the declared min_propensity {floor:g} (the metadata's floor; "
+        "the gate's weight bound 1/min_propensity assumes none is)"
+    )
+    assert outcome.report.quarantined_by_reason == {reason: 3}, outcome.to_text()
+    failure = next(f for f in outcome.report.failures if f.column == "propensity")
+    assert failure.unexpected_count == 3
+    assert outcome.log.n_rows == len(frame) - 3 and outcome.log.propensities.min() >= floor
+
+
+@pytest.mark.parametrize("bad", [0.0, 1.5, "0.1", True])
+def test_a_declared_min_propensity_outside_0_1_fails_naming_the_key(
+    tmp_path, gx_context, clean_logs, bad
+):
+    frame = log_to_frame(clean_logs["discrete"])
+    path = _write(
+        frame, tmp_path / "log.parquet", {**frame.attrs[METADATA_KEY], "min_propensity": bad}
+    )
+    outcome = check_logs(path, context=gx_context, plots=False)
+    assert not outcome.report.passed
+    assert "min_propensity: must be" in outcome.to_text()

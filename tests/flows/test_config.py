@@ -83,6 +83,12 @@ def test_logs_override_and_flat_params(tmp_path):
         ("data:\n  split: {validation_fraction: 0.6, test_fraction: 0.5}\n", r"must be < 1"),
         ("- a\n- b\n", r"must hold a mapping"),
         ("gate: [\n", r"not valid YAML"),
+        (
+            "gate:\n  estimator: snips\n",
+            r"gate\.estimator 'snips' needs a declared weight bound: set checks\.min_propensity > 0",
+        ),
+        ("gate:\n  retry_fraction: 1.0\n", r"gate\.retry_fraction: .*less than 1"),
+        ("gate:\n  seed: -1\n", r"gate\.seed: .*greater than or equal to 0"),
     ],
 )
 def test_invalid_config_gives_one_clear_error(tmp_path, text, message):
@@ -334,3 +340,10 @@ def test_overrides_of_another_learner_keep_its_own_defaults(tmp_path):
         load_config(path, parse_overrides(["training.params.max_iter=5"]))
     cfg = load_config(path, parse_overrides(["search.grid={l2_penalty: [0.0, 1.0]}"]))
     assert cfg.training.params == {} and cfg.search.grid == {"l2_penalty": [0.0, 1.0]}
+
+
+def test_snips_with_a_declared_floor_loads(tmp_path):
+    cfg = load_config(
+        _write(tmp_path, "checks:\n  min_propensity: 0.01\ngate:\n  estimator: snips\n")
+    )
+    assert cfg.gate.estimator == "snips" and cfg.gate.retry_fraction == 0.2 and cfg.gate.seed == 0

@@ -58,6 +58,9 @@ def test_promote_then_reject_then_compare_and_rollback(tmp_path, logs_dir, write
         None,
     )
     assert first.metrics["risk_difference_ucb"] < 0
+    # the first attempt on this test window against the logging policy: α₁ = 0.05·0.8
+    assert first.metrics["gate_attempt"] == 1.0
+    assert first.metrics["gate_alpha"] == pytest.approx(0.04)
     client = _client(tmp_path)
     assert _alias(client, "champion") == "1" and _alias(client, "challenger") == "1"
 
@@ -193,6 +196,9 @@ def test_crash_between_register_and_promote_keeps_champion(
         v.version: (v.aliases, v.run_id) for v in client.search_model_versions(f"name='{MODEL}'")
     }
     assert rerun.previous_champion_version is None, (versions, rerun.mlflow_run_id)
+    # the crashed run spent its α on this window: the re-run is attempt 2 (α₂ = 0.05·0.8·0.2)
+    assert rerun.metrics["gate_attempt"] == 2.0
+    assert rerun.metrics["gate_alpha"] == pytest.approx(0.008)
     assert (rerun.decision, rerun.challenger_version, rerun.champion_version) == (
         "promoted",
         "2",

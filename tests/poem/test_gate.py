@@ -7,7 +7,15 @@ import pytest
 
 from poem.diagnostics.gate_plot import plot_gate
 from poem.diagnostics.search_plot import plot_search
-from poem.gate import counterfactual_ab_test, decision_coin
+from poem.gate import (
+    GateRows,
+    counterfactual_ab_test,
+    decision_coin,
+    gate_decision,
+    gate_rows,
+    weight_bound,
+)
+from poem.ledger import TestWindow, next_attempt
 from poem.policies import StochasticPolicy, family_from_log
 
 
@@ -96,3 +104,60 @@ def test_randomized_gate_uses_the_given_coin(synthetic_problem):
     plain = counterfactual_ab_test(challenger, None, log, min_ess=10)
     assert result.randomization == u and plain.randomization is None
     assert result.upper_bound <= plain.upper_bound and result.promote
+
+
+def test_the_gate_decides_from_per_row_vectors(synthetic_problem):
+    # the in-memory path and any path that hands over the same vectors decide the same
+    log = synthetic_problem.log
+    challenger, champion = _oracle(synthetic_problem, 8.0), _oracle(synthetic_problem, 2.0)
+    rows = gate_rows(challenger, champion, log)
+    assert isinstance(rows, GateRows) and rows.losses.shape == (log.n_rows,)
+    np.testing.assert_array_equal(rows.propensities, log.propensities)
+    floor = float(log.propensities.min())
+    via_log = counterfactual_ab_test(challenger, champion, log, min_ess=10, min_propensity=floor)
+    copied = GateRows(
+        rows.losses.copy(),
+        rows.propensities.copy(),
+        rows.challenger_probabilities.copy(),
+        rows.champion_probabilities.copy(),
+        rows.loss_bounds,
+    )
+    via_rows = gate_decision(copied, min_ess=10, min_propensity=floor)
+    assert via_rows.upper_bound == via_log.upper_bound and via_rows.promote == via_log.promote
+    assert via_log.max_weight == pytest.approx(1 / floor) and via_log.order_seed == 0
+    assert via_log.reasons[2] == (
+        f"assumed: every importance weight <= the declared bound B = {1 / floor:.4g}"
+    )
+
+
+def test_the_weight_bound_is_declared_never_read_off_the_log(synthetic_problem):
+    log = synthetic_problem.log
+    challenger, champion = _oracle(synthetic_problem, 8.0), _oracle(synthetic_problem, 2.0)
+    no_bound = counterfactual_ab_test(challenger, champion, log, min_ess=10)
+    assert no_bound.max_weight is None
+    assert no_bound.reasons[2].startswith("assumed: no weight bound (none declared)")
+    snips = counterfactual_ab_test(challenger, champion, log, min_ess=10, estimator="snips")
+    assert "not the snips terms (they need one)" in snips.reasons[2]
+    assert weight_bound(log.propensities, None) is None
+    floor = float(log.propensities.min())
+    with pytest.raises(ValueError, match=r"propensity: 1 of .* below the declared min_propensity"):
+        weight_bound(log.propensities, floor * 1.0001)
+    with pytest.raises(ValueError, match="min_propensity must be in"):
+        weight_bound(log.propensities, 0.0)
+
+
+def test_an_attempt_spends_its_share_of_alpha(synthetic_problem):
+    log = synthetic_problem.log
+    challenger = _oracle(synthetic_problem, 8.0)
+    attempt = next_attempt(
+        [], "logging-policy", TestWindow(rows="x"), alpha=0.05, retry_fraction=0.2
+    )
+    first = counterfactual_ab_test(challenger, None, log, min_ess=10, attempt=attempt)
+    assert first.attempt == 1 and first.alpha == pytest.approx(0.04)
+    assert first.family_alpha == 0.05 and first.difference.confidence_level == pytest.approx(0.96)
+    assert (
+        "attempt 1 on this test window against this champion: alpha = 0.04 of the "
+        in (first.reasons[3])
+    )
+    assert first.metrics()["gate_attempt"] == 1.0
+    assert "Attempt 1 on this test window" in first.to_markdown()

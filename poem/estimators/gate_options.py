@@ -1,0 +1,266 @@
+"""The gate's options as small objects: per-row terms, their lower bound, what they assume.
+
+Each option of ``gate.estimator`` is one :class:`GateOption` in :data:`GATE_OPTIONS`: the
+capital processes its bound bets on (:class:`Capital`: terms Xᵢ whose conditional mean is at
+most the improvement R(champion) − R(challenger), lower bounds Lᵢ ≤ Xᵢ fixed before the test
+rows are seen, a cap κ on the bets), whether it needs a declared weight bound B, and its
+config checks. :func:`poem.estimators.improvement.improvement_lower_bound` turns the
+capitals into the bound; nothing else branches on the option's name. Adding an option is one
+class here plus its tests.
+
+The weight bound B (every importance weight ≤ B) must be known before the test rows are
+seen: 1 / the logger's declared minimum propensity (log metadata ``min_propensity``, or
+``checks.min_propensity`` > 0), never the largest weight a log happens to show (a log cannot
+show that its own range is complete). Without B, only terms bounded below whatever the
+weights are used (:func:`bound_free_terms`), and the option says so.
+
+All functions take arrays whose last axis is the rows (leading axes: independent logs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+__all__ = [
+    "GATE_ESTIMATORS",
+    "GATE_OPTIONS",
+    "Capital",
+    "GateOption",
+    "bound_free_terms",
+    "gate_option",
+    "paired_terms",
+    "snips_baseline_terms",
+]
+
+_PRIOR_ROWS = 1.0  # the SNIPS baselines start at δ_max with the weight of one pseudo-row
+
+
+@dataclass(frozen=True)
+class Capital:
+    """One capital process: terms Xᵢ ≥ Lᵢ and the cap κ of its bets.
+
+    Attributes
+    ----------
+    terms : ndarray of shape (..., n_samples)
+        Xᵢ, with conditional mean at most R(champion) − R(challenger) given rows < i.
+    lower : ndarray broadcastable to ``terms``
+        Lᵢ ≤ Xᵢ, known before row i is seen.
+    max_bet_fraction : float
+        κ in (0, 1).
+    """
+
+    terms: np.ndarray
+    lower: np.ndarray
+    max_bet_fraction: float
+
+
+def paired_terms(losses, rc, rh, loss_bounds, max_weight, logger):
+    r"""Xᵢ = (b − δᵢ)(r^c_i − r^h_i) and their lower bound.
+
+    .. math:: X_i = (b - \delta_i)(r^c_i - r^h_i) \ge L = -(b - a)\,\max(0, -D_{lo})
+
+    where δᵢ ∈ [a, b], r^c and r^h the challenger's and champion's weights and D_lo the
+    smallest possible r^c − r^h: −1 against the logging policy (r^h ≡ 1, r^c ≥ 0), −B
+    against a policy with every weight ≤ B. The mean is exactly the improvement
+    (Swaminathan & Joachims 2015, Eq. (1), translated by δ_max as in §4.3).
+    """
+    a, b = loss_bounds
+    terms = (b - losses) * (rc - rh)
+    floor = -(b - a) * (1.0 if logger else float(max_weight))
+    return terms, np.full(terms.shape[:-1] + (1,), floor)
+
+
+def bound_free_terms(losses, rc, rh, loss_bounds):
+    r"""Terms bounded below by −(b − a) whatever the weights: no weight bound needed.
+
+    .. math:: X_i = (b - \delta_i)\, r^c_i + (\delta_i - a)\, r^h_i - (b - a) \ge -(b - a)
+
+    because both products are ≥ 0. E[(b − δ) r^c] = b − R(challenger) and
+    E[(δ − a) r^h] = R(champion) − a, so the mean is R(champion) − R(challenger). Against
+    the logging policy (r^h ≡ 1) they equal :func:`paired_terms`; against a policy they add
+    the mean-zero noise (b − a)(r^h − 1) to them (less power, no assumption).
+    """
+    a, b = loss_bounds
+    terms = (b - losses) * rc + (losses - a) * rh - (b - a)
+    return terms, np.full(terms.shape[:-1] + (1,), -(b - a))
+
+
+def _predictable_snips(losses: np.ndarray, weights: np.ndarray, start: float) -> np.ndarray:
+    """ĉᵢ = (s·δ_max + Σ_{j<i} δⱼrⱼ) / (s + Σ_{j<i} rⱼ): SNIPS on the rows before i."""
+    num = np.cumsum(losses * weights, axis=-1) - losses * weights
+    den = np.cumsum(weights, axis=-1) - weights
+    return (_PRIOR_ROWS * start + num) / (_PRIOR_ROWS + den)
+
+
+def snips_baseline_terms(losses, rc, rh, loss_bounds, max_weight, logger):
+    r"""Terms with each policy's SNIPS estimate on the rows before i as baseline.
+
+    .. math::
+
+        X_i = \big[c^h_i + (\delta_i - c^h_i)\, r^h_i\big]
+              - \big[c^c_i + (\delta_i - c^c_i)\, r^c_i\big], \qquad
+        L_i = \min_{\delta \in [a, b],\ r^c - r^h \in [D_{lo}, D_{hi}],\ r^h \in [l_h, B_h]} X_i
+
+    where c^c_i, c^h_i are fixed before row i (so E[Xᵢ | rows < i] is the improvement,
+    E[r] = 1), D ∈ [−1, B − 1] and r^h ∈ [1, 1] against the logging policy, D ∈ [−B, B] and
+    r^h ∈ [0, B] against a policy; B is the declared weight bound (required). X is bilinear
+    in (δ, D), so its minimum over the box is at a corner.
+    """
+    a, b = loss_bounds
+    bound = float(max_weight)
+    lo_d, hi_d, lo_h, hi_h = (
+        (-1.0, bound - 1.0, 1.0, 1.0) if logger else (-bound, bound, 0.0, bound)
+    )
+    cc = _predictable_snips(losses, rc, b)
+    ch = np.ones_like(losses) * _predictable_snips(losses, rh, b)
+    terms = (ch + (losses - ch) * rh) - (cc + (losses - cc) * rc)
+    corner = np.minimum(
+        np.minimum((cc - a) * lo_d, (cc - a) * hi_d), np.minimum((cc - b) * lo_d, (cc - b) * hi_d)
+    )
+    champ = np.minimum((cc - ch) * lo_h, (cc - ch) * hi_h)
+    return terms, (ch - cc) + corner + champ
+
+
+class GateOption:
+    """One value of ``gate.estimator``: the capitals its bound bets on and what it assumes.
+
+    Subclasses set :attr:`name` and implement :meth:`capitals`; :meth:`needs_weight_bound`
+    and :meth:`check` say what they need. Registered in :data:`GATE_OPTIONS`.
+    """
+
+    name: ClassVar[str] = ""
+    uses_clip: ClassVar[bool] = False
+
+    def needs_weight_bound(self, logger: bool) -> bool:
+        """Whether a declared weight bound B is needed (``logger``: champion is the logger)."""
+        return not logger
+
+    def check(self, clip: float | None, max_weight: float | None) -> None:
+        """Config checks: ``clip`` only with the options that use one, > 0 there.
+
+        Raises
+        ------
+        ValueError
+            Naming the option and the value.
+        """
+        if self.uses_clip and clip is None:
+            raise ValueError(f"estimator {self.name!r} needs a clip value")
+        if self.uses_clip and not (np.isfinite(float(clip)) and float(clip) > 0):
+            raise ValueError(f"clip must be > 0, got {clip!r}")
+        if not self.uses_clip and clip is not None:
+            raise ValueError(f"clip is only used by estimator 'clipped_ips', not {self.name!r}")
+
+    def capitals(self, losses, rc, rh, *, loss_bounds, max_weight, clip, logger) -> list[Capital]:
+        """The capital processes of the bound (their capitals are averaged)."""
+        raise NotImplementedError
+
+    def assumption(self, logger: bool, max_weight: float | None) -> str:
+        """What the guarantee assumes beyond independent rows, correct propensities and losses."""
+        if max_weight is not None and (self.needs_weight_bound(logger)):
+            return f"every importance weight <= the declared bound B = {max_weight:.4g}"
+        if max_weight is None and not logger:
+            return (
+                "no weight bound (none declared): the terms (b - δ)r^c + (δ - a)r^h - (b - a) "
+                ">= -(b - a) need none"
+            )
+        return "no weight bound (the champion is the logging policy)"
+
+
+class IPSOption(GateOption):
+    """``ips``: the paired terms (b − δ)(r^c − r^h).
+
+    Against the logger L = −(b − a) and κ = ½. Against a policy with a declared B,
+    L = −(b − a)B and κ = 0.99 (the cap κ/(m − L) binds, so κ near 1 keeps the power); without
+    B, :func:`bound_free_terms` with κ = ½.
+    """
+
+    name = "ips"
+
+    def capitals(self, losses, rc, rh, *, loss_bounds, max_weight, clip, logger):
+        if logger:
+            return [Capital(*paired_terms(losses, rc, rh, loss_bounds, None, True), 0.5)]
+        if max_weight is None:
+            return [Capital(*bound_free_terms(losses, rc, rh, loss_bounds), 0.5)]
+        return [Capital(*paired_terms(losses, rc, rh, loss_bounds, max_weight, False), 0.99)]
+
+
+class ClippedIPSOption(GateOption):
+    """``clipped_ips``: ``ips`` with the challenger's weights capped at M, averaged with ``ips``.
+
+    Because b − δ ≥ 0, capping only the challenger's weights lowers the terms: their mean is
+    at most the improvement (pessimistic); the unclipped capital keeps the power a low clip
+    would lose (at most log 2 of evidence).
+    """
+
+    name = "clipped_ips"
+    uses_clip = True
+
+    def capitals(self, losses, rc, rh, *, loss_bounds, max_weight, clip, logger):
+        exact = IPSOption().capitals(
+            losses, rc, rh, loss_bounds=loss_bounds, max_weight=max_weight, clip=None, logger=logger
+        )[0]
+        capped = np.minimum(float(clip), rc)
+        if logger or max_weight is None:
+            terms, lower = (
+                paired_terms(losses, capped, rh, loss_bounds, None, True)
+                if logger
+                else bound_free_terms(losses, capped, rh, loss_bounds)
+            )
+        else:
+            terms, lower = paired_terms(losses, capped, rh, loss_bounds, max_weight, False)
+        return [Capital(terms, lower, exact.max_bet_fraction), exact]
+
+
+class SNIPSOption(GateOption):
+    """``snips``: SNIPS-baseline terms, κ = 0.99; needs the declared weight bound B.
+
+    L depends on B, which must be declared (refused at config load otherwise). Against the
+    logging policy the capital is averaged with the ``ips`` one (κ = ½).
+    """
+
+    name = "snips"
+
+    def needs_weight_bound(self, logger: bool) -> bool:
+        return True
+
+    def capitals(self, losses, rc, rh, *, loss_bounds, max_weight, clip, logger):
+        if max_weight is None:  # library callers: fall back to the terms that need no bound
+            return IPSOption().capitals(
+                losses, rc, rh, loss_bounds=loss_bounds, max_weight=None, clip=None, logger=logger
+            )
+        own = Capital(*snips_baseline_terms(losses, rc, rh, loss_bounds, max_weight, logger), 0.99)
+        if not logger:
+            return [own]
+        # against the logger the declared B puts L far below what the terms reach, and the
+        # capped bets lose the near-uniform power: average with the ips capital (log 2)
+        return [own, Capital(*paired_terms(losses, rc, rh, loss_bounds, None, True), 0.5)]
+
+    def assumption(self, logger: bool, max_weight: float | None) -> str:
+        if max_weight is None:
+            return (
+                "no weight bound declared, so not the snips terms (they need one): the bound "
+                "uses the ips terms, " + IPSOption().assumption(logger, None)
+            )
+        return super().assumption(logger, max_weight)
+
+
+GATE_OPTIONS: dict[str, GateOption] = {
+    option.name: option for option in (IPSOption(), ClippedIPSOption(), SNIPSOption())
+}
+GATE_ESTIMATORS = tuple(GATE_OPTIONS)
+
+
+def gate_option(name: Any) -> GateOption:
+    """The registered :class:`GateOption` called ``name``.
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is not exactly one of :data:`GATE_ESTIMATORS`.
+    """
+    if not isinstance(name, str) or name not in GATE_OPTIONS:
+        raise ValueError(f"estimator must be one of {list(GATE_ESTIMATORS)}, got {name!r}")
+    return GATE_OPTIONS[name]

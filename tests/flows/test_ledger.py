@@ -1,0 +1,38 @@
+"""The gate's attempt ledger as a registered-model tag (:mod:`flows.ledger`), real MLflow."""
+
+import json
+
+import pytest
+
+from flows.config import GateConfig, TrackingConfig
+from flows.ledger import LEDGER_TAG, read_ledger, record_attempt
+from flows.tracking import client_for
+from poem.ledger import TestWindow
+
+
+@pytest.fixture
+def tracking(tmp_path):
+    return TrackingConfig(
+        uri=f"sqlite:///{tmp_path / 'mlflow.db'}", artifact_location=str(tmp_path / "art")
+    )
+
+
+def test_re_runs_on_one_window_cannot_draw_alpha_afresh(tracking):
+    client = client_for(tracking)
+    gate = GateConfig()
+    january = TestWindow("2026-01-01T00:00:00", "2026-01-31T00:00:00")
+    assert read_ledger(client, tracking) == []  # no registered model yet
+    alphas = [
+        record_attempt(client, tracking, None, january, gate, f"r{k}").alpha for k in range(3)
+    ]
+    assert alphas == pytest.approx([0.04, 0.008, 0.0016])
+    stored = json.loads(client.get_registered_model(tracking.registered_model).tags[LEDGER_TAG])
+    assert [e["attempt"] for e in stored] == [1, 2, 3] and stored[2]["run_id"] == "r2"
+    # a fresh client (another process, another seed or grid) reads the same ledger
+    again = record_attempt(client_for(tracking), tracking, None, january, gate, "r3")
+    assert again.number == 4 and again.family_alpha == pytest.approx(0.05)
+    # a disjoint window starts over; so does a new champion (its ledger replaces the old one)
+    february = TestWindow("2026-02-01T00:00:00", "2026-02-28T00:00:00")
+    assert record_attempt(client, tracking, None, february, gate, "r4").number == 1
+    assert record_attempt(client, tracking, "1", january, gate, "r5").number == 1
+    assert {e.champion for e in read_ledger(client, tracking)} == {"1"}
