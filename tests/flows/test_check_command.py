@@ -134,3 +134,37 @@ def test_make_logs_converts_the_open_bandit_dataset(shared_data_dir, tmp_path, c
     assert log.n_rows == 500 and log.loss_bounds == (-1.0, 0.0) and log.n_actions == 80
     assert main(["make-logs", "--dataset", "obd", "--out", str(tmp_path / "x")]) == 2
     assert "--dataset obd needs --data-dir" in capsys.readouterr().out
+
+
+def _with_metadata(source: Path, path: Path, text: str) -> Path:
+    """``source``'s rows with ``text`` stored as the Parquet key ``poem``."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(source)
+    pq.write_table(table.replace_schema_metadata({"poem": text}), path)
+    return path
+
+
+@pytest.mark.parametrize("partitions", ["never", "always"])
+def test_metadata_errors_name_the_key_not_every_row(digits_logs, tmp_path, capsys, partitions):
+    """Issue 24.20: n_actions 10¹² is one error naming n_actions (it quarantined all 600
+    rows); metadata that is not JSON says so (it said "cannot be read as Parquet")."""
+    import pyarrow.parquet as pq
+
+    source = next(digits_logs.rglob("*.parquet"))
+    meta = json.loads(pq.read_schema(source).metadata[b"poem"])
+    huge = _with_metadata(
+        source, tmp_path / "huge.parquet", json.dumps(meta | {"n_actions": 10**12})
+    )
+    broken = _with_metadata(source, tmp_path / "broken.parquet", json.dumps(meta)[:-5])
+    args = ["--partitions", partitions, "--scheduler", "sync"]
+    assert main(["check", str(huge), *args]) == 1
+    text = capsys.readouterr().out
+    assert (
+        "n_actions: declares 1,000,000,000,000 actions but every row's logging_distribution "
+        "holds 10 probabilities (one per action); declare n_actions: 10" in text
+    ), text
+    assert "quarantined 600" not in text
+    assert main(["check", str(broken), *args]) == 1
+    text = capsys.readouterr().out
+    assert "its 'poem' metadata is not valid JSON (" in text and "as Parquet" not in text, text
