@@ -92,8 +92,9 @@ def check_store(uri: str) -> None:
     except sqlite3.DatabaseError as exc:
         found = [str(exc)]
     if found != ["ok"]:
+        first = " ".join(found[0].replace("*** in database main ***", "").split())
         raise StoreError(
-            f"the tracking store {path} is corrupt (sqlite quick_check: {found[0]}"
+            f"the tracking store {path} is corrupt (sqlite quick_check: {first}"
             f"{f'; {len(found) - 1} more finding(s)' if len(found) > 1 else ''}); nothing was "
             "written to it. Restore it from a backup, or set tracking.uri to a new store"
         )

@@ -168,3 +168,38 @@ def test_metadata_errors_name_the_key_not_every_row(digits_logs, tmp_path, capsy
     assert main(["check", str(broken), *args]) == 1
     text = capsys.readouterr().out
     assert "its 'poem' metadata is not valid JSON (" in text and "as Parquet" not in text, text
+
+
+def test_check_and_retrain_share_exit_codes_and_the_quarantine_default(
+    digits_logs, tmp_path, capsys, monkeypatch
+):
+    """Issue 23.3: a missing file was 1 from check and 2 from retrain; check allowed 5 %
+    quarantined rows where retrain (mlflow.yml) allowed 1 %: 3 % passed one and failed the other."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert main(["check", "no/such/log.parquet"]) == 2
+    assert capsys.readouterr().err == "error: no/such/log.parquet does not exist\n"
+    assert main(["retrain", "--logs", "no/such/log.parquet"]) == 2
+    assert capsys.readouterr().err == "error: --logs: no/such/log.parquet does not exist\n"
+
+    source = next(digits_logs.rglob("*.parquet"))
+    table = pq.read_table(source)
+    frame = table.to_pandas()
+    frame.loc[frame.index[:18], "propensity"] = 1.5  # 3 % of 600 rows
+    bad = tmp_path / "three-percent.parquet"
+    pq.write_table(
+        pa.Table.from_pandas(pd.DataFrame(frame), preserve_index=False).replace_schema_metadata(
+            table.schema.metadata
+        ),
+        bad,
+    )
+    assert main(["check", str(bad)]) == 1  # the packaged config: checks.max_quarantine_fraction
+    assert "more than the allowed 1.00%" in capsys.readouterr().out
+    (tmp_path / "mlflow.yml").write_text("checks:\n  max_quarantine_fraction: 0.05\n")
+    assert main(["check", str(bad)]) == 0  # ./mlflow.yml, as retrain reads it
+    assert "rows: 582 kept + 18 quarantined = 600 input" in capsys.readouterr().out
+    assert main(["check", str(bad), "--max-quarantine-fraction", "0.02"]) == 1
