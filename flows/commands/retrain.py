@@ -8,7 +8,7 @@ Exit codes (the same for every command): 0 when the flow completes (decision ``p
 ``rejected``), 1 when the logs fail their checks or the run fails (a corrupt, full or read-only
 store included), 2 for an invalid config, a bad ``--set`` or a missing file, 130 when interrupted
 (Ctrl-C; the MLflow run is marked KILLED, ``champion`` does not move). The last line printed is
-``decision=<promoted|rejected> champion=<version>``; a failure prints at most four lines on
+``decision=<promoted|rejected> champion=<version>``; a failure prints at most five lines on
 stderr: the error, the report's path and the failed MLflow run.
 """
 
@@ -210,7 +210,7 @@ def _first_line(text: str) -> str:
 
 
 def _failure(exc: BaseException, cfg: PipelineConfig) -> tuple[int, list[str]]:
-    """Exit code and at most four stderr lines: the error, the report, the failed MLflow run."""
+    """Exit code and at most five stderr lines: the error(s), the report, the failed MLflow run."""
     from poem.exceptions import InvalidLogError
 
     lines: list[str] = []
