@@ -168,7 +168,9 @@ def _run_flow(
 ) -> int:
     # imported here: Prefect, MLflow and GX take seconds to import and configure logging
     import great_expectations.data_context.types.base  # noqa: F401
+    import prefect.main  # noqa: F401 - configures Prefect's loggers: before quiet(), not after
 
+    import flows.retrain  # noqa: F401 - imports MLflow, which configures its loggers
     from flows.dask_runner import run_retrain as retrain  # threads, or Dask by config.dask
 
     quiet(libraries=not verbose)
@@ -183,8 +185,7 @@ def _run_flow(
             result = retrain(config, logs, overrides or None)
         except Exception as exc:  # noqa: BLE001 - the CLI reports any failure as an exit code
             failure = _failure(exc, cfg)
-        finally:
-            drain_prefect()  # before the server stops, not at exit
+        drain_prefect()  # before the server stops, not at exit (not after Ctrl-C: exit at once)
     if failure is not None:
         code, lines = failure
         print("\n".join(lines), file=sys.stderr)
