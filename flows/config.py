@@ -71,7 +71,8 @@ class _Section(BaseModel):
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
 _ALIAS = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,254}")
-_TRACKING_SCHEMES = ("sqlite", "file", "http", "https", "postgresql", "mysql", "mssql")
+# no file: MLflow 3's file store is in maintenance mode and fails at run time (ECOSYSTEM §3)
+_TRACKING_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql")
 _ARTIFACT_SCHEMES = ("file", "s3", "gs", "wasbs", "abfss", "hdfs", "mlflow-artifacts", "http")
 MAX_TRIALS = 1000  # search.grid points
 # serving temperatures every fit is scored at (search.temperatures): halvings of the fitted scale
@@ -91,6 +92,11 @@ def _check_uri(uri: str, schemes: Sequence[str], what: str, *, plain_paths: bool
     scheme = _scheme(uri)
     if scheme is None and plain_paths:
         return uri
+    if scheme == "file" and "file" not in schemes:
+        raise ValueError(
+            f"{what}: MLflow 3 no longer runs on a file: store (maintenance mode, it fails at "
+            "run time); use sqlite:///mlflow.db, or a tracking server http(s)://HOST:PORT"
+        )
     if scheme not in schemes:
         found = "has no scheme" if scheme is None else f"has scheme {scheme!r}"
         raise ValueError(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 import mlflow
 from mlflow import MlflowClient
@@ -24,6 +25,8 @@ __all__ = [
     "MODEL_LOCATION_TAG",
     "POLICY_DIGEST_TAG",
     "POLICY_URI_TAG",
+    "MissingModelError",
+    "check_model_files",
     "model_code_digest",
     "verify_model_version",
 ]
@@ -32,6 +35,44 @@ POLICY_URI_TAG = "policy_uri"
 POLICY_DIGEST_TAG = "policy_sha256"
 CODE_DIGEST_TAG = "model_code_sha256"
 MODEL_LOCATION_TAG = "model_location"
+
+
+class MissingModelError(ArtifactError):
+    """A registered version's model folder is gone from the artifact store."""
+
+
+def check_model_files(
+    client: MlflowClient, tracking: TrackingConfig, version: str, role: str = "champion"
+) -> None:
+    """Fail at once when a version's policy folder is missing (before any training).
+
+    Local (``file:``) artifact stores are checked on disk, others by listing the folder.
+
+    Raises
+    ------
+    MissingModelError
+        One line naming the version and the missing path.
+    """
+    tags = client.get_model_version(tracking.registered_model, version).tags
+    uri = tags.get(POLICY_URI_TAG)
+    if uri is None:
+        return  # registered by an older release: load_version_policy reports what it finds
+    parsed = urlparse(uri)
+    if parsed.scheme in ("", "file"):
+        policy = Path(unquote(parsed.path))
+        present = (policy / "policy.json").is_file()
+        model = Path(unquote(urlparse(tags.get(MODEL_LOCATION_TAG, uri)).path))
+        missing = model if not model.is_dir() else policy
+    else:
+        with tracking_uri_scope(tracking.uri):
+            present = bool(mlflow.artifacts.list_artifacts(artifact_uri=uri))
+        missing = uri
+    if not present:
+        raise MissingModelError(
+            f"the {role} (version {version} of {tracking.registered_model!r}) has no model "
+            f"files: {missing} is missing; restore it from a backup, or move "
+            f"{tracking.champion_alias!r} to another version (poem-pipeline rollback --to N)"
+        )
 
 
 def model_code_digest(model_dir: str | Path) -> str:

@@ -25,6 +25,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from flows.config import load_config
 from flows.dask_runner import open_data_client, use_partitions
 from flows.registry import version_tags
+from flows.store_faults import discard_unfinished_models
 from flows.tasks.gate import (
     declared_floor,
     gate_candidate,
@@ -127,7 +128,8 @@ class RetrainResult:
             if self.previous_champion_version
             else "champion (the logging policy)"
         )
-        now = self.champion_version or "the logging policy"
+        after = f"v{self.champion_version}" if self.champion_version else "the logging policy"
+        moved = "is now" if self.decision == "promoted" else "stays"  # a rejection moves nothing
 
         def num(value: float | None, sign: str = "") -> str:
             return "n/a" if value is None else f"{value:{sign}.4f}"
@@ -139,8 +141,7 @@ class RetrainResult:
             f"{self.decision.upper()}: challenger v{self.challenger_version} {risk} "
             f"{num(challenger)} vs {against} {num(champion)}",
             f"  difference {num(difference, '+')}, interval [{num(lower, '+')}, "
-            f"{num(upper, '+')}], {kind} {num(bound, '+')}; champion is now "
-            f"{'v' + self.champion_version if self.champion_version else now}",
+            f"{num(upper, '+')}], {kind} {num(bound, '+')}; champion {moved} {after}",
         ]
 
 
@@ -254,6 +255,23 @@ def _partitioned_stages(cfg: Any, run: Any, _fingerprint: str) -> tuple:
     return comparison, trials, best, policy, header.n_rows, champion_version
 
 
+def _close_failed_run(run: Any, data_path: str, exc: BaseException) -> None:
+    """Discard half-written models (frees a full disk first), then mark the run FAILED.
+
+    The run's id is attached to ``exc`` (``mlflow_run_id``) for the CLI's message; when even
+    marking it FAILED fails (a full disk), a note says so and the next run closes it.
+    """
+    exc.mlflow_run_id = run.run_id  # type: ignore[attr-defined]
+    discard_unfinished_models(run.client(), run.experiment_id, run.run_id)
+    try:
+        finish_tracking(run, "FAILED", None, data_path)
+    except Exception as finish_error:  # noqa: BLE001 - the run's own error is the one to report
+        exc.add_note(
+            f"MLflow run {run.run_id} could not be marked FAILED ({finish_error}); the next "
+            "run on this host closes it"
+        )
+
+
 @flow(name="retrain", task_runner=ThreadPoolTaskRunner(max_workers=8), validate_parameters=False)
 def retrain(
     config_path: str | Path,
@@ -307,8 +325,8 @@ def retrain(
     except KeyboardInterrupt as exc:
         finish_tracking.fn(run, "KILLED")  # directly: the task machinery may be shutting down
         raise RetrainInterrupted(run.run_id) from exc
-    except BaseException:
-        finish_tracking(run, "FAILED", None, cfg.data.path)
+    except BaseException as exc:
+        _close_failed_run(run, cfg.data.path, exc)
         raise
     champion_after = version if comparison.promote else champion_version
     outcome = {

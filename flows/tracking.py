@@ -31,6 +31,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.utils.time import get_current_time_millis
 
 from flows.config import TrackingConfig
+from flows.store_faults import check_store, sqlite_path
 
 __all__ = [
     "COMPARE_METRICS",
@@ -117,8 +118,10 @@ def _initialise_store(uri: str) -> None:
     """Create (or migrate) the tracking and registry tables once per process, under the lock.
 
     Two processes opening a fresh sqlite store at once both run MLflow's migrations and can
-    leave the database broken for good (``table _alembic_tmp_... already exists``).
+    leave the database broken for good (``table _alembic_tmp_... already exists``). A corrupt
+    database is refused first (:func:`check_store`), before MLflow writes to it.
     """
+    check_store(uri)
     with store_lock(uri):
         client = MlflowClient(tracking_uri=uri, registry_uri=uri)
         client.search_experiments(max_results=1)  # tracking tables
@@ -135,15 +138,21 @@ HTTP_DEFAULTS = {
 }
 
 
-def client_for(tracking: TrackingConfig) -> MlflowClient:
+def client_for(tracking: TrackingConfig, *, read_only: bool = False) -> MlflowClient:
     """Return a client for the configured tracking store and model registry.
 
-    A local sqlite store is created or migrated under :func:`store_lock` the first time
-    this process opens it, so concurrent runs on a fresh store cannot corrupt it. For an
-    ``http(s)://`` server the request retries and timeout are bounded (:data:`HTTP_DEFAULTS`,
-    unless set in the environment), so an unreachable server is an error within ~35 s.
+    A local sqlite store is checked (:func:`check_store`) and created or migrated under
+    :func:`store_lock` the first time this process opens it, so concurrent runs on a fresh
+    store cannot corrupt it. With ``read_only`` (``compare``) an existing database is only
+    checked: no lock file, no migration, so a store on a read-only file system can be read.
+    For an ``http(s)://`` server the request retries and timeout are bounded
+    (:data:`HTTP_DEFAULTS`, unless set in the environment), so an unreachable server is an
+    error within ~35 s.
     """
-    if tracking.uri.startswith("sqlite:"):
+    database = sqlite_path(tracking.uri)
+    if read_only and database is not None and database.is_file():
+        check_store(tracking.uri)
+    elif tracking.uri.startswith("sqlite:"):
         _initialise_store(tracking.uri)
     elif tracking.uri.startswith(("http://", "https://")):
         for key, value in HTTP_DEFAULTS.items():

@@ -23,6 +23,7 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_OK",
     "StageProgress",
+    "drain_prefect",
     "exit_now",
     "interruptible",
     "quiet",
@@ -107,6 +108,20 @@ def interruptible() -> Iterator[None]:
     finally:
         signal.signal(signal.SIGINT, previous)
         logging.disable(logging.NOTSET)
+
+
+def drain_prefect(timeout: float = 5.0) -> None:
+    """Send Prefect's queued logs and events now, while its API server still runs.
+
+    Otherwise they are sent at exit, after the temporary server stopped, and the command's
+    stderr ends with ``--- Error logging to API --- All connection attempts failed``.
+    """
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    for worker in (APILogWorker, EventsWorker):
+        with contextlib.suppress(Exception):  # best effort: the run's outcome is decided
+            worker.drain_all(timeout=timeout)
 
 
 def exit_now(code: int) -> None:

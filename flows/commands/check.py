@@ -1,14 +1,21 @@
 """``poem-pipeline check LOGS``: validate a log (GX suite, quarantine, propensity checks, plots).
 
 Prints a readable table; with ``--out`` writes ``check_report.json``, ``quarantine.parquet``,
-Data Docs HTML and PNG plots. Exit code 0 when the log is usable (warnings allowed), 1 on a
-hard failure. All work is done by :func:`data_checks.check.check_logs`.
+Data Docs HTML and PNG plots. The quarantine limit and the propensity floor default to the
+``checks`` section of the config ``retrain`` reads (one default for both commands). Exit code 0
+when the log is usable (warnings allowed), 1 on a hard failure, 2 for a missing file or an
+invalid config (as every command). All work is done by :func:`data_checks.check.check_logs`.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
+
+from flows.commands import add_config_argument
+from flows.commands._console import EXIT_CONFIG
+from flows.config import ConfigError, load_config
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -20,7 +27,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         description="Run the Great Expectations suite of the log's family, quarantine rows "
         "failing row-level "
         "checks, run the propensity sanity checks and draw diagnostic plots. Exit code 0 = usable "
-        "(warnings allowed), 1 = hard failure.",
+        "(warnings allowed), 1 = hard failure, 2 = missing file or invalid config.",
     )
     parser.add_argument("logs", type=Path, help="Parquet file, date-partitioned folder or CSV file")
     parser.add_argument(
@@ -64,17 +71,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         default=None,
         help="accepted timestamp window (ISO 8601), e.g. 2026-01-01 2026-02-01",
     )
+    add_config_argument(parser, "config whose checks section gives the defaults below")
     parser.add_argument(
         "--min-propensity",
         type=float,
-        default=0.0,
-        help="propensities must be strictly greater than this (default: 0)",
+        default=None,
+        help="propensities must be strictly greater than this (default: checks.min_propensity "
+        "of the config, 0)",
     )
     parser.add_argument(
         "--max-quarantine-fraction",
         type=float,
-        default=0.05,
-        help="fail when more than this fraction of rows is quarantined (default: 0.05)",
+        default=None,
+        help="fail when more than this fraction of rows is quarantined (default: "
+        "checks.max_quarantine_fraction of the config, 0.01, as retrain)",
     )
     parser.add_argument(
         "--target-policy",
@@ -109,8 +119,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
-    """Check the log, print the result; returns 0 (usable) or 1 (hard failure)."""
+    """Check the log, print the result; returns 0 (usable), 1 (hard failure) or 2 (usage)."""
     import json
+
+    if not args.logs.exists():
+        print(f"error: {args.logs} does not exist", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        checks = load_config(args.config).checks
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
 
     from data_checks.check import check_logs
     from data_checks.partitioned import PartitionOptions
@@ -125,8 +144,12 @@ def run(args: argparse.Namespace) -> int:
         family=args.family,
         out_dir=args.out,
         window=args.window,
-        min_propensity=args.min_propensity,
-        max_quarantine_fraction=args.max_quarantine_fraction,
+        min_propensity=checks.min_propensity
+        if args.min_propensity is None
+        else args.min_propensity,
+        max_quarantine_fraction=checks.max_quarantine_fraction
+        if args.max_quarantine_fraction is None
+        else args.max_quarantine_fraction,
         target_policy=target,
         loss_bounds=args.loss_bounds,
         reward_bounds=args.reward_bounds,

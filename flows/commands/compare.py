@@ -1,6 +1,8 @@
 """``poem-pipeline compare``: a table of the last runs' key metrics and gate decisions (MLflow).
 
-Exit codes: 0 (also when there are no runs yet), 2 for an invalid config.
+Reads the store without writing to it (a read-only store works). Exit codes: 0 (also when
+there are no runs yet), 1 when the store cannot be read (corrupt, unreachable), 2 for an
+invalid config.
 """
 
 from __future__ import annotations
@@ -77,22 +79,32 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    from mlflow.exceptions import MlflowException
+
+    from flows.commands._console import quiet
     from flows.registry import alias_version
+    from flows.store_faults import StoreError
     from flows.tracking import client_for, recent_runs
 
-    client = client_for(cfg.tracking)
-    rows = recent_runs(client, cfg.tracking, args.last)
+    quiet()
+    try:
+        client = client_for(cfg.tracking, read_only=True)
+        rows = recent_runs(client, cfg.tracking, args.last)
+        aliases = {
+            a: alias_version(client, cfg.tracking, a)
+            for a in (
+                cfg.tracking.champion_alias,
+                cfg.tracking.previous_champion_alias,
+                cfg.tracking.challenger_alias,
+            )
+        }
+    except (StoreError, MlflowException, OSError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"error: cannot read the tracking store {cfg.tracking.uri}: {first}", file=sys.stderr)
+        return 1
     if not rows:
         print(f"no runs yet in experiment {cfg.tracking.experiment!r} of {cfg.tracking.uri}")
         return 0
     print(format_table(rows))
-    aliases = {
-        a: alias_version(client, cfg.tracking, a)
-        for a in (
-            cfg.tracking.champion_alias,
-            cfg.tracking.previous_champion_alias,
-            cfg.tracking.challenger_alias,
-        )
-    }
     print("aliases: " + ", ".join(f"{a}={v or '-'}" for a, v in aliases.items()))
     return 0

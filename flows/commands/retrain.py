@@ -4,10 +4,12 @@ The config (with ``--set`` and the log flags applied) and the log path are check
 Prefect starts. Prints one line per finished stage, then a headline: both risks, the
 difference with its interval and upper bound, the decision and the versions.
 
-Exit codes: 0 when the flow completes (decision ``promoted`` or ``rejected``), 1 when the logs
-fail their checks or the run fails, 2 for an invalid config or a missing log path, 130 when
-interrupted (Ctrl-C; the MLflow run is marked KILLED, ``champion`` does not move). The last
-line printed is ``decision=<promoted|rejected> champion=<version>``.
+Exit codes (the same for every command): 0 when the flow completes (decision ``promoted`` or
+``rejected``), 1 when the logs fail their checks or the run fails (a corrupt, full or read-only
+store included), 2 for an invalid config, a bad ``--set`` or a missing file, 130 when interrupted
+(Ctrl-C; the MLflow run is marked KILLED, ``champion`` does not move). The last line printed is
+``decision=<promoted|rejected> champion=<version>``; a failure prints at most five lines on
+stderr: the error, the report's path and the failed MLflow run.
 """
 
 from __future__ import annotations
@@ -25,11 +27,13 @@ from flows.commands._console import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     StageProgress,
+    drain_prefect,
     exit_now,
     interruptible,
     quiet,
 )
-from flows.config import ConfigError, load_config, parse_overrides
+from flows.config import ConfigError, PipelineConfig, load_config, parse_overrides
+from flows.store_faults import StoreError, check_store
 
 __all__ = ["add_log_arguments", "add_parser", "log_overrides", "run", "run_retrain"]
 
@@ -130,6 +134,10 @@ def run_retrain(
     if not path.exists():
         where = "--logs" if logs is not None else f"data.path of {config}"
         return _fail(f"{where}: {path} does not exist", EXIT_CONFIG)
+    try:
+        check_store(cfg.tracking.uri)  # a corrupt store: refused before anything is written
+    except StoreError as exc:
+        return _fail(str(exc), EXIT_FAILED)
     from flows.config import default_config_path
 
     which = "the packaged default config" if Path(config) == default_config_path() else config
@@ -137,7 +145,7 @@ def run_retrain(
     t0 = time.perf_counter()
     with interruptible():
         try:
-            return _run_flow(config, path, overrides, verbose, t0)
+            return _run_flow(config, path, overrides, verbose, t0, cfg)
         except KeyboardInterrupt as exc:
             run_id = getattr(exc, "run_id", None)
             what = (
@@ -151,33 +159,37 @@ def run_retrain(
 
 
 def _run_flow(
-    config: Path, logs: Path, overrides: dict[str, Any] | None, verbose: bool, t0: float
+    config: Path,
+    logs: Path,
+    overrides: dict[str, Any] | None,
+    verbose: bool,
+    t0: float,
+    cfg: PipelineConfig,
 ) -> int:
     # imported here: Prefect, MLflow and GX take seconds to import and configure logging
     import great_expectations.data_context.types.base  # noqa: F401
+    import prefect.main  # noqa: F401 - configures Prefect's loggers: before quiet(), not after
 
+    import flows.retrain  # noqa: F401 - imports MLflow, which configures its loggers
     from flows.dask_runner import run_retrain as retrain  # threads, or Dask by config.dask
-    from poem.exceptions import InvalidLogError
 
     quiet(libraries=not verbose)
     from flows.prefect_server import prefect_api
 
     print("    (starting Prefect's temporary API server)", flush=True)
+    failure: tuple[int, list[str]] | None = None
     with prefect_api(), StageProgress().attached() as progress:
+        quiet(libraries=not verbose)  # again: Prefect configures its loggers when it starts
         progress.start = t0
         try:
             result = retrain(config, logs, overrides or None)
-        except InvalidLogError as exc:
-            return _fail(
-                f"the logs failed their checks; nothing was trained or registered:\n{exc}",
-                EXIT_FAILED,
-            )
-        except ConfigError as exc:
-            return _fail(str(exc), EXIT_CONFIG)
-        except FileNotFoundError as exc:
-            return _fail(str(exc), EXIT_CONFIG)
         except Exception as exc:  # noqa: BLE001 - the CLI reports any failure as an exit code
-            return _fail(f"retrain failed: {type(exc).__name__}: {exc}", EXIT_FAILED)
+            failure = _failure(exc, cfg)
+        drain_prefect()  # before the server stops, not at exit (not after Ctrl-C: exit at once)
+    if failure is not None:
+        code, lines = failure
+        print("\n".join(lines), file=sys.stderr)
+        return code
     for line in result.headline():
         print(line)
     for reason in result.reasons:
@@ -188,6 +200,59 @@ def _run_flow(
     )
     print(result.summary_line())
     return EXIT_OK
+
+
+_MAX_LINE = 300  # characters of one error line
+
+
+def _first_line(text: str) -> str:
+    line = str(text).strip().splitlines()[0] if str(text).strip() else ""
+    return line if len(line) <= _MAX_LINE else line[: _MAX_LINE - 1] + "…"
+
+
+def _failure(exc: BaseException, cfg: PipelineConfig) -> tuple[int, list[str]]:
+    """Exit code and at most five stderr lines: the error(s), the report, the failed MLflow run."""
+    from poem.exceptions import InvalidLogError
+
+    lines: list[str] = []
+    if isinstance(exc, InvalidLogError):
+        code = EXIT_FAILED
+        found = [str(v) for v in exc.violations] or [str(exc)]
+        lines.append(
+            "error: the logs failed their checks; nothing was trained or registered: "
+            + _first_line(found[0])
+        )
+        if len(found) > 1:
+            more = f" (+{len(found) - 2} more in the report)" if len(found) > 2 else ""
+            lines.append(f"  also: {_first_line(found[1])}{more}")
+    elif isinstance(exc, ConfigError | FileNotFoundError):
+        code = EXIT_CONFIG
+        lines.append(f"error: {_first_line(exc)}")
+    else:
+        code = EXIT_FAILED
+        lines.append(f"error: retrain failed: {type(exc).__name__}: {_first_line(exc)}")
+    lines += [f"  {_first_line(note)}" for note in getattr(exc, "__notes__", [])[:1]]
+    run_id = getattr(exc, "mlflow_run_id", None)
+    if run_id:
+        lines += _run_lines(cfg, run_id, report=isinstance(exc, InvalidLogError))
+    return code, lines
+
+
+def _run_lines(cfg: PipelineConfig, run_id: str, *, report: bool) -> list[str]:
+    """Where the failed run is: the check report's path and the run's id (and URL)."""
+    from flows.tracking import client_for
+
+    uri = cfg.tracking.uri
+    try:
+        info = client_for(cfg.tracking).get_run(run_id).info
+    except Exception:  # noqa: BLE001 - a broken store: the id is all there is
+        return [f"  MLflow run {run_id} in {uri}"]
+    lines = [f"  report: {info.artifact_uri}/checks/data_check_report.json"] if report else []
+    if uri.startswith(("http://", "https://")):
+        where = f"{uri.rstrip('/')}/#/experiments/{info.experiment_id}/runs/{run_id}"
+    else:
+        where = f"experiment {info.experiment_id} of {uri}"
+    return [*lines, f"  MLflow run {run_id} ({info.status}): {where}"]
 
 
 def run(args: argparse.Namespace) -> int:

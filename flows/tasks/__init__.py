@@ -7,9 +7,10 @@ and only on transient I/O errors; only the search trials are cached.
 
 from __future__ import annotations
 
-import errno
 import logging
 from typing import Any
+
+from flows.store_faults import is_permanent_store_error
 
 __all__ = ["IO_RETRIES", "PROGRESS", "is_transient_io_error", "stage_done", "task_logger"]
 
@@ -41,15 +42,12 @@ _PERMANENT_MLFLOW_ERRORS = {
 }
 
 
-# OS errors a retry cannot fix: read-only file system, no permission, disk or quota full
-_PERMANENT_ERRNOS = {errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT}
-
-
 def is_transient_io_error(task: Any, task_run: Any, state: Any) -> bool:
     """Retry OS and MLflow store errors, never data or logic errors (``retry_condition_fn``).
 
-    Missing files, permissions, a read-only file system and a full disk are permanent: a
-    retry would only wait (5 + 30 + 120 s) and fail the same way.
+    Missing files, permissions, a read-only file system or store and a full disk (also as
+    sqlite reports it) are permanent (:func:`flows.store_faults.is_permanent_store_error`):
+    a retry would only wait (5 + 30 + 120 s) and fail the same way.
     """
     from mlflow.exceptions import MlflowException
 
@@ -58,8 +56,8 @@ def is_transient_io_error(task: Any, task_run: Any, state: Any) -> bool:
         exc, FileNotFoundError | IsADirectoryError | NotADirectoryError | PermissionError
     ):
         return False
-    if isinstance(exc, OSError) and exc.errno in _PERMANENT_ERRNOS:
-        return False
+    if isinstance(exc, BaseException) and is_permanent_store_error(exc):
+        return False  # full disk (ENOSPC, sqlite's "database or disk is full"), read-only
     if isinstance(exc, MlflowException):
         if "failed with exception" in exc.message and exc.message.startswith("API request to"):
             return False  # MLflow's HTTP client already retried (flows.tracking.HTTP_DEFAULTS)

@@ -8,6 +8,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from flows.config import TrackingConfig
+from flows.integrity import check_model_files
 from flows.registry import check_champion_compatible, log_policy_model, promote, register_version
 from flows.tasks import IO_RETRIES, stage_done, task_logger
 from flows.tracking import TrackedRun, client_for
@@ -15,8 +16,12 @@ from flows.tracking import TrackedRun, client_for
 
 @task(name="check-champion", cache_policy=NO_CACHE, on_completion=[stage_done])
 def check_champion(log: Any, tracking: TrackingConfig) -> str | None:
-    """Fail before training when the champion cannot score this log (family, feature count)."""
-    return check_champion_compatible(client_for(tracking), tracking, log.family, log.n_features)
+    """Fail before training when the champion cannot score this log or its files are gone."""
+    client = client_for(tracking)
+    version = check_champion_compatible(client, tracking, log.family, log.n_features)
+    if version is not None:
+        check_model_files(client, tracking, version)  # a deleted model folder: now, in one line
+    return version
 
 
 @task(name="register-policy", cache_policy=NO_CACHE, **IO_RETRIES)

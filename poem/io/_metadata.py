@@ -15,10 +15,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from poem.data import FAMILIES, check_loss_bounds
 from poem.exceptions import InvalidLogError, Violation
 from poem.policies._base import check_policy_size
+from poem.io._row_checks import list_column
 
 __all__ = [
     "FORMAT_VERSION",
@@ -170,7 +172,29 @@ def frame_metadata(
         clean.update(context_format="dense", n_features=len(clean["context_columns"]))
     if "loss_bounds" in clean or "reward_bounds" in clean:  # given bounds replace declared ones
         clean = {"loss_bounds": None, "reward_bounds": None, **clean}
-    return check_metadata(replace(meta, **clean), len(frame))
+    meta = check_metadata(replace(meta, **clean), len(frame))
+    _check_distribution_width(frame, meta)
+    return meta
+
+
+def _check_distribution_width(frame: pd.DataFrame, meta: LogMetadata) -> None:
+    """``n_actions`` that no row's ``logging_distribution`` agrees with: one error naming it.
+
+    (Not every row quarantined for holding "the wrong number" of probabilities.)
+    """
+    if meta.n_actions is None or "logging_distribution" not in frame.columns or frame.empty:
+        return
+    try:
+        widths = np.unique(np.diff(list_column(frame, "logging_distribution")[0]))
+    except (pa.ArrowException, AttributeError, TypeError, ValueError):
+        return  # not list cells: the row checks report the column
+    if widths.size == 1 and widths[0] != meta.n_actions:
+        raise _bad(
+            "n_actions",
+            len(frame),
+            f"declares {meta.n_actions:,} actions but every row's logging_distribution holds "
+            f"{int(widths[0])} probabilities (one per action); declare n_actions: {int(widths[0])}",
+        )
 
 
 def _bad(key: str, n: int, message: str) -> InvalidLogError:

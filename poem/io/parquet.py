@@ -249,6 +249,18 @@ def outside_folder_date(table: pa.Table, path: str | Path) -> Violation | None:
     )
 
 
+def _bad_metadata_json(path: Path, n_rows: int, exc: ValueError) -> Violation:
+    """The file's ``poem`` metadata is not JSON (the Parquet itself was read)."""
+    return Violation(
+        str(path),
+        0,
+        n_rows,
+        (),
+        f"its '{METADATA_KEY}' metadata is not valid JSON ({exc})",
+        f"Rewrite the file with write_log, or fix the JSON under the Parquet key '{METADATA_KEY}'",
+    )
+
+
 def _same_columns(table: pa.Table, ref: pa.Table) -> bool:
     """Same column names and types, in any order."""
     a, b = table.schema.remove_metadata(), ref.schema.remove_metadata()
@@ -275,9 +287,13 @@ def read_frame(path: str | Path) -> pd.DataFrame:
     for f in files:
         try:
             table = pq.read_table(f, **READ_OPTIONS)
-            _file_metadata(table)
         except (pa.ArrowException, OSError, ValueError) as exc:
             violations.append(read_error(f, exc))
+            continue
+        try:
+            _file_metadata(table)
+        except ValueError as exc:  # the Parquet is fine, its declared metadata is not
+            violations.append(_bad_metadata_json(f, table.num_rows, exc))
             continue
         if ref is None:
             ref = (table, f)

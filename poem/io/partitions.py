@@ -118,7 +118,10 @@ def read_partition_frame(partition: LogPartition) -> pd.DataFrame:
         types_mapper=lambda t: pd.ArrowDtype(t) if pa.types.is_list(t) else None
     )
     if raw is not None:
-        frame.attrs[METADATA_KEY] = json.loads(raw)
+        try:
+            frame.attrs[METADATA_KEY] = json.loads(raw)
+        except ValueError as exc:
+            raise ValueError(f"its '{METADATA_KEY}' metadata is not valid JSON ({exc})") from None
     if warning is not None:
         frame.attrs[WARNINGS_KEY] = [warning]
     return frame

@@ -134,3 +134,72 @@ def test_make_logs_converts_the_open_bandit_dataset(shared_data_dir, tmp_path, c
     assert log.n_rows == 500 and log.loss_bounds == (-1.0, 0.0) and log.n_actions == 80
     assert main(["make-logs", "--dataset", "obd", "--out", str(tmp_path / "x")]) == 2
     assert "--dataset obd needs --data-dir" in capsys.readouterr().out
+
+
+def _with_metadata(source: Path, path: Path, text: str) -> Path:
+    """``source``'s rows with ``text`` stored as the Parquet key ``poem``."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(source)
+    pq.write_table(table.replace_schema_metadata({"poem": text}), path)
+    return path
+
+
+@pytest.mark.parametrize("partitions", ["never", "always"])
+def test_metadata_errors_name_the_key_not_every_row(digits_logs, tmp_path, capsys, partitions):
+    """Issue 24.20: n_actions 10¹² is one error naming n_actions (it quarantined all 600
+    rows); metadata that is not JSON says so (it said "cannot be read as Parquet")."""
+    import pyarrow.parquet as pq
+
+    source = next(digits_logs.rglob("*.parquet"))
+    meta = json.loads(pq.read_schema(source).metadata[b"poem"])
+    huge = _with_metadata(
+        source, tmp_path / "huge.parquet", json.dumps(meta | {"n_actions": 10**12})
+    )
+    broken = _with_metadata(source, tmp_path / "broken.parquet", json.dumps(meta)[:-5])
+    args = ["--partitions", partitions, "--scheduler", "sync"]
+    assert main(["check", str(huge), *args]) == 1
+    text = capsys.readouterr().out
+    assert (
+        "n_actions: declares 1,000,000,000,000 actions but every row's logging_distribution "
+        "holds 10 probabilities (one per action); declare n_actions: 10" in text
+    ), text
+    assert "quarantined 600" not in text
+    assert main(["check", str(broken), *args]) == 1
+    text = capsys.readouterr().out
+    assert "its 'poem' metadata is not valid JSON (" in text and "as Parquet" not in text, text
+
+
+def test_check_and_retrain_share_exit_codes_and_the_quarantine_default(
+    digits_logs, tmp_path, capsys, monkeypatch
+):
+    """Issue 23.3: a missing file was 1 from check and 2 from retrain; check allowed 5 %
+    quarantined rows where retrain (mlflow.yml) allowed 1 %: 3 % passed one and failed the other."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert main(["check", "no/such/log.parquet"]) == 2
+    assert capsys.readouterr().err == "error: no/such/log.parquet does not exist\n"
+    assert main(["retrain", "--logs", "no/such/log.parquet"]) == 2
+    assert capsys.readouterr().err == "error: --logs: no/such/log.parquet does not exist\n"
+
+    source = next(digits_logs.rglob("*.parquet"))
+    table = pq.read_table(source)
+    frame = table.to_pandas()
+    frame.loc[frame.index[:18], "propensity"] = 1.5  # 3 % of 600 rows
+    bad = tmp_path / "three-percent.parquet"
+    pq.write_table(
+        pa.Table.from_pandas(pd.DataFrame(frame), preserve_index=False).replace_schema_metadata(
+            table.schema.metadata
+        ),
+        bad,
+    )
+    assert main(["check", str(bad)]) == 1  # the packaged config: checks.max_quarantine_fraction
+    assert "more than the allowed 1.00%" in capsys.readouterr().out
+    (tmp_path / "mlflow.yml").write_text("checks:\n  max_quarantine_fraction: 0.05\n")
+    assert main(["check", str(bad)]) == 0  # ./mlflow.yml, as retrain reads it
+    assert "rows: 582 kept + 18 quarantined = 600 input" in capsys.readouterr().out
+    assert main(["check", str(bad), "--max-quarantine-fraction", "0.02"]) == 1

@@ -119,3 +119,37 @@ def test_ctrl_c_exits_130_with_the_run_killed(tmp_path, logs_dir, write_config):
     assert match and "Traceback" not in done.stderr, done.stderr
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     assert client.get_run(match.group(1)).info.status == "KILLED"
+
+
+@pytest.mark.slow
+def test_a_run_whose_checks_fail_prints_the_error_the_report_and_the_run(
+    tmp_path, logs_dir, write_config
+):
+    """Issue 23.3: it printed 84 lines (two Prefect tracebacks, a log-handler error after the
+    server stopped, no MLflow run id). Expected: exit 1 and at most 5 stderr lines — the error,
+    the report's path and the failed MLflow run; a fresh interpreter, its own Prefect server."""
+    config = write_config(logs_dir / "bad-propensity.parquet")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "MLFLOW_"))}
+    env |= {"PYTHONPATH": str(REPO), "PREFECT_HOME": str(tmp_path / "prefect")}
+    done = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "retrain", "--config", str(config)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) <= 5, done.stderr
+    assert lines[0].startswith(
+        "error: the logs failed their checks; nothing was trained or registered: propensity: "
+        "90 of 900 rows"
+    ), done.stderr
+    assert lines[1].startswith("  also: quarantine: 90 of 900 rows (10.00%)"), done.stderr
+    report = re.fullmatch(r"  report: file://(\S+/checks/data_check_report\.json)", lines[2])
+    assert report and Path(report.group(1)).is_file(), done.stderr
+    run = re.fullmatch(r"  MLflow run (\w+) \(FAILED\): experiment 1 of sqlite:///\S+", lines[3])
+    assert run, done.stderr
+    for noise in ("Traceback", "Error logging to API", "All connection attempts failed"):
+        assert noise not in done.stderr + done.stdout

@@ -189,7 +189,17 @@ DEFECTS = [
     ),
     (
         "tracking:\n  uri: ftp://host/x\n",
-        r"tracking\.uri: tracking URI has scheme 'ftp'; allowed: sqlite, file, http",
+        r"tracking\.uri: tracking URI has scheme 'ftp'; allowed: sqlite, http",
+    ),
+    (  # issue 24.18: accepted at load, it failed at run time
+        "tracking:\n  uri: 'file:'\n",
+        r"^invalid config \S+: tracking\.uri: tracking URI: MLflow 3 no longer runs on a "
+        r"file: store \(maintenance mode, it fails at run time\); use sqlite:///mlflow\.db, or "
+        r"a tracking server http\(s\)://HOST:PORT \(got 'file:'\)$",
+    ),
+    (
+        "tracking:\n  uri: file:///tmp/mlruns\n",
+        r"tracking\.uri: tracking URI: MLflow 3 no longer runs on a file: store",
     ),
     (
         "tracking:\n  artifact_location: ftp://host/x\n",

@@ -53,6 +53,13 @@ def test_demo_runs_retrain_twice_and_prints_where_to_look(tmp_path, monkeypatch,
     assert (
         "      difference n/a, interval [n/a, n/a], upper bound -0.1000; champion is now v1" in out
     )
+    # issue 23.3: a rejection moves nothing; its headline said "champion is now v1"
+    assert (
+        out.count(
+            "      difference n/a, interval [n/a, n/a], upper bound -0.1000; champion stays v1"
+        )
+        == 1
+    )
     assert f"  mlflow ui --backend-store-uri sqlite:///{tmp_path / 'store.db'}" in out
     assert out[-1] == "decision=rejected champion=1"
 

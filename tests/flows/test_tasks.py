@@ -197,6 +197,9 @@ def test_validate_and_quarantine_reconcile(logs_dir, run):
         (OSError(errno.EIO, "I/O error"), True),
         (MlflowException("API request to http://x failed with exception Max retries"), False),
         (MlflowException("no", error_code=RESOURCE_DOES_NOT_EXIST), False),
+        # issue 24.14: sqlite's form of a full disk (wrapped by MLflow) was retried for minutes
+        (MlflowException("(sqlite3.OperationalError) database or disk is full\n[SQL: …]"), False),
+        (MlflowException("(sqlite3.OperationalError) attempt to write a readonly database"), False),
         (ValueError("bad"), False),
     ],
 )

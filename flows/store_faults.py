@@ -1,0 +1,130 @@
+"""A damaged, full or read-only tracking store: refused, not retried, cleaned up after.
+
+README, "Reliability".
+
+- A corrupt sqlite store is refused before anything is written to it (:func:`check_store`,
+  sqlite's ``PRAGMA quick_check``): MLflow would otherwise read and write around the damage.
+- A full disk or a read-only store is a permanent error (:func:`is_permanent_store_error`):
+  ``ENOSPC`` and its sqlite form ``database or disk is full`` are not retried.
+- A failed run does not leave half-written model folders behind
+  (:func:`discard_unfinished_models`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import shutil
+import sqlite3
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlparse
+
+if TYPE_CHECKING:  # MLflow is imported by the callers; this module stays light (the CLI)
+    from mlflow import MlflowClient
+
+__all__ = [
+    "StoreError",
+    "check_store",
+    "discard_unfinished_models",
+    "is_permanent_store_error",
+    "sqlite_path",
+]
+
+# OS errors a retry cannot fix: read-only file system, no permission, disk or quota full
+PERMANENT_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT})
+# the same conditions as sqlite reports them (MLflow wraps them in MlflowException)
+PERMANENT_SQLITE_MESSAGES = (
+    "database or disk is full",
+    "attempt to write a readonly database",
+    "database disk image is malformed",
+    "file is not a database",
+)
+
+
+def is_permanent_store_error(exc: BaseException) -> bool:
+    """True for a full disk, a read-only or corrupt store, anywhere in ``exc``'s chain.
+
+    MLflow wraps sqlite's errors in an ``MlflowException`` (code ``TEMPORARILY_UNAVAILABLE``
+    for some), so the message and the chained causes are inspected, not only the type.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in PERMANENT_ERRNOS:
+            return True
+        text = str(current)
+        if any(message in text for message in PERMANENT_SQLITE_MESSAGES):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI (None: another store, or in memory)."""
+    if not uri.startswith("sqlite:///") or ":memory:" in uri:
+        return None
+    return Path(uri.removeprefix("sqlite:///").split("?", 1)[0])
+
+
+class StoreError(RuntimeError):
+    """The tracking store cannot be used (a corrupt sqlite database); nothing was written."""
+
+
+def check_store(uri: str) -> None:
+    """Refuse a corrupt sqlite tracking store before anything is written to it.
+
+    Runs sqlite's ``PRAGMA quick_check`` on the database file of ``uri``, opened read-only
+    (a missing file is fine: MLflow creates it; other stores are not checked here).
+
+    Raises
+    ------
+    StoreError
+        Naming the file and sqlite's first finding, when the check does not answer ``ok``.
+    """
+    path = sqlite_path(uri)
+    if path is None or not path.is_file():
+        return
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
+            found = [row[0] for row in db.execute("PRAGMA quick_check(5)")]
+    except sqlite3.DatabaseError as exc:
+        found = [str(exc)]
+    if found != ["ok"]:
+        first = " ".join(found[0].replace("*** in database main ***", "").split())
+        raise StoreError(
+            f"the tracking store {path} is corrupt (sqlite quick_check: {first}"
+            f"{f'; {len(found) - 1} more finding(s)' if len(found) > 1 else ''}); nothing was "
+            "written to it. Restore it from a backup, or set tracking.uri to a new store"
+        )
+
+
+def discard_unfinished_models(client: MlflowClient, experiment_id: str, run_id: str) -> list[str]:
+    """Remove what a failed run left of the models it was logging; returns their ids.
+
+    A model whose upload failed (a full disk) stays ``PENDING`` with a half-written folder.
+    Its local folder is deleted first (that frees the space the next writes need), then the
+    model is marked ``FAILED``. Best effort: what cannot be done is left for the error the
+    caller is already reporting.
+    """
+    from mlflow.exceptions import MlflowException
+
+    try:
+        models = client.search_logged_models(
+            [experiment_id], filter_string=f"source_run_id = '{run_id}'"
+        )
+    except (MlflowException, OSError):
+        return []
+    discarded = []
+    for model in models:
+        if str(model.status) not in ("PENDING", "LoggedModelStatus.PENDING"):
+            continue  # READY: logged completely (and maybe registered)
+        location = urlparse(model.artifact_location)
+        folder = Path(location.path)  # <root>/models/m-<id>/artifacts
+        if location.scheme in ("", "file") and folder.name == "artifacts":
+            shutil.rmtree(folder.parent, ignore_errors=True)
+        with contextlib.suppress(MlflowException, OSError):
+            client.finalize_logged_model(model.model_id, "FAILED")
+        discarded.append(model.model_id)
+    return discarded
