@@ -13,6 +13,7 @@ line printed is ``decision=<promoted|rejected> champion=<version>``.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -30,6 +31,12 @@ from flows.commands._console import (
     quiet,
 )
 from flows.config import ConfigError, load_config, parse_overrides
+from flows.prefect_server import (
+    PrefectServerDied,
+    PrefectServerError,
+    TemporaryServer,
+    prefect_api,
+)
 
 __all__ = ["add_log_arguments", "add_parser", "log_overrides", "run", "run_retrain"]
 
@@ -135,23 +142,53 @@ def run_retrain(
     which = "the packaged default config" if Path(config) == default_config_path() else config
     print(f"retrain on {path} (config: {which})", flush=True)
     t0 = time.perf_counter()
+    # Prefect's temporary server boots while Prefect, MLflow and GX import (PREFECT_API_URL:
+    # a running server is used instead)
+    server = None if os.environ.get("PREFECT_API_URL") else TemporaryServer().start()
     with interruptible():
         try:
-            return _run_flow(config, path, overrides, verbose, t0)
+            return _run_flow(config, path, overrides, verbose, t0, server)
         except KeyboardInterrupt as exc:
-            run_id = getattr(exc, "run_id", None)
+            run_id = _run_id(exc)
             what = (
                 f"MLflow run {run_id} is marked KILLED" if run_id else "no MLflow run had started"
             )
+            if server is not None and server.died:  # kill -9 of the server: stop now, one line
+                print(
+                    f"error: Prefect's temporary API server {server.died} after "
+                    f"{time.perf_counter() - t0:.1f}s: {what}; champion did not move",
+                    file=sys.stderr,
+                )
+                exit_now(EXIT_FAILED)
             print(
                 f"interrupted after {time.perf_counter() - t0:.1f}s: {what}; champion did not move",
                 file=sys.stderr,
             )
             return EXIT_INTERRUPTED
+        except PrefectServerError as exc:
+            return _fail(str(exc), EXIT_FAILED)
+        finally:
+            if server is not None:
+                server.stop()
+
+
+def _run_id(exc: BaseException | None) -> str | None:
+    """The MLflow run id an interrupt carries, also when Prefect re-raised another error."""
+    seen = 0
+    while exc is not None and seen < 20:  # the chain is short; bounded against cycles
+        if getattr(exc, "run_id", None):
+            return exc.run_id
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
 
 
 def _run_flow(
-    config: Path, logs: Path, overrides: dict[str, Any] | None, verbose: bool, t0: float
+    config: Path,
+    logs: Path,
+    overrides: dict[str, Any] | None,
+    verbose: bool,
+    t0: float,
+    server: TemporaryServer | None,
 ) -> int:
     # imported here: Prefect, MLflow and GX take seconds to import and configure logging
     import great_expectations.data_context.types.base  # noqa: F401
@@ -160,10 +197,11 @@ def _run_flow(
     from poem.exceptions import InvalidLogError
 
     quiet(libraries=not verbose)
-    from flows.prefect_server import prefect_api
-
-    print("    (starting Prefect's temporary API server)", flush=True)
-    with prefect_api(), StageProgress().attached() as progress:
+    if server is None:
+        print(f"    (Prefect API {os.environ.get('PREFECT_API_URL')})", flush=True)
+    else:
+        print("    (starting Prefect's temporary API server)", flush=True)
+    with prefect_api(server=server), StageProgress().attached() as progress:
         progress.start = t0
         try:
             result = retrain(config, logs, overrides or None)
@@ -177,6 +215,8 @@ def _run_flow(
         except FileNotFoundError as exc:
             return _fail(str(exc), EXIT_CONFIG)
         except Exception as exc:  # noqa: BLE001 - the CLI reports any failure as an exit code
+            if server is not None and server.died:  # Prefect's calls to the dead API failed
+                raise PrefectServerDied(server.died) from exc
             return _fail(f"retrain failed: {type(exc).__name__}: {exc}", EXIT_FAILED)
     for line in result.headline():
         print(line)
