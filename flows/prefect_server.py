@@ -47,7 +47,13 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["PrefectServerDied", "PrefectServerError", "TemporaryServer", "prefect_api"]
+__all__ = [
+    "PrefectServerDied",
+    "PrefectServerError",
+    "TemporaryServer",
+    "configured_api_url",
+    "prefect_api",
+]
 
 _PR_SET_PDEATHSIG = 1
 _DEFAULT_TIMEOUT = 90.0  # PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS when unset here
@@ -73,6 +79,15 @@ class PrefectServerError(RuntimeError):
 
 class PrefectServerDied(KeyboardInterrupt):  # noqa: N818 - an interrupt, like KeyboardInterrupt
     """Raised in the main thread when the temporary server dies during the run."""
+
+
+def configured_api_url() -> str | None:
+    """``PREFECT_API_URL`` if set (environment, or the settings of an imported Prefect)."""
+    if "prefect.settings" in sys.modules:  # profiles, temporary_settings, the test harness
+        from prefect.settings import PREFECT_API_URL
+
+        return PREFECT_API_URL.value() or None
+    return os.environ.get("PREFECT_API_URL") or None
 
 
 def _die_with_parent(parent: int) -> None:

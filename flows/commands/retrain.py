@@ -13,7 +13,6 @@ line printed is ``decision=<promoted|rejected> champion=<version>``.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -35,6 +34,7 @@ from flows.prefect_server import (
     PrefectServerDied,
     PrefectServerError,
     TemporaryServer,
+    configured_api_url,
     prefect_api,
 )
 
@@ -144,7 +144,7 @@ def run_retrain(
     t0 = time.perf_counter()
     # Prefect's temporary server boots while Prefect, MLflow and GX import (PREFECT_API_URL:
     # a running server is used instead)
-    server = None if os.environ.get("PREFECT_API_URL") else TemporaryServer().start()
+    server = None if configured_api_url() else TemporaryServer().start()
     with interruptible():
         try:
             return _run_flow(config, path, overrides, verbose, t0, server)
@@ -198,7 +198,7 @@ def _run_flow(
 
     quiet(libraries=not verbose)
     if server is None:
-        print(f"    (Prefect API {os.environ.get('PREFECT_API_URL')})", flush=True)
+        print(f"    (Prefect API {configured_api_url()})", flush=True)
     else:
         print("    (starting Prefect's temporary API server)", flush=True)
     with prefect_api(server=server), StageProgress().attached() as progress:
