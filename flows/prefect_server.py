@@ -347,8 +347,8 @@ class TemporaryServer:
         self._stopping = True
         self._unlock()
         if (
-            self._previous_handler is not None
-            and threading.current_thread() is threading.main_thread()
+            callable(self._previous_handler)  # else the (now inert) handler stays: a late
+            and threading.current_thread() is threading.main_thread()  # SIGUSR1 must not kill
         ):
             signal.signal(signal.SIGUSR1, self._previous_handler)
             self._previous_handler = None
