@@ -144,7 +144,10 @@ def run_retrain(
     t0 = time.perf_counter()
     # Prefect's temporary server boots while Prefect, MLflow and GX import (PREFECT_API_URL:
     # a running server is used instead)
-    server = None if configured_api_url() else TemporaryServer().start()
+    try:
+        server = None if configured_api_url() else TemporaryServer().start()
+    except PrefectServerError as exc:  # e.g. a Prefect home that cannot be written
+        return _fail(str(exc), EXIT_FAILED)
     with interruptible():
         try:
             return _run_flow(config, path, overrides, verbose, t0, server)
