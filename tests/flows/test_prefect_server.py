@@ -190,3 +190,16 @@ def test_kill_9_of_the_server_mid_run_stops_the_run_in_one_line(tmp_path, logs_d
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     assert client.get_run(match.group(1)).info.status == "KILLED"
     assert client.search_model_versions() == []
+
+
+def test_a_prefect_home_that_cannot_hold_the_lock_is_one_line(tmp_path, monkeypatch):
+    from flows.prefect_server import PrefectServerError, TemporaryServer
+
+    (tmp_path / "home").write_text("a file, not a folder")
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "home"))
+    with pytest.raises(PrefectServerError) as info:
+        TemporaryServer().start()
+    assert str(info.value) == (
+        "Prefect's temporary API server cannot start: OSError: [Errno 17] File exists: "
+        f"'{tmp_path / 'home'}' under PREFECT_HOME={tmp_path / 'home'}"
+    )
