@@ -47,7 +47,7 @@ def _register(tmp: Path, uri: str) -> list[str]:
     from mlflow import MlflowClient
     from mlflow.models import infer_signature
 
-    from deploy.pyfunc import log_policy_model
+    from deploy.pyfunc import feature_names_of, log_policy_model
     from poem.datasets import load_dataset
     from poem.simulate import fit_logging_policy
 
@@ -62,7 +62,7 @@ def _register(tmp: Path, uri: str) -> list[str]:
         ds.X_train, ds.Y_train, family="discrete", fraction=0.05, random_state=0
     )
     policy = h0.with_serving(temperature=1.0, exploration_floor=0.01)
-    names = [f"x{j}" for j in range(ds.n_features)]
+    names = feature_names_of(policy)
     example = pd.DataFrame(ds.X_test[:2], columns=names)
     code = tmp / "identity_model.py"
     code.write_text(IDENTITY_CODE)

@@ -6,6 +6,10 @@ written, is skipped unless ``include_today``), skips the run when exactly these 
 already trained on (a registered version carries the same ``data_fingerprint`` tag), and
 otherwise runs the ``retrain`` flow on them as a subflow; the gate decides as always.
 
+A run that finds no complete partition **fails** (state Failed in the Prefect UI, the message
+names the folder): a nightly retrain with no new data is something to look at, not a success.
+A ``--logs`` folder that does not exist is refused when the deployment is served.
+
 Run it as a long-lived deployment with a cron schedule (``flow.serve``; ECOSYSTEM §2)::
 
     source .ci/env.sh
@@ -35,9 +39,19 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 
+from flows.commands import plain_text
+from flows.config import ConfigError, load_config
 from poem.io.parquet import partition_date, scan_log_folder
 
-__all__ = ["DEPLOYMENT_NAME", "newest_partitions", "scheduled_retrain", "serve", "stage_partitions"]
+__all__ = [
+    "DEPLOYMENT_NAME",
+    "NoCompletePartitionsError",
+    "logs_folder",
+    "newest_partitions",
+    "scheduled_retrain",
+    "serve",
+    "stage_partitions",
+]
 
 DEPLOYMENT_NAME = "nightly-retrain"
 logger = logging.getLogger(__name__)
@@ -88,6 +102,29 @@ def newest_partitions(
     return [path for _, path in sorted(found)[-newest:]]
 
 
+class NoCompletePartitionsError(RuntimeError):
+    """A scheduled run found no complete ``date=`` partition: nothing new to train on."""
+
+
+def logs_folder(config_path: str | Path, logs: str | Path | None) -> Path:
+    """The partitioned log folder of the deployment: ``logs``, else ``data.path`` of the config.
+
+    Raises
+    ------
+    FileNotFoundError
+        If the folder does not exist or is not a folder (a typo would skip every run).
+    flows.config.ConfigError
+        If ``logs`` is None and the config cannot be read.
+    """
+    root = Path(logs) if logs is not None else Path(load_config(config_path).data.path)
+    where = "--logs" if logs is not None else f"data.path of {config_path}"
+    if not root.exists():
+        raise FileNotFoundError(f"{where}: {root} does not exist")
+    if not root.is_dir():
+        raise FileNotFoundError(f"{where}: {root} is not a folder of date= partitions")
+    return root
+
+
 def stage_partitions(partitions: list[Path], target: Path) -> Path:
     """Return the folder to pass as ``--logs``: the partition, or hard links of several."""
     if len(partitions) == 1:
@@ -107,7 +144,6 @@ def _already_trained(config_path: str | Path, fingerprint: str) -> str | None:
     """Version of the registered model trained on exactly these files, if any."""
     from mlflow.exceptions import MlflowException
 
-    from flows.config import load_config
     from flows.tracking import client_for
 
     tracking = load_config(config_path).tracking
@@ -147,10 +183,15 @@ def scheduled_retrain(
     Returns
     -------
     dict
-        ``status`` (``"retrained"``, ``"skipped"``), the partitions, and for a retrain the
-        decision and versions.
+        ``status`` (``"retrained"``, ``"skipped"``: these files were already trained on), the
+        partitions, and for a retrain the decision and versions.
+
+    Raises
+    ------
+    NoCompletePartitionsError
+        When the folder holds no complete ``date=`` partition (or is gone): the flow run
+        ends Failed, naming the folder.
     """
-    from flows.config import load_config
     from flows.retrain import retrain
     from flows.tracking import data_fingerprint
 
@@ -159,12 +200,11 @@ def scheduled_retrain(
     partitions = newest_partitions(root, newest, include_today=include_today)
     names = [p.name for p in partitions]
     if not partitions:
-        logger.warning("no complete date= partitions under %s; nothing to retrain", root)
-        return {
-            "status": "skipped",
-            "reason": f"no complete partitions under {root}",
-            "partitions": [],
-        }
+        state = "does not exist" if not root.is_dir() else "holds no complete date= partition"
+        raise NoCompletePartitionsError(
+            f"{root} {state} (today's UTC partition counts only with include_today=true); "
+            "nothing was retrained"
+        )
     with tempfile.TemporaryDirectory(prefix="poem-staged-") as tmp:
         staged = stage_partitions(partitions, Path(tmp))
         fingerprint = data_fingerprint(staged)
@@ -191,7 +231,14 @@ def scheduled_retrain(
 def serve(
     config_path: str, logs: str | None, cron: str, newest: int = 1, name: str = DEPLOYMENT_NAME
 ) -> None:
-    """Register the deployment with its cron schedule; run it until interrupted (``flow.serve``)."""
+    """Register the deployment with its cron schedule; run it until interrupted (``flow.serve``).
+
+    Raises
+    ------
+    FileNotFoundError
+        If the log folder (``logs``, else ``data.path`` of the config) does not exist.
+    """
+    logs_folder(config_path, logs)
     scheduled_retrain.serve(
         name=name,
         cron=cron,
@@ -209,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m deploy.deployments``: serve the scheduled retraining deployment."""
     parser = argparse.ArgumentParser(
         prog="python -m deploy.deployments",
-        description=__doc__,
+        description=plain_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
@@ -228,6 +275,11 @@ def main(argv: list[str] | None = None) -> int:
         "--name", default=DEPLOYMENT_NAME, help="deployment name (default: %(default)s)"
     )
     args = parser.parse_args(argv)
+    try:
+        logs_folder(args.config, args.logs)
+    except (FileNotFoundError, ConfigError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if not os.environ.get("PREFECT_API_URL"):
         print(
             "warning: PREFECT_API_URL is not set; a temporary server lives only as long as "

@@ -10,7 +10,8 @@ Request layout
 --------------
 ``discrete`` / ``multilabel``
     one row per decision, one float column per feature (names from the artifact's
-    ``metadata["feature_names"]``, else ``x0..x{d-1}``), optional string column ``event_id``.
+    ``metadata["feature_names"]``, else the log format's ``x_0..x_{d-1}``: a policy trained on
+    a log without names serves the log's own columns), optional string column ``event_id``.
 ``candidates``
     long format: one row per candidate with the candidate's feature columns and a string
     column ``event_id``; the rows of one request must be contiguous. ``action`` is the
@@ -84,7 +85,10 @@ def invalid_request(message: str) -> MlflowException:
 
 
 def guard_scoring_server() -> None:
-    """Make ``mlflow models serve`` answer HTTP 400, not 500, for bodies it cannot parse.
+    """Make ``mlflow models serve`` answer HTTP 4xx, not 500, for requests it cannot parse.
+
+    A request without a ``Content-Type`` header is answered 415 with what to send (MLflow
+    3.17's ``invocations`` would fail on ``None.split``: HTTP 500).
 
     The scoring server parses the JSON body before the model sees it
     (``mlflow.pyfunc.scoring_server._parse_json_data``, MLflow 3.17) and turns only
@@ -100,6 +104,19 @@ def guard_scoring_server() -> None:
     original = getattr(server, "_parse_json_data", None)
     if original is None or getattr(original, "_poem_guard", False):
         return
+    invocations = server.invocations
+
+    def invocations_with_type(data: Any, content_type: Any, *args: Any) -> Any:
+        if not content_type:  # MLflow would call None.split(";"): HTTP 500
+            return server.InvocationsResponse(
+                response="the request has no Content-Type header; send "
+                "'Content-Type: application/json' (or text/csv)",
+                status=415,
+                mimetype="text/plain",
+            )
+        return invocations(data, content_type, *args)
+
+    server.invocations = invocations_with_type
 
     def parse_json_data(data: Any, metadata: Any, input_schema: Any) -> Any:
         try:
@@ -117,12 +134,17 @@ def guard_scoring_server() -> None:
 
 
 def feature_names_of(policy: StochasticPolicy) -> list[str]:
-    """Column names of the policy's features: ``metadata["feature_names"]`` or ``x0..x{d-1}``."""
+    """Column names of the policy's features: ``metadata["feature_names"]`` or ``x_0..x_{d-1}``.
+
+    Unnamed features are served under the names the canonical log format stores them under
+    (:mod:`poem.io.log_format`), so a policy trained on a log whose columns are ``x_0 … x_7``
+    (a CSV without metadata) accepts requests with those columns.
+    """
     names = policy.metadata.get("feature_names")
     d = policy.family.n_features
     if names is not None and len(names) == d:
         return [str(n) for n in names]
-    return [f"x{j}" for j in range(d)]
+    return [f"x_{j}" for j in range(d)]
 
 
 def _model_version(model_dir: Path) -> str:

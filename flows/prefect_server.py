@@ -8,29 +8,86 @@ consequences:
   command's stdout open, so ``poem-pipeline retrain … | tail -1`` never returns;
 - Ctrl-C reaches the server first, and the flow then fails talking to a dead API.
 
-:func:`prefect_api` starts the same server (``uvicorn … prefect.server.api.server:create_app``)
-the way a child should be started: in its own session (no terminal signals), with stdin and
-stdout closed, and with ``PR_SET_PDEATHSIG`` so the kernel kills it when the command dies for
-any reason, SIGKILL included. It points Prefect at it for the duration of the block.
+:class:`TemporaryServer` starts the same server (``uvicorn … prefect.server.api.server:create_app``)
+the way a child should be started: in its own session (no terminal signals), with stdin closed,
+its output in a log file, and with ``PR_SET_PDEATHSIG`` so the kernel kills it when the command
+dies for any reason, SIGKILL included. :func:`prefect_api` points Prefect at it for the duration
+of a block. Three more duties:
+
+- **start early**: :meth:`TemporaryServer.start` only spawns the process (it needs neither
+  ``import prefect`` nor a wait), so a command can start it first and import Prefect, MLflow
+  and GX while the server boots (``retrain`` does);
+- **one start at a time per Prefect home**: two commands starting servers on one fresh
+  ``$PREFECT_HOME/prefect.db`` both ran the database migrations and one died ("exited with code
+  3"); a file lock in the Prefect home makes the second wait until the first is ready;
+- **say why**: a server that exits during start-up raises :class:`PrefectServerError` whose
+  one-line message names the cause (port, lock, database, disk) from the server's own output;
+  a server that dies *during* the run (``kill -9``, OOM) interrupts the command's main thread
+  with :class:`PrefectServerDied` (a ``KeyboardInterrupt``: the flow marks its MLflow run
+  KILLED, nothing is promoted) instead of letting it continue against a dead API.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
+import importlib.util
+import logging
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["prefect_api"]
+__all__ = [
+    "PrefectServerDied",
+    "PrefectServerError",
+    "TemporaryServer",
+    "configured_api_url",
+    "prefect_api",
+]
 
 _PR_SET_PDEATHSIG = 1
+_DEFAULT_TIMEOUT = 90.0  # PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS when unset here
+_LOCK_NAME = ".poem-server-start.lock"
+_EXCEPTION_LINE = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Exit)):?\s*(.*)$")
+# (pattern in the server's output, what it means) — first match wins
+_CAUSES = (
+    (r"address already in use|Errno 98", "port: the port is already in use"),
+    (r"database is locked", "lock: another process holds the Prefect database"),
+    (r"No space left on device|Errno 28|disk is full|disk I/O error", "disk: the disk is full"),
+    (r"Read-only file system|Errno 30|readonly database", "disk: the file system is read-only"),
+    (r"Permission denied|Errno 13", "permission: the Prefect home is not writable"),
+    (
+        r"file is not a database|malformed|unable to open database|no such table",
+        "database: the Prefect database is unusable",
+    ),
+)
+
+
+class PrefectServerError(RuntimeError):
+    """Prefect's temporary API server did not start; the message is one line with the cause."""
+
+
+class PrefectServerDied(KeyboardInterrupt):  # noqa: N818 - an interrupt, like KeyboardInterrupt
+    """Raised in the main thread when the temporary server dies during the run."""
+
+
+def configured_api_url() -> str | None:
+    """``PREFECT_API_URL`` if set (environment, or the settings of an imported Prefect)."""
+    if "prefect.settings" in sys.modules:  # profiles, temporary_settings, the test harness
+        from prefect.settings import PREFECT_API_URL
+
+        return PREFECT_API_URL.value() or None
+    return os.environ.get("PREFECT_API_URL") or None
 
 
 def _die_with_parent(parent: int) -> None:
@@ -47,37 +104,286 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _wait_healthy(url: str, process: subprocess.Popen, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the Prefect API server exited with code {process.returncode}")
-        with contextlib.suppress(OSError):
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
-                if response.status == 200:
-                    return
-        time.sleep(0.1)  # readiness poll interval
-    raise RuntimeError(f"the Prefect API server at {url} was not ready after {timeout:g} s")
+def _prefect_home() -> Path:
+    home = os.environ.get("PREFECT_HOME") or "~/.prefect"
+    return Path(home).expanduser()
 
 
-def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.terminate()
+def _exit_status(code: int) -> str:
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+    return f"exit code {code}"
+
+
+def startup_failure_reason(output: str) -> str:
+    """The cause of a failed start-up, in one line, from the server's output.
+
+    Parameters
+    ----------
+    output : str
+        What the server wrote (its log file).
+
+    Returns
+    -------
+    str
+        ``"<kind>: <meaning> (<last exception line>)"``, or the last exception line, or
+        ``"no reason in its output"``.
+    """
+    exceptions = [m for m in map(_EXCEPTION_LINE.match, output.splitlines()) if m is not None]
+    last = f"{exceptions[-1].group(1)}: {exceptions[-1].group(2)}".strip() if exceptions else ""
+    last = last.rstrip(":")[:200]
+    for pattern, meaning in _CAUSES:
+        if re.search(pattern, output):
+            return f"{meaning} ({last})" if last else meaning
+    return last or "no reason in its output"
+
+
+class TemporaryServer:
+    """A temporary Prefect API server process tied to this process.
+
+    Parameters
+    ----------
+    log_file : str or Path or None
+        Where the server's output goes (default: a temporary file, removed when the server
+        stops cleanly and named in the error when it fails).
+    """
+
+    def __init__(self, log_file: str | Path | None = None) -> None:
+        self.home = _prefect_home()
+        self._own_log = log_file is None
+        self.log_file = Path(log_file) if log_file is not None else None
+        self.process: subprocess.Popen | None = None
+        self.port: int | None = None
+        self.url: str | None = None
+        self.died: str | None = None  # "killed by SIGKILL", when it died during the run
+        self._lock: int | None = None
+        self._stopping = False
+        self._out = None
+        self._previous_handler: object = None
+
+    # -- start ---------------------------------------------------------------------------------
+    def start(self) -> TemporaryServer:
+        """Spawn the server if no other start-up holds the Prefect home's lock; never waits.
+
+        Cheap (no ``import prefect``): call it first, import the libraries, then :meth:`wait`.
+        """
+        if self._try_lock(blocking=False):
+            self._spawn()
+        return self
+
+    def _try_lock(self, *, blocking: bool) -> bool:
         try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+            self.home.mkdir(parents=True, exist_ok=True)
+            if self._lock is None:
+                self._lock = os.open(self.home / _LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(self._lock, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            return False
+        except OSError as exc:
+            raise PrefectServerError(
+                f"Prefect's temporary API server cannot start: "
+                f"{startup_failure_reason(f'OSError: {exc}')} under PREFECT_HOME={self.home}"
+            ) from None
+        return True
+
+    def _unlock(self) -> None:
+        if self._lock is not None:
+            os.close(self._lock)  # releases the flock
+            self._lock = None
+
+    def _command(self) -> list[str]:
+        spec = importlib.util.find_spec("prefect")
+        if spec is None or spec.origin is None:
+            raise PrefectServerError("Prefect's temporary API server cannot start: no prefect")
+        return [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "--app-dir",
+            str(Path(spec.origin).resolve().parent.parent),
+            "--factory",
+            "prefect.server.api.server:create_app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--log-level",
+            "error",
+            "--lifespan",
+            "on",
+        ]
+
+    def _environment(self) -> dict[str, str]:
+        env = {  # as prefect.server.api.server.SubprocessASGIServer sets them
+            **os.environ,
+            "PREFECT_UI_ENABLED": "0",
+            "PREFECT__SERVER_EPHEMERAL": "1",
+            "PREFECT__SERVER_FINAL": "1",
+        }
+        if "prefect.settings" in sys.modules:  # settings changed in this process (profiles, tests)
+            from prefect.settings import get_current_settings
+
+            env.update(get_current_settings().to_environment_variables(exclude_unset=True))
+        # its start-up errors go to its log file, where the error message finds them
+        env["PREFECT_SERVER_LOGGING_LEVEL"] = "ERROR"
+        env.pop("PREFECT_API_URL", None)
+        return env
+
+    def _spawn(self) -> None:
+        if self.log_file is None:
+            fd, name = tempfile.mkstemp(prefix="poem-prefect-server-", suffix=".log")
+            os.close(fd)
+            self.log_file = Path(name)
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}/api"
+        parent = os.getpid()
+        self._out = open(self.log_file, "ab")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            self._command(),
+            env=self._environment(),
+            stdin=subprocess.DEVNULL,
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=lambda: _die_with_parent(parent),  # noqa: PLW1509 - main thread only
+        )
+
+    def wait(self, timeout: float | None = None) -> str:
+        """Block until the server answers ``/health``; returns its API URL.
+
+        Raises
+        ------
+        PrefectServerError
+            One line: the server exited (with the cause from its output), or another command's
+            start-up held the Prefect home, or it was not healthy within ``timeout`` (default
+            ``PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS``, else 90 s).
+        """
+        if timeout is None:
+            timeout = float(
+                os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", _DEFAULT_TIMEOUT)
+            )
+        deadline = time.monotonic() + timeout
+        if self.process is None:  # another command was starting a server on this home
+            while not self._try_lock(blocking=False):
+                if time.monotonic() > deadline:
+                    raise PrefectServerError(
+                        "Prefect's temporary API server cannot start: lock: another command "
+                        f"has been starting a server on PREFECT_HOME={self.home} for over "
+                        f"{timeout:g} s ({self.home / _LOCK_NAME})"
+                    )
+                time.sleep(0.2)  # lock poll interval
+            self._spawn()
+        assert self.process is not None and self.url is not None
+        retried = False
+        while True:
+            code = self.process.poll()
+            if code is not None:
+                reason = startup_failure_reason(self._output())
+                if reason.startswith("port:") and not retried:  # lost the free-port race
+                    retried = True
+                    self._close_output()
+                    self._spawn()
+                    continue
+                self._unlock()
+                raise PrefectServerError(
+                    f"Prefect's temporary API server exited during start-up "
+                    f"({_exit_status(code)}): {reason}; PREFECT_HOME={self.home}, "
+                    f"server output in {self.log_file}"
+                )
+            with contextlib.suppress(OSError):
+                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as response:
+                    if response.status == 200:
+                        self._unlock()
+                        return self.url
+            if time.monotonic() > deadline:
+                self.stop()
+                raise PrefectServerError(
+                    f"Prefect's temporary API server at {self.url} was not ready after "
+                    f"{timeout:g} s (PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS; the "
+                    f"first start in a new PREFECT_HOME={self.home} migrates its database)"
+                )
+            time.sleep(0.1)  # readiness poll interval
+
+    def _output(self) -> str:
+        if self.log_file is None or not self.log_file.exists():
+            return ""
+        return self.log_file.read_text(errors="replace")[-20_000:]
+
+    # -- run -----------------------------------------------------------------------------------
+    def watch(self) -> None:
+        """Interrupt the main thread with :class:`PrefectServerDied` if the server dies.
+
+        Call from the main thread (it installs the SIGUSR1 handler the watcher triggers).
+        """
+        if self.process is None or threading.current_thread() is not threading.main_thread():
+            return
+        process = self.process
+
+        def interrupt(signum: int, frame: object) -> None:
+            if self.died is not None and not self._stopping:
+                # from here on every Prefect log line is about the dead API ("Crash detected",
+                # "Error logging to API", websocket retries): the command reports it once
+                logging.disable(logging.CRITICAL)
+                for name in list(logging.root.manager.loggerDict):
+                    if name.startswith("prefect"):  # prefect._internal ignores disable()
+                        logging.getLogger(name).disabled = True
+                raise PrefectServerDied(f"Prefect's temporary API server {self.died}")
+
+        self._previous_handler = signal.signal(signal.SIGUSR1, interrupt)
+
+        def watcher() -> None:
+            code = process.wait()
+            if not self._stopping:
+                self.died = f"(pid {process.pid}) died during the run: {_exit_status(code)}"
+                # a real signal to the main thread: it also wakes a blocking wait (futures)
+                signal.pthread_kill(main, signal.SIGUSR1)
+
+        main = threading.main_thread().ident
+        threading.Thread(target=watcher, name="prefect-server-watch", daemon=True).start()
+
+    def stop(self) -> None:
+        """Terminate the server (SIGTERM, then SIGKILL after 5 s); remove its own log."""
+        self._stopping = True
+        self._unlock()
+        if (
+            callable(self._previous_handler)  # else the (now inert) handler stays: a late
+            and threading.current_thread() is threading.main_thread()  # SIGUSR1 must not kill
+        ):
+            signal.signal(signal.SIGUSR1, self._previous_handler)
+            self._previous_handler = None
+        process = self.process
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self._close_output()
+        if self._own_log and self.log_file is not None and self.died is None:
+            with contextlib.suppress(OSError):
+                self.log_file.unlink()
+
+    def _close_output(self) -> None:
+        if self._out is not None:
+            self._out.close()
+            self._out = None
 
 
 @contextlib.contextmanager
-def prefect_api(log_file: str | Path | None = None) -> Iterator[str | None]:
+def prefect_api(
+    log_file: str | Path | None = None, *, server: TemporaryServer | None = None
+) -> Iterator[str | None]:
     """Use the configured Prefect API, or run a temporary one tied to this process.
 
     Parameters
     ----------
     log_file : str or Path or None
-        Where the temporary server's output goes (default: discarded).
+        Where the temporary server's output goes (default: a temporary file).
+    server : TemporaryServer or None
+        A server already started (:meth:`TemporaryServer.start`) while this process imported
+        its libraries; it is stopped when the block ends. Default: start one here.
 
     Yields
     ------
@@ -87,64 +393,29 @@ def prefect_api(log_file: str | Path | None = None) -> Iterator[str | None]:
 
     Raises
     ------
-    RuntimeError
-        If the server exits or is not healthy within
-        ``PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS``.
+    PrefectServerError
+        If the server exits during start-up (one line naming the cause) or is not healthy
+        within ``PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS``.
+    PrefectServerDied
+        In the main thread, if the server dies while the block runs.
     """
-    import prefect
-    from prefect.settings import (
-        PREFECT_API_URL,
-        PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS,
-        get_current_settings,
-        temporary_settings,
-    )
+    from prefect.settings import PREFECT_API_URL, PREFECT_CLIENT_MAX_RETRIES, temporary_settings
 
     if PREFECT_API_URL.value():
+        if server is not None:
+            server.stop()
         yield None
         return
-    port = _free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "--app-dir",
-        str(Path(prefect.__file__).resolve().parent.parent),
-        "--factory",
-        "prefect.server.api.server:create_app",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--log-level",
-        "error",
-        "--lifespan",
-        "on",
-    ]
-    env = {  # as prefect.server.api.server.SubprocessASGIServer sets them
-        **os.environ,
-        "PREFECT_UI_ENABLED": "0",
-        "PREFECT__SERVER_EPHEMERAL": "1",
-        "PREFECT__SERVER_FINAL": "1",
-        **get_current_settings().to_environment_variables(exclude_unset=True),
-    }
-    parent = os.getpid()
-    with contextlib.ExitStack() as stack:
-        out = (
-            stack.enter_context(open(log_file, "ab"))
-            if log_file is not None
-            else subprocess.DEVNULL
-        )
-        process = subprocess.Popen(
-            command,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=lambda: _die_with_parent(parent),  # noqa: PLW1509 - main thread only
-        )
-        stack.callback(_stop, process)
-        url = f"http://127.0.0.1:{port}/api"
-        _wait_healthy(url, process, float(PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value()))
-        with temporary_settings(updates={PREFECT_API_URL: url}):
+    server = server or TemporaryServer(log_file).start()
+    try:
+        url = server.wait()
+        server.watch()
+        # a dead temporary server does not come back: 2 retries (2 + 4 s, enough for its 503 on
+        # a busy sqlite) instead of 5 (62 s of back-off per call before the run can stop)
+        retries = min(int(PREFECT_CLIENT_MAX_RETRIES.value()), 2)
+        with temporary_settings(
+            updates={PREFECT_API_URL: url, PREFECT_CLIENT_MAX_RETRIES: retries}
+        ):
             yield url
+    finally:
+        server.stop()

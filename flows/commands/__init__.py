@@ -7,10 +7,25 @@ functions below hold the argparse set-up they share.
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["add_config_argument", "command_parser"]
+__all__ = ["add_config_argument", "command_parser", "plain_text"]
+
+_ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")  # :mod:`deploy.closed_loop`, :class:`~a.B`
+
+
+def plain_text(text: str | None) -> str | None:
+    """A docstring as terminal text: reStructuredText roles and ``literals`` unwrapped."""
+    if text is None:
+        return None
+
+    def role(match: re.Match) -> str:  # :class:`~a.B` shows B, :mod:`a.b` shows a.b
+        return match.group(1).rsplit(".", 1)[-1] if "~" in match.group(0) else match.group(1)
+
+    text = _ROLE.sub(role, text)
+    return text.replace("``", "")
 
 
 def command_parser(
@@ -25,7 +40,7 @@ def command_parser(
     parser = subparsers.add_parser(
         name,
         help=help,
-        description=description,
+        description=plain_text(description),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.set_defaults(func=run)

@@ -24,7 +24,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "make-logs",
         help="simulate logged bandit feedback from a supervised data set and write "
         "canonical Parquet logs",
-        description="Fit a logging policy h0 on 5%% of a supervised training set, replay the "
+        description="Fit a logging policy h0 on 5% of a supervised training set, replay the "
         "training set through h0 and write the log as date-partitioned Parquet "
         "(date=YYYY-MM-DD/part-*.parquet).",
     )

@@ -33,6 +33,13 @@ from flows.commands._console import (
     quiet,
 )
 from flows.config import ConfigError, PipelineConfig, load_config, parse_overrides
+from flows.prefect_server import (
+    PrefectServerDied,
+    PrefectServerError,
+    TemporaryServer,
+    configured_api_url,
+    prefect_api,
+)
 from flows.store_faults import StoreError, check_store
 
 __all__ = ["add_log_arguments", "add_parser", "log_overrides", "run", "run_retrain"]
@@ -143,19 +150,47 @@ def run_retrain(
     which = "the packaged default config" if Path(config) == default_config_path() else config
     print(f"retrain on {path} (config: {which})", flush=True)
     t0 = time.perf_counter()
+    # Prefect's temporary server boots while Prefect, MLflow and GX import (PREFECT_API_URL:
+    # a running server is used instead)
+    try:
+        server = None if configured_api_url() else TemporaryServer().start()
+    except PrefectServerError as exc:  # e.g. a Prefect home that cannot be written
+        return _fail(str(exc), EXIT_FAILED)
     with interruptible():
         try:
-            return _run_flow(config, path, overrides, verbose, t0, cfg)
+            return _run_flow(config, path, overrides, verbose, t0, cfg, server)
         except KeyboardInterrupt as exc:
-            run_id = getattr(exc, "run_id", None)
+            run_id = _run_id(exc)
             what = (
                 f"MLflow run {run_id} is marked KILLED" if run_id else "no MLflow run had started"
             )
+            if server is not None and server.died:  # kill -9 of the server: stop now, one line
+                print(
+                    f"error: Prefect's temporary API server {server.died} after "
+                    f"{time.perf_counter() - t0:.1f}s: {what}; champion did not move",
+                    file=sys.stderr,
+                )
+                exit_now(EXIT_FAILED)
             print(
                 f"interrupted after {time.perf_counter() - t0:.1f}s: {what}; champion did not move",
                 file=sys.stderr,
             )
             return EXIT_INTERRUPTED
+        except PrefectServerError as exc:
+            return _fail(str(exc), EXIT_FAILED)
+        finally:
+            if server is not None:
+                server.stop()
+
+
+def _run_id(exc: BaseException | None) -> str | None:
+    """The MLflow run id an interrupt carries, also when Prefect re-raised another error."""
+    seen = 0
+    while exc is not None and seen < 20:  # the chain is short; bounded against cycles
+        if getattr(exc, "run_id", None):
+            return exc.run_id
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
 
 
 def _run_flow(
@@ -165,6 +200,7 @@ def _run_flow(
     verbose: bool,
     t0: float,
     cfg: PipelineConfig,
+    server: TemporaryServer | None,
 ) -> int:
     # imported here: Prefect, MLflow and GX take seconds to import and configure logging
     import great_expectations.data_context.types.base  # noqa: F401
@@ -174,16 +210,19 @@ def _run_flow(
     from flows.dask_runner import run_retrain as retrain  # threads, or Dask by config.dask
 
     quiet(libraries=not verbose)
-    from flows.prefect_server import prefect_api
-
-    print("    (starting Prefect's temporary API server)", flush=True)
+    if server is None:
+        print(f"    (Prefect API {configured_api_url()})", flush=True)
+    else:
+        print("    (starting Prefect's temporary API server)", flush=True)
     failure: tuple[int, list[str]] | None = None
-    with prefect_api(), StageProgress().attached() as progress:
+    with prefect_api(server=server), StageProgress().attached() as progress:
         quiet(libraries=not verbose)  # again: Prefect configures its loggers when it starts
         progress.start = t0
         try:
             result = retrain(config, logs, overrides or None)
         except Exception as exc:  # noqa: BLE001 - the CLI reports any failure as an exit code
+            if server is not None and server.died:  # Prefect's calls to the dead API failed
+                raise PrefectServerDied(server.died) from exc
             failure = _failure(exc, cfg)
         drain_prefect()  # before the server stops, not at exit (not after Ctrl-C: exit at once)
     if failure is not None:

@@ -290,8 +290,8 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
         Minibatch AdaGrad with iterated variance majorization (POEM(S), Alg. 1) or L-BFGS-B
         on the exact objective (POEM(B)).
     clip : {"p90/p10", "max/min"}, float or None, default="p90/p10"
-        Clip M: ratio of the 90th to 10th percentile (or max to min) of the training
-        propensities, a fixed M > 0, or None for no clipping, i.e. M.
+        Clip of the importance weights (the ratio of the 90th to 10th percentile, or of the
+        max to min, of the training propensities; a fixed value > 0; None for no clip), i.e. M.
     variance_penalty : float or "calibrated", default=1.0
         λ ≥ 0, or ``"calibrated"`` for λ = variance_scale · λ* (DESIGN §4.5), i.e. λ.
     variance_scale : float, default=1.0

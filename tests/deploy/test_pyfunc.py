@@ -12,7 +12,7 @@ import pytest
 from mlflow.exceptions import MlflowException
 from scipy import stats
 
-from deploy.pyfunc import OUTPUT_COLUMNS, StochasticPolicyModel, feature_names_of
+from deploy.pyfunc import OUTPUT_COLUMNS, StochasticPolicyModel, feature_names_of, log_policy_model
 
 FEATURES = ["f_a", "f_b", "f_c"]
 
@@ -235,8 +235,35 @@ def test_sampled_frequencies_match_returned_propensities(family, make_policy):
     assert stats.chi2.sf(stat0, dof0) < 1e-6, (stat0, dof0)
 
 
-def test_feature_names_default_to_positional(make_policy):
+def test_feature_names_default_to_the_log_formats_columns(make_policy):
     policy = make_policy("discrete")
     bare = type(policy)(policy.family, policy.coef)
-    assert feature_names_of(bare) == ["x0", "x1", "x2"]
+    assert feature_names_of(bare) == ["x_0", "x_1", "x_2"]
     assert feature_names_of(policy) == FEATURES
+
+
+def test_a_csv_log_without_metadata_is_served_under_its_own_column_names(store, tmp_path):
+    """README's plain CSV (x_0 … x_7, no metadata) → POEM → pyfunc: requests use x_0 … x_7."""
+    from poem.io.logs import read_log
+    from poem.learners import POEM
+
+    rng = np.random.default_rng(0)
+    n, d = 400, 8
+    x = rng.normal(size=(n, d))
+    action = rng.integers(0, 4, n)
+    frame = pd.DataFrame({f"x_{j}": x[:, j] for j in range(d)})
+    frame = frame.assign(
+        action=action, reward=(action == (x[:, 0] > 0)).astype(int), propensity=0.25
+    )
+    frame.to_csv(tmp_path / "export.csv", index=False)
+    log = read_log(tmp_path / "export.csv", family="discrete", reward_bounds=(0, 1), n_actions=4)
+    policy = POEM(solver="lbfgs", max_iter=20, random_state=0).fit(log).policy_
+    with mlflow.start_run(experiment_id=store["experiment_id"]):
+        info = log_policy_model(policy, "policy")
+    model = mlflow.pyfunc.load_model(info.model_uri)
+    names = [f"x_{j}" for j in range(d)]
+    assert model.metadata.get_input_schema().input_names() == ["event_id", *names]
+    out = model.predict(frame[names].head(3), params={"seed": 0})
+    assert out["action"].between(0, 3).all() and len(out) == 3
+    with pytest.raises(MlflowException, match="x_0"):  # the old positional names are refused
+        model.predict(frame[names].head(3).set_axis([f"x{j}" for j in range(d)], axis=1))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 
 import numpy as np
@@ -9,7 +10,7 @@ import pandas as pd
 import pytest
 from mlflow import MlflowClient
 
-from deploy.serve import ModelServer
+from deploy.serve import ModelServer, invocation_body
 
 pytestmark = pytest.mark.slow
 
@@ -156,6 +157,19 @@ def test_bodies_the_json_parser_rejects_are_400_not_500(champion, body, message)
 def test_empty_body_is_a_4xx(champion):
     status, answer = champion["server"].request("POST", "/invocations", b"")
     assert status == 400 and "valid JSON" in answer["message"]
+
+
+def test_a_request_without_content_type_is_415_naming_the_header(champion):
+    conn = http.client.HTTPConnection("127.0.0.1", champion["server"].port, timeout=30)
+    try:
+        conn.request("POST", "/invocations", body=invocation_body(_request(1)))  # no header
+        response = conn.getresponse()
+        status, text = response.status, response.read().decode()
+    finally:
+        conn.close()
+    assert status == 415, text
+    assert "no Content-Type header" in text and "application/json" in text
+    assert champion["server"].invoke(_request(1))[0] == 200
 
 
 def test_champion_changes_after_promotion_when_the_server_restarts(champion):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -67,3 +68,138 @@ def test_sigkill_of_the_command_takes_the_server_and_releases_stdout(tmp_path):
     finally:
         if child.poll() is None:
             child.kill()
+
+
+def test_a_start_up_held_by_another_command_waits_then_says_so_in_one_line(tmp_path, monkeypatch):
+    """Two commands in one fresh folder: the second waits for the first's start-up (its lock)."""
+    import fcntl
+
+    from flows.prefect_server import PrefectServerError, TemporaryServer
+
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "prefect"))
+    (tmp_path / "prefect").mkdir()
+    with open(tmp_path / "prefect" / ".poem-server-start.lock", "w") as other:
+        fcntl.flock(other, fcntl.LOCK_EX)  # the first command is starting its server
+        server = TemporaryServer().start()
+        assert server.process is None  # nothing spawned while the other start-up runs
+        with pytest.raises(PrefectServerError) as info:
+            server.wait(timeout=0.5)
+    server.stop()
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(
+        "Prefect's temporary API server cannot start: lock: another command has been starting "
+        f"a server on PREFECT_HOME={tmp_path / 'prefect'} for over 0.5 s"
+    ), message
+
+
+def test_a_server_that_cannot_start_names_the_cause_in_one_line(tmp_path, monkeypatch):
+    """A corrupt prefect.db (as a full disk or a crash can leave it): exit code 3, and why."""
+    from flows.prefect_server import PrefectServerError, TemporaryServer
+
+    home = tmp_path / "prefect"
+    home.mkdir()
+    (home / "prefect.db").write_bytes(b"not a database " * 100)
+    monkeypatch.setenv("PREFECT_HOME", str(home))
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    server = TemporaryServer().start()
+    try:
+        with pytest.raises(PrefectServerError) as info:
+            server.wait(timeout=300)
+    finally:
+        server.stop()
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(
+        "Prefect's temporary API server exited during start-up (exit code 3): database: the "
+        "Prefect database is unusable (sqlalchemy.exc.DatabaseError: (sqlite3.DatabaseError) "
+        f"file is not a database); PREFECT_HOME={home}, server output in "
+    ), message
+
+
+@pytest.mark.parametrize(
+    ("output", "reason"),
+    [
+        (
+            "ERROR: [Errno 98] error while attempting to bind on address ('127.0.0.1', 4200): "
+            "address already in use",
+            "port: the port is already in use",
+        ),
+        (
+            "sqlalchemy.exc.OperationalError: (sqlite3.OperationalError) database is locked",
+            "lock: another process holds the Prefect database (sqlalchemy.exc.OperationalError: "
+            "(sqlite3.OperationalError) database is locked)",
+        ),
+        (
+            "Traceback (most recent call last):\nOSError: [Errno 28] No space left on device",
+            "disk: the disk is full (OSError: [Errno 28] No space left on device)",
+        ),
+        (
+            "sqlite3.OperationalError: database or disk is full",
+            "disk: the disk is full (sqlite3.OperationalError: database or disk is full)",
+        ),
+        ("", "no reason in its output"),
+    ],
+    ids=["port", "lock", "enospc", "sqlite-full", "silent"],
+)
+def test_start_up_causes_are_classified(output, reason):
+    from flows.prefect_server import startup_failure_reason
+
+    assert startup_failure_reason(output) == reason
+
+
+def test_kill_9_of_the_server_mid_run_stops_the_run_in_one_line(tmp_path, logs_dir, write_config):
+    """The server is SIGKILLed while the flow splits the log: exit 1, one line naming the death,
+    the MLflow run KILLED, nothing registered (the champion cannot move)."""
+    from mlflow import MlflowClient
+
+    config = write_config(logs_dir / "good")
+    code = (
+        "import os, signal, sys, time\n"
+        "from pathlib import Path\n"
+        "import flows.tasks.split as split\n"
+        "def kill_server(*args, **kwargs):\n"
+        "    for stat in Path('/proc').glob('[0-9]*/stat'):\n"
+        "        fields = stat.read_text().rsplit(')', 1)[1].split()\n"
+        "        if int(fields[1]) == os.getpid():\n"
+        "            os.kill(int(stat.parent.name), signal.SIGKILL)\n"
+        "    time.sleep(600)  # the run must not wait for this\n"
+        "split.split_log = kill_server\n"
+        "from flows.cli import main\n"
+        "sys.exit(main(['retrain', '--config', sys.argv[1]]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "MLFLOW_"))}
+    env |= {"PYTHONPATH": str(ROOT), "PREFECT_HOME": str(tmp_path / "prefect")}
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(config)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=500,  # a hang guard only
+    )
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    match = re.fullmatch(
+        r"error: Prefect's temporary API server \(pid \d+\) died during the run: killed by "
+        r"SIGKILL after [\d.]+s: MLflow run (\w+) is marked KILLED; champion did not move",
+        lines[0],
+    )
+    assert match, done.stderr
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert client.get_run(match.group(1)).info.status == "KILLED"
+    assert client.search_model_versions() == []
+
+
+def test_a_prefect_home_that_cannot_hold_the_lock_is_one_line(tmp_path, monkeypatch):
+    from flows.prefect_server import PrefectServerError, TemporaryServer
+
+    (tmp_path / "home").write_text("a file, not a folder")
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "home"))
+    with pytest.raises(PrefectServerError) as info:
+        TemporaryServer().start()
+    assert str(info.value) == (
+        "Prefect's temporary API server cannot start: OSError: [Errno 17] File exists: "
+        f"'{tmp_path / 'home'}' under PREFECT_HOME={tmp_path / 'home'}"
+    )
