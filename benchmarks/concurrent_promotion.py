@@ -15,6 +15,16 @@ Prints one line per round and a summary; everything started is stopped and remov
 end. Usage (from the repository, activated venv; minutes on two cores)::
 
     nice -n 10 python benchmarks/concurrent_promotion.py --rounds 5
+
+A retrain's promotion is a few milliseconds at the end of a minute of work, so two retrains
+rarely promote in the same instant. ``--stress N`` (instead of retrains) makes them: two
+processes, each with its own temporary folder (as two machines: a file lock of one is not
+seen by the other), in each of N rounds read the champion at the same instant, register a
+version gated against it, and call :func:`flows.registry.promote` at the same instant.
+``--code DIR`` runs the stress processes on another checkout of the project (e.g. an older
+commit, extracted with ``git archive``) to compare protocols::
+
+    nice -n 10 python benchmarks/concurrent_promotion.py --stress 20
 """
 
 from __future__ import annotations
@@ -45,6 +55,77 @@ search:
 dask:
   mode: never
 """
+
+
+STRESS_WORKER = """
+import sys, time
+import flows.registry as registry
+from flows.config import TrackingConfig
+from flows.tracking import client_for, ensure_experiment
+
+uri, model, start, rounds, step = sys.argv[1:6]
+start, rounds, step = float(start), int(rounds), float(step)
+tracking = TrackingConfig(uri=uri, experiment="poem-race", registered_model=model,
+                          artifact_location="mlflow-artifacts:/poem-race")
+client = client_for(tracking)
+experiment_id = ensure_experiment(client, tracking)
+run_id = client.create_run(experiment_id).info.run_id
+print("code", registry.__file__, flush=True)
+for r in range(rounds):
+    while time.time() < start + r * step:
+        time.sleep(0.001)
+    champion = registry.alias_version(client, tracking, "champion") or "logging-policy"
+    model_id = client.create_logged_model(experiment_id, name="policy").model_id
+    logged = registry.LoggedPolicy(f"models:/{model_id}", model_id, "mlflow-artifacts:/none", {})
+    tags = {"gated_against": champion, "gate_decision": "promoted", "promotion": "pending"}
+    version = registry.register_version(client, tracking, logged, run_id, tags)
+    while time.time() < start + (r + 0.5) * step:
+        time.sleep(0.001)
+    try:
+        registry.promote(client, tracking, version)
+        print("promoted", version, flush=True)
+    except registry.PromotionConflict:
+        print("conflict", version, flush=True)
+"""
+
+
+def stress(mlflow: str, root: Path, env: dict[str, str], rounds: int, code: Path) -> int:
+    """Two processes promote at the same instants, ``rounds`` times; returns the failures."""
+    model, step = "poem-stress", 3.0
+    start = time.time() + 20  # both import MLflow first
+    procs = []
+    for i in range(2):
+        machine = root / f"machine-{i}"  # its own temp folder: its own file locks
+        machine.mkdir()
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", STRESS_WORKER, mlflow, model, str(start), str(rounds)]
+                + [str(step)],
+                cwd=root,
+                env={**env, "TMPDIR": str(machine), "PYTHONPATH": str(code)},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    outputs = [p.communicate()[0] for p in procs]
+    tags, champion = registry(mlflow, model)
+    found = problems(tags)
+    promotions = sum(out.count("promoted ") for out in outputs)
+    conflicts = sum(out.count("conflict ") for out in outputs)
+    print("\n".join(line for out in outputs for line in out.splitlines() if "code" in line))
+    print(
+        f"stress: {rounds} rounds x 2 processes: {promotions} promotions, {conflicts} conflicts, "
+        f"{len(tags)} versions, champion v{champion}; "
+        + (
+            "every promotion alone in its generation and gated against the champion it replaced"
+            if not found
+            else f"{len(found)} VIOLATIONS: " + "; ".join(found[:5])
+        )
+    )
+    if any(p.returncode for p in procs):
+        print("\n".join(out[-2000:] for out in outputs))
+    return int(bool(found)) + sum(p.returncode != 0 for p in procs)
 
 
 def free_port() -> int:
@@ -158,6 +239,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5, help="concurrent pairs (default: 5)")
     parser.add_argument("--n-events", type=int, default=2000, help="events per day (default: 2000)")
+    parser.add_argument(
+        "--stress", type=int, default=0, help="promotion rounds instead of retrains (default: off)"
+    )
+    parser.add_argument(
+        "--code", type=Path, default=REPO, help="project checkout the stress processes import"
+    )
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="poem-race-"))
     root.chmod(0o755)  # PostgreSQL's folder below it belongs to the user postgres
@@ -188,6 +275,11 @@ def main() -> int:
             + ["--artifacts-destination", str(root / "artifacts")],
             env,
         )
+        if args.stress:
+            wait_http(f"{mlflow}/health")
+            print(f"server up in {time.perf_counter() - t0:.0f}s", flush=True)
+            failures = stress(mlflow, root, env, args.stress, args.code.resolve())
+            return 1 if failures else 0
         services.start(
             "prefect",
             ["prefect", "server", "start", "--host", "127.0.0.1", "--port", str(prefect_port)]

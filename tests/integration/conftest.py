@@ -120,6 +120,24 @@ class Team:
         )
         return done
 
+    def make_day(self, day: str, seed: int, n_events: int = 2000) -> None:
+        """Simulate one day of decisions (digits) and add it as ``decisions/date=<day>``."""
+        target = self.work / "decisions" / f"date={day}"
+        if target.exists():
+            return
+        out = self.root / f"sim-{day}"
+        subprocess.run(
+            [sys.executable, "-m", "flows.cli", "make-logs", "--dataset", "digits"]
+            + ["--out", str(out), "--n-events", str(n_events), "--seed", str(seed)]
+            + ["--start-time", f"{day}T00:00:00"],
+            env=self.env,
+            cwd=self.work,
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
+        shutil.move(out / f"date={day}", target)
+
     def logs(self, tail: int = 2000) -> str:
         """The end of every server log in the work folder (for failure messages)."""
         parts = []
@@ -178,6 +196,11 @@ def team():
     team = Team(root, work, {p: _free_port() for p in PORTS}, env)
     blocks = team_blocks((REPO / "README.md").read_text())
     assert len(blocks) == 3, "README 'Running it for a team': start, deploy, trigger blocks"
+
+    def interrupted(signum, frame):  # a SIGTERM to pytest still runs the finalizer below
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupted)
     try:
         started = time.perf_counter()
         team.bash(blocks[0])
@@ -190,3 +213,4 @@ def team():
         yield team
     finally:
         team.stop()
+        signal.signal(signal.SIGTERM, previous)

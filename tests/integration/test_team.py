@@ -10,7 +10,6 @@ servers' REST APIs, as another machine of the team would see it.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -73,25 +72,10 @@ def promotion_problems(tags_by_version: dict[str, dict[str, str]]) -> list[str]:
     return problems
 
 
-def make_day(team, day: str, seed: int) -> None:
-    """Simulate one day of 2,000 decisions and add it as ``decisions/date=<day>``."""
-    out = team.root / f"sim-{day}"
-    subprocess.run(
-        [sys.executable, "-m", "flows.cli", "make-logs", "--dataset", "digits", "--out", str(out)]
-        + ["--n-events", "2000", "--seed", str(seed), "--start-time", f"{day}T00:00:00"],
-        env=team.env,
-        cwd=team.work,
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    shutil.move(out / f"date={day}", team.work / "decisions" / f"date={day}")
-
-
 def test_the_worker_runs_the_deployment_on_two_days_and_the_registry_records_it(team):
     seconds = []
     for seed, day in enumerate(DAYS, start=1):
-        make_day(team, day, seed)
+        team.make_day(day, seed)
         started = time.perf_counter()
         done = team.bash(team.trigger, timeout=1800)
         seconds.append(time.perf_counter() - started)
@@ -136,8 +120,7 @@ def test_the_worker_runs_the_deployment_on_two_days_and_the_registry_records_it(
 def test_two_concurrent_retrains_promote_at_most_once_per_champion(team):
     """Both gated against the logging policy of a fresh model: one promotes, one conflicts."""
     for seed, day in enumerate(DAYS, start=1):
-        if not (team.work / "decisions" / f"date={day}").exists():
-            make_day(team, day, seed)
+        team.make_day(day, seed)
     env = {**team.env, "PREFECT_API_URL": team.prefect_api}
     commands = [
         [sys.executable, "-m", "flows.cli", "retrain", "--config", "team.yml"]
