@@ -86,6 +86,8 @@ for r in range(rounds):
         print("promoted", version, flush=True)
     except registry.PromotionConflict:
         print("conflict", version, flush=True)
+    except Exception as exc:  # e.g. both inserted the alias at once: the race itself
+        print("error", version, type(exc).__name__, str(exc)[:120], flush=True)
 """
 
 
@@ -113,9 +115,11 @@ def stress(mlflow: str, root: Path, env: dict[str, str], rounds: int, code: Path
     found = problems(tags)
     promotions = sum(out.count("promoted ") for out in outputs)
     conflicts = sum(out.count("conflict ") for out in outputs)
+    errors = sum(out.count("error ") for out in outputs)
     print("\n".join(line for out in outputs for line in out.splitlines() if "code" in line))
     print(
         f"stress: {rounds} rounds x 2 processes: {promotions} promotions, {conflicts} conflicts, "
+        f"{errors} errors, "
         f"{len(tags)} versions, champion v{champion}; "
         + (
             "every promotion alone in its generation and gated against the champion it replaced"
@@ -125,7 +129,7 @@ def stress(mlflow: str, root: Path, env: dict[str, str], rounds: int, code: Path
     )
     if any(p.returncode for p in procs):
         print("\n".join(out[-2000:] for out in outputs))
-    return int(bool(found)) + sum(p.returncode != 0 for p in procs)
+    return int(bool(found)) + errors + sum(p.returncode != 0 for p in procs)
 
 
 def free_port() -> int:
