@@ -11,11 +11,13 @@ Consistency under concurrency and kills (the promotion protocol)
 ----------------------------------------------------------------
 - A version the gate passed is registered with ``promotion=pending`` and ``gated_against``
   (the champion it was compared with, or ``logging-policy``).
-- :func:`promote` runs under :func:`flows.tracking.store_lock` and is a compare-and-set: it
-  moves ``champion`` only if the champion is still the one the version was gated against;
-  otherwise it tags ``promotion=superseded`` and raises :class:`PromotionConflict`. So at most
-  one version is promoted per champion generation, and each was gated against the one it
-  replaced.
+- :func:`promote` runs under :func:`flows.registry_lock.registry_lock`, a lock held in the
+  registry's own database (a registered model whose name is unique), so it holds across
+  machines that share a tracking server, and is a compare-and-set: it moves ``champion`` only
+  if the champion is still the one the version was gated against; otherwise it tags
+  ``promotion=superseded`` and raises :class:`PromotionConflict`. So at most one version is
+  promoted per champion generation, and each was gated against the one it replaced.
+  :func:`repair_promotions` and :func:`rollback` take the same lock.
 - Order inside the lock: tag ``replaced_champion``; move ``champion`` (the commit point); move
   ``previous-champion``; tag ``promotion=done``. ``previous-champion`` never equals
   ``champion``.
@@ -49,7 +51,8 @@ from flows.integrity import (
     POLICY_URI_TAG,
     model_code_digest,
 )
-from flows.tracking import store_lock, tracking_uri_scope
+from flows.registry_lock import registry_lock
+from flows.tracking import tracking_uri_scope
 from poem.io.artifact import artifact_digest, load_policy, save_policy
 
 __all__ = [
@@ -335,9 +338,14 @@ def _finish_promotion(
 
 
 def promote(
-    client: MlflowClient, tracking: TrackingConfig, version: str, *, force: bool = False
+    client: MlflowClient,
+    tracking: TrackingConfig,
+    version: str,
+    *,
+    force: bool = False,
+    lock_timeout: float = 300.0,
 ) -> str | None:
-    """Make ``version`` the champion (compare-and-set, under the store lock); returns the replaced.
+    """Make ``version`` the champion (compare-and-set under the registry lock); return the replaced.
 
     Parameters
     ----------
@@ -350,6 +358,8 @@ def promote(
     force : bool, default=False
         Promote even a version the gate rejected, or one gated against another champion
         (``rollback --force``).
+    lock_timeout : float, default=300.0
+        Seconds to wait for the registry lock held by another process.
 
     Returns
     -------
@@ -363,9 +373,11 @@ def promote(
     PromotionConflict
         If the champion is no longer the one ``version`` was gated against (tag
         ``gated_against``); the version is tagged ``promotion=superseded``.
+    flows.registry_lock.RegistryLockTimeout
+        If another process held the registry lock for more than ``lock_timeout`` seconds.
     """
     name = tracking.registered_model
-    with store_lock(tracking.uri):
+    with registry_lock(client, tracking.uri, name, timeout=lock_timeout):
         tags = client.get_model_version(name, version).tags
         if tags.get(DECISION_TAG) == "rejected" and not force:
             raise PromotionRefused(
@@ -405,7 +417,7 @@ def repair_promotions(client: MlflowClient, tracking: TrackingConfig) -> list[st
     """
     name = tracking.registered_model
     repaired: list[str] = []
-    with store_lock(tracking.uri):
+    with registry_lock(client, tracking.uri, name):
         try:
             pending = client.search_model_versions(
                 f"name='{name}' and tag.{PROMOTION_TAG}='pending'"
@@ -461,7 +473,7 @@ def rollback(
         already champion, or was rejected by the gate (without ``force``).
     """
     name = tracking.registered_model
-    with store_lock(tracking.uri):
+    with registry_lock(client, tracking.uri, name):
         current = alias_version(client, tracking, tracking.champion_alias)
         if current is None:
             raise RollbackError(

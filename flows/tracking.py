@@ -42,6 +42,8 @@ __all__ = [
     "create_nested_run",
     "data_fingerprint",
     "ensure_experiment",
+    "experiment_ui_tags",
+    "headline_view_url",
     "finish_run",
     "flatten",
     "describe_run",
@@ -173,14 +175,65 @@ class TrackedRun:
         return client_for(self.tracking)
 
 
+# How MLflow's UI (3.17) opens the experiment: the classic "Machine learning" runs view (not the
+# GenAI one), and a saved view whose runs table shows the headline columns without clicking.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+HEADLINE_VIEW = "poem-headline"  # the URL's ?viewStateShareKey=
+HEADLINE_COLUMNS = (
+    "attributes.`Run Name`",
+    "tags.`decision`",
+    "tags.`champion`",
+    "tags.`challenger`",
+    "metrics.`challenger_risk`",
+    "metrics.`champion_risk`",
+    "metrics.`risk_difference_ucb`",
+)
+
+
+def experiment_ui_tags() -> dict[str, str]:
+    """Experiment tags that make MLflow's UI show the decision, both risks and the versions.
+
+    ``mlflow.experimentKind=custom_model_development`` opens the runs table (not the GenAI
+    traces view); ``mlflow.sharedViewState.poem-headline`` is a saved view of that table whose
+    columns are :data:`HEADLINE_COLUMNS`, newest run first (:func:`headline_view_url`).
+    """
+    state = {
+        "selectedColumns": list(HEADLINE_COLUMNS),
+        "orderByKey": "attributes.start_time",
+        "orderByAsc": False,
+    }
+    return {
+        EXPERIMENT_KIND_TAG: "custom_model_development",
+        f"mlflow.sharedViewState.{HEADLINE_VIEW}": json.dumps(state),
+    }
+
+
+def headline_view_url(ui_url: str, experiment_id: str) -> str:
+    """The UI address of the experiment's runs table with the headline columns shown.
+
+    ``workflowType=machine_learning`` switches the UI from its GenAI mode (the default of a
+    browser that never chose) to "Model training"; ``viewStateShareKey`` applies the saved view.
+    """
+    query = f"workflowType=machine_learning&viewStateShareKey={HEADLINE_VIEW}"
+    return f"{ui_url.rstrip('/')}/#/experiments/{experiment_id}/runs?{query}"
+
+
 def ensure_experiment(client: MlflowClient, tracking: TrackingConfig) -> str:
-    """Id of ``tracking.experiment``, created with the explicit artifact location if missing."""
+    """Id of ``tracking.experiment``, created with the explicit artifact location if missing.
+
+    The experiment carries :func:`experiment_ui_tags` (added to an existing experiment that
+    lacks them; a kind set by hand is kept).
+    """
+    tags = experiment_ui_tags()
     experiment = client.get_experiment_by_name(tracking.experiment)
     if experiment is not None:
+        for key, value in tags.items():
+            if key not in experiment.tags:
+                client.set_experiment_tag(experiment.experiment_id, key, value)
         return experiment.experiment_id
     try:
         return client.create_experiment(
-            tracking.experiment, artifact_location=tracking.artifact_location
+            tracking.experiment, artifact_location=tracking.artifact_location, tags=tags
         )
     except MlflowException:  # created concurrently
         experiment = client.get_experiment_by_name(tracking.experiment)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -30,6 +31,7 @@ from flows.registry import (
     repair_promotions,
     rollback,
 )
+from flows.registry_lock import RegistryLockTimeout, lock_name
 from flows.tracking import client_for, ensure_experiment, reap_stale_runs, start_run
 from poem.io.artifact import ArtifactError
 from poem.policies import StochasticPolicy, make_family
@@ -297,3 +299,30 @@ def test_compare_metrics_maps_older_estimator_specific_keys():
     got = compare_metrics(old)
     assert (got["challenger_risk"], got["champion_risk"]) == (0.3, 0.5)
     assert got["risk_difference_ucb"] == -0.05
+
+
+def test_promotion_waits_for_the_registry_lock_held_by_another_machine(store, tracking):
+    """The compare-and-set is serialized in the registry itself, not by a file of this host."""
+    client, _, add = store
+    v1 = add(gated())
+    holder = {"poem.host": "other-host", "poem.pid": "4242", "poem.pid_start": "1"}
+    client.create_registered_model(lock_name("poem-policy"), tags=holder)  # a live holder
+    with pytest.raises(RegistryLockTimeout, match=r"held by process 4242 on host other-host"):
+        promote(client, tracking, v1, lock_timeout=0.3)
+    assert _aliases(client, tracking)["champion"] is None
+    client.delete_registered_model(lock_name("poem-policy"))  # the holder released it
+    assert promote(client, tracking, v1) is None
+    assert _aliases(client, tracking)["champion"] == "1"
+    with pytest.raises(Exception, match="RESOURCE_DOES_NOT_EXIST|not found"):
+        client.get_registered_model(lock_name("poem-policy"))  # released after promoting
+
+
+def test_a_lock_left_by_a_killed_process_of_this_host_is_broken(store, tracking):
+    client, _, add = store
+    v1 = add(gated())
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    holder = {"poem.host": socket.gethostname(), "poem.pid": str(dead.pid), "poem.pid_start": "1"}
+    client.create_registered_model(lock_name("poem-policy"), tags=holder)
+    assert promote(client, tracking, v1, lock_timeout=5) is None
+    assert _aliases(client, tracking)["champion"] == "1"
