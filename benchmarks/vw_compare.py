@@ -1,216 +1,483 @@
-"""POEM beside Vowpal Wabbit (--cb_adf, cb_type ips and dr) on the same candidate-set logs.
+"""POEM (the flow's default search) beside Vowpal Wabbit (--cb_adf, tuned as its docs advise).
 
-Two logs: digits → bandit (h0 = logistic regression on 5% of the training set, 4 replays; candidates
-ψ_{i,a} = [x_i ⊗ e_a, e_a], 10 per row; test = 1 replay of the test set) and OBD `random`
-(candidate vectors of poem.io.obd, time split 75/25). VW sees exactly the same candidate vectors as
-action features (no shared namespace), one pass, costs = losses. POEM: candidate-set family, L-BFGS,
-clip p90/p10 (digits) or none (OBD, uniform logger), λ = 0.1·λ*. Reported: training seconds
-(learning
-only, data formatting excluded) and the SNIPS risk with its 95% delta-method interval on the same
-test
-split — VW's greedy policy (argmin predicted cost), POEM's stochastic policy and its MAP policy.
+Discrete supervised → bandit conversions (DESIGN §9): h₀ = logistic regression on 5 % of the
+training set, 4 replays of the training set through h₀, 0/1 loss; the training log is split at
+random 75 / 25 into train and validation; the test set is replayed once for an off-policy
+estimate, and its labels give every policy's TRUE expected loss 1 − π(y*|x) (no estimate).
 
-Needs the optional extra `bench` (vowpalwabbit==9.11.9).
+Data (no network): scikit-learn's bundled ``digits`` (1,797 × 64, 10 classes),
+``breast_cancer`` (569 × 30, 2), ``wine`` (178 × 13, 3), and ``synthetic``: scikit-learn's
+``make_classification`` with a fixed seed (4,000 × 20, 6 classes, 2 clusters per class, 2 %
+label noise). Features are standardized on the training set (digits: pixels / 16).
+
+Vowpal Wabbit 9.11.9, as its documentation advises for logged bandit data: ``--cb_adf`` with
+its default ``cb_type`` (mtr, the FAQ's default for action-dependent features); context in a
+``shared`` namespace ``s``, the action as an identity feature in namespace ``a`` and ``-q sa``
+(without the interaction the scores are additive and every context ranks the actions alike);
+cost = loss − 1 (VW minimizes cost = −reward; an unlogged action is never cheaper than a
+logged one); several passes in a fresh seeded order each pass. The learning rate
+``-l`` ∈ {0.03, 0.1, 0.3, 0.5 (its default), 1, 3} and the pass count ∈ {1, 2, 4, 8} are chosen on the
+validation split by the lowest upper 95 % bound of the SNIPS estimate of VW's greedy policy
+(the flow's own rule), then VW is refit with them on train + validation and scored once on
+test. Its greedy policy is deterministic; "VW served" adds the floor ε the flow serves POEM with
+(``exploration_floor``: the greedy action keeps 1 − (K − 1)ε).
+
+POEM: :func:`poem.learners.search.search_hyperparameters` with exactly the flow's default
+``training.params`` and ``search`` section of ``mlflow.yml`` (grid, scoring, ESS guard,
+serving temperatures); the selected trial's fit is the challenger (``refit_on: train``).
+Two rows: ``first run`` is the flow before any promotion (the champion is the logging policy,
+whose coefficients the flow does not know: ``warm_start: champion`` starts at zeros);
+``h0 champion`` is a later round whose champion is h₀ itself: fits start at h₀ and the search
+also scores h₀ re-tempered at every serving temperature, no refit
+(:mod:`poem.learners.champion_candidates`, as the flow does when a champion exists).
+"POEM served" carries the flow's ``exploration_floor``; "POEM ε = 0" is the same w without it.
+
+Needs the optional extra ``bench`` (vowpalwabbit==9.11.9).
 
 Usage:
-    .venv/bin/python benchmarks/vw_compare.py --data-dir ../shared/data --campaign men \
-        --json vw_compare.json
+    .venv/bin/python benchmarks/vw_compare.py --seeds 0 1 2 3 4 --json vw_compare.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
-import scipy.sparse as sp
+import yaml
+from scipy import stats
+from sklearn.base import clone
+from sklearn.datasets import load_breast_cancer, load_digits, load_wine, make_classification
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.model_selection import train_test_split
 
-from poem.data import CandidateSets, LoggedBandit
-from poem.datasets import load_dataset
+from flows.config import load_config
+from poem.data import LoggedBandit
 from poem.estimators import snips
-from poem.estimators.dr import loss_model_features
-from poem.io.obd import CAMPAIGNS, obd_to_log, read_obd_table
-from poem.learners import POEM
+from poem.learners import POEM, search_hyperparameters, select_trial
+from poem.learners.champion_candidates import (
+    challenger_kind,
+    champion_trials,
+    selected_champion_policy,
+)
 from poem.simulate import fit_logging_policy, supervised_to_bandit
 
-
-def as_candidate_log(log: LoggedBandit) -> LoggedBandit:
-    """Discrete log → candidate-set log with ψ_{i,a} = [x_i ⊗ e_a, e_a]."""
-    features, offsets = loss_model_features(log)
-    return LoggedBandit(
-        None,
-        log.actions,
-        log.losses,
-        log.propensities,
-        loss_bounds=log.loss_bounds,
-        family="candidates",
-        candidates=CandidateSets(features, offsets),
-    )
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DATASETS = ("digits", "breast_cancer", "wine", "synthetic")
+LEARNING_RATES = (0.03, 0.1, 0.3, 0.5, 1.0, 3.0)
+PASSES = (1, 2, 4, 8)
 
 
-def vw_examples(log: LoggedBandit, with_labels: bool) -> list[list[str]]:
-    """One multi-line cb_adf example per row: candidate lines `[0:cost:prob] |a j:v ...`."""
-    F = sp.csr_matrix(log.candidates.features)
-    lines = [
-        " ".join(
-            f"{j}:{v:.7g}"
-            for j, v in zip(
-                F.indices[F.indptr[r] : F.indptr[r + 1]],
-                F.data[F.indptr[r] : F.indptr[r + 1]],
-                strict=True,
-            )
+def load_discrete(name: str, seed: int):
+    """``(X_train, y_train, X_test, y_test)``: stratified 2/3 split seeded by ``seed``."""
+    if name == "digits":
+        X, y = load_digits(return_X_y=True)
+        X = X / 16.0
+    elif name == "breast_cancer":
+        X, y = load_breast_cancer(return_X_y=True)
+    elif name == "wine":
+        X, y = load_wine(return_X_y=True)
+    elif name == "synthetic":
+        X, y = make_classification(
+            n_samples=4000,
+            n_features=20,
+            n_informative=10,
+            n_redundant=4,
+            n_classes=6,
+            n_clusters_per_class=2,
+            flip_y=0.02,
+            random_state=20261125,
         )
-        for r in range(F.shape[0])
-    ]
+    else:
+        raise ValueError(f"unknown data set {name!r}; choose from {DATASETS}")
+    X_tr, X_te, y_tr, y_te = train_test_split(X, y, test_size=1 / 3, stratify=y, random_state=seed)
+    if name != "digits":
+        mean, scale = X_tr.mean(axis=0), X_tr.std(axis=0)
+        scale[scale == 0] = 1.0
+        X_tr, X_te = (X_tr - mean) / scale, (X_te - mean) / scale
+    return X_tr, y_tr.astype(int), X_te, y_te.astype(int)
+
+
+def simulate(name: str, seed: int, replays: int):
+    """h₀, the train / validation / test logs and the supervised test set."""
+    X_tr, y_tr, X_te, y_te = load_discrete(name, seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # absent classes in h0's 5 %: smoothed
+        h0 = fit_logging_policy(X_tr, y_tr, family="discrete", fraction=0.05, random_state=seed)
+    log = supervised_to_bandit(X_tr, y_tr, h0, n_replays=replays, random_state=seed)
+    test = supervised_to_bandit(X_te, y_te, h0, n_replays=1, random_state=seed + 1)
+    perm = np.random.default_rng(seed).permutation(log.n_rows)
+    n_val = int(round(0.25 * log.n_rows))
+    train, valid = log.take(np.sort(perm[n_val:])), log.take(np.sort(perm[:n_val]))
+    return h0, log, train, valid, test, X_te, y_te
+
+
+# -- Vowpal Wabbit ---------------------------------------------------------------------------
+def vw_examples(log: LoggedBandit, with_labels: bool) -> list[list[str]]:
+    """One multi-line cb_adf example per row: ``shared |s j:x_j ...`` then ``|a a<k>`` lines."""
+    X = np.asarray(log.contexts)
     out = []
-    for i, (start, stop) in enumerate(
-        zip(log.candidates.offsets[:-1], log.candidates.offsets[1:], strict=True)
-    ):
-        example = []
-        for c in range(start, stop):
+    for i in range(log.n_rows):
+        shared = "shared |s " + " ".join(f"f{j}:{v:.6g}" for j, v in enumerate(X[i]) if v != 0)
+        lines = [shared]
+        for k in range(log.n_actions):
             label = ""
-            if with_labels and c - start == log.actions[i]:
-                label = f"0:{log.losses[i]:.7g}:{log.propensities[i]:.7g} "
-            example.append(f"{label}|a {lines[c]}")
-        out.append(example)
+            if with_labels and k == log.actions[i]:  # cost = loss − 1 (VW: cost = −reward)
+                label = f"0:{log.losses[i] - 1.0:.7g}:{log.propensities[i]:.7g} "
+            lines.append(f"{label}|a a{k}")
+        out.append(lines)
     return out
 
 
-def run_vw(cb_type: str, train: LoggedBandit, test: LoggedBandit):
+def vw_greedy(vw, examples: list[list[str]]) -> np.ndarray:
+    """VW's greedy actions (argmin of the predicted costs)."""
+    return np.array([int(np.argmin(vw.predict(ex))) for ex in examples])
+
+
+def vw_train(args: str, examples: list[list[str]], passes: int, seed: int, on_pass=None):
+    """Train a fresh workspace for ``passes`` passes (seeded order); ``on_pass(vw, p)`` after each."""
     import vowpalwabbit
 
-    train_ex, test_ex = vw_examples(train, True), vw_examples(test, False)
-    vw = vowpalwabbit.Workspace(f"--cb_adf --cb_type {cb_type} --quiet --random_seed 0")
+    vw = vowpalwabbit.Workspace(f"--cb_adf -q sa --quiet --random_seed {seed} {args}")
+    rng = np.random.default_rng(seed)
+    for p in range(1, passes + 1):
+        for i in rng.permutation(len(examples)):
+            vw.learn(examples[i])
+        if on_pass is not None:
+            on_pass(vw, p)
+    return vw
+
+
+def greedy_weights(actions: np.ndarray, log: LoggedBandit) -> np.ndarray:
+    return (actions == np.asarray(log.actions)) / log.propensities
+
+
+def tuned_vw(train: LoggedBandit, valid: LoggedBandit, test: LoggedBandit, seed: int) -> dict:
+    """Choose ``-l`` and passes on validation (SNIPS upper bound), refit on train + validation."""
+    train_ex, valid_ex = vw_examples(train, True), vw_examples(valid, False)
+    scores = []
     start = time.perf_counter()
-    for example in train_ex:
-        vw.learn(example)
-    seconds = time.perf_counter() - start
-    greedy = np.array([int(np.argmin(vw.predict(example))) for example in test_ex])
+    for lr in LEARNING_RATES:
+
+        def score(vw, p, lr=lr):
+            if p in PASSES:
+                est = snips(valid.losses, greedy_weights(vw_greedy(vw, valid_ex), valid))
+                scores.append((est.upper, est.value, lr, p))
+
+        vw_train(f"-l {lr}", train_ex, max(PASSES), seed, score).finish()
+    upper, value, lr, passes = min(scores)
+    both = vw_examples(train, True) + vw_examples(valid, True)
+    vw = vw_train(f"-l {lr}", both, passes, seed)
+    greedy = vw_greedy(vw, vw_examples(test, False))
     vw.finish()
-    weights = (greedy == np.asarray(test.actions)) / test.propensities
-    return seconds, snips(test.losses, weights), greedy
-
-
-def run_poem(train: LoggedBandit, test: LoggedBandit, clip):
-    est = POEM(
-        policy="candidates",
-        solver="lbfgs",
-        clip=clip,
-        variance_penalty="calibrated",
-        variance_scale=0.1,
-        max_iter=200,
-    )
-    start = time.perf_counter()
-    est.fit(train)
-    seconds = time.perf_counter() - start
-    stochastic = est.policy_.log_action_probability_on(test) / test.propensities
-    greedy = est.predict(test.candidates)
-    map_weights = (greedy == np.asarray(test.actions)) / test.propensities
-    return seconds, snips(test.losses, stochastic), snips(test.losses, map_weights), est
-
-
-def digits_logs(seed: int):
-    ds = load_dataset("digits", random_state=seed)
-    h0 = fit_logging_policy(
-        ds.X_train, ds.Y_train, family="discrete", fraction=0.05, random_state=seed
-    )
-    train = supervised_to_bandit(ds.X_train, ds.Y_train, h0, n_replays=4, random_state=seed)
-    test = supervised_to_bandit(ds.X_test, ds.Y_test, h0, n_replays=1, random_state=seed + 1)
-    return as_candidate_log(train), as_candidate_log(test), ds
-
-
-def obd_logs(data_dir: Path, campaign: str):
-    log = obd_to_log(read_obd_table(data_dir, "random", campaign))
-    order = np.argsort(log.timestamps, kind="stable")
-    cut = 3 * log.n_rows // 4
-    return log.take(np.sort(order[:cut])), log.take(np.sort(order[cut:]))
-
-
-def compare(name, train, test, clip):
-    row = {
-        "n_train": train.n_rows,
-        "n_test": test.n_rows,
-        "n_candidates_per_row": float(train.candidates.sizes.mean()),
-        "n_features": train.n_features,
+    return {
+        "greedy": greedy,
+        "learning_rate": lr,
+        "passes": passes,
+        "validation_snips_ucb": upper,
+        "seconds": time.perf_counter() - start,
     }
-    for cb_type in ("ips", "dr"):
-        seconds, est, _ = run_vw(cb_type, train, test)
-        row[f"vw_{cb_type}"] = {
-            "train_seconds": seconds,
-            "snips_risk": est.value,
-            "interval": [est.lower, est.upper],
-        }
-    seconds, stochastic, greedy, poem = run_poem(train, test, clip)
-    row["poem"] = {
-        "train_seconds": seconds,
-        "snips_risk": stochastic.value,
-        "interval": [stochastic.lower, stochastic.upper],
-        "n_iter": poem.n_iter_,
+
+
+def untuned_vw(train: LoggedBandit, valid: LoggedBandit, test: LoggedBandit, seed: int):
+    """VW ``--cb_adf -q sa`` with every default (mtr, -l 0.5, one pass), cost = loss − 1."""
+    examples = vw_examples(train, True) + vw_examples(valid, True)
+    vw = vw_train("", examples, 1, seed)
+    greedy = vw_greedy(vw, vw_examples(test, False))
+    vw.finish()
+    return greedy
+
+
+# -- POEM ------------------------------------------------------------------------------------
+def flow_defaults(config: Path) -> dict:
+    """The flow's default ``training.params`` and ``search`` section (read once, as the flow)."""
+    cfg = load_config(config)
+    return {
+        "params": dict(cfg.training.params),
+        "grid": {k: list(v) for k, v in cfg.search.grid.items()},
+        "scoring": cfg.search.scoring,
+        "min_ess_fraction": cfg.search.min_ess_fraction,
+        "temperatures": cfg.search.temperatures,
+        "confidence_level": cfg.search.confidence_level,
     }
-    row["poem_map"] = {
-        "train_seconds": seconds,
-        "snips_risk": greedy.value,
-        "interval": [greedy.lower, greedy.upper],
-    }
-    row["logger_risk_on_test"] = float(np.mean(test.losses))
-    print(
-        f"\n{name}: train {train.n_rows} rows, test {test.n_rows} rows, "
-        f"{row['n_candidates_per_row']:.0f} "
-        f"candidates/row, {train.n_features} features; "
-        "SNIPS risk (lower is better) with 95% interval"
-    )
-    print(f"  logger (test mean loss)   {row['logger_risk_on_test']:.4f}")
-    for key in ("vw_ips", "vw_dr", "poem", "poem_map"):
-        r = row[key]
-        print(
-            f"  {key:<10} train {r['train_seconds']:7.2f} s   SNIPS {r['snips_risk']:+.4f} "
-            f"[{r['interval'][0]:+.4f}, {r['interval'][1]:+.4f}]"
+
+
+def flow_search(defaults: dict, train, valid, seed: int, champion=None, refit_log=None):
+    """The flow's search: its grid, scoring, ESS guard and temperatures; the champion candidates.
+
+    ``champion`` None is the flow's first run (``warm_start: champion`` = zeros, no
+    candidates); a policy is a champion the fits start from and that is re-tempered.
+    Returns the served policy, what was selected, and the selected configuration refit on
+    ``refit_log`` (``training.refit_on: train+validation``; None without it).
+    """
+    params = {**defaults["params"], "policy": "discrete", "random_state": seed}
+    start_at = "zeros" if champion is None else champion
+    if params.get("warm_start") == "champion":
+        params["warm_start"] = start_at
+    grid = dict(defaults["grid"])
+    if "warm_start" in grid:
+        starts = [start_at if w == "champion" else w for w in grid["warm_start"]]
+        unique: list = []
+        for w in starts:  # before any promotion both starts are zeros: one trial each
+            if not any(w is s or (isinstance(w, str) and w == s) for s in unique):
+                unique.append(w)
+        grid["warm_start"] = unique
+    min_ess = defaults["min_ess_fraction"] * valid.n_rows
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        result = search_hyperparameters(
+            POEM(**params),
+            train,
+            valid,
+            grid,
+            scoring=defaults["scoring"],
+            min_effective_sample_size=min_ess,
+            keep_estimators=True,
+            temperatures=defaults["temperatures"],
+            confidence_level=defaults["confidence_level"],
         )
-    fastest_vw = min(row["vw_ips"]["train_seconds"], row["vw_dr"]["train_seconds"])
-    best_vw = min(row["vw_ips"]["snips_risk"], row["vw_dr"]["snips_risk"])
-    row["poem_time_ratio_to_fastest_vw"] = row["poem"]["train_seconds"] / fastest_vw
-    row["poem_value_at_least_best_vw"] = bool(
-        min(row["poem"]["snips_risk"], row["poem_map"]["snips_risk"]) <= best_vw
+    trials = list(result.trials)
+    candidates = champion_trials(
+        champion, valid, defaults["temperatures"], confidence_level=defaults["confidence_level"]
     )
+    best = select_trial(trials + candidates, defaults["scoring"], min_effective_sample_size=min_ess)
+    chosen = (trials + candidates)[best]
+    refit = None
+    if challenger_kind(chosen.params) == "learned":
+        policy = chosen.estimator.policy_
+        if refit_log is not None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                refit = clone(chosen.estimator).fit(refit_log).policy_
+    else:
+        policy = selected_champion_policy(chosen.params, champion).with_serving(
+            exploration_floor=params.get("exploration_floor", 0.0)
+        )
+        refit = policy if refit_log is not None else None
+    picked = {
+        k: v if isinstance(v, str | int | float) else "champion" for k, v in chosen.params.items()
+    }
+    info = {
+        "kind": challenger_kind(chosen.params),
+        "params": picked,
+        "converged": bool(chosen.converged),
+        "n_iter": int(chosen.n_iter),
+        "validation_ess": float(chosen.effective_sample_size),
+    }
+    return policy, info, refit
+
+
+# -- figures ---------------------------------------------------------------------------------
+def true_loss(probability_of_label: np.ndarray) -> float:
+    return float(np.mean(1.0 - probability_of_label))
+
+
+def floored_greedy_loss(greedy: np.ndarray, y: np.ndarray, n_actions: int, floor: float) -> float:
+    """True loss of the greedy policy served with floor ε: the greedy action keeps 1 − (K − 1)ε."""
+    p_label = np.where(greedy == y, 1.0 - (n_actions - 1) * floor, floor)
+    return true_loss(p_label)
+
+
+def policy_figures(policy, test: LoggedBandit, X_te, y_te) -> dict:
+    """True test loss and test SNIPS of a policy served as is, without its floor, and its MAP."""
+    bare = policy.with_serving(exploration_floor=0.0)
+    greedy = policy.predict(X_te)
+    test_map = policy.predict(np.asarray(test.contexts))
+    return {
+        "served": {
+            "true_loss": true_loss(policy.action_probability(X_te, y_te)),
+            "test_snips": snips(
+                test.losses, policy.log_action_probability_on(test) / test.propensities
+            ).value,
+        },
+        "no_floor": {
+            "true_loss": true_loss(bare.action_probability(X_te, y_te)),
+            "test_snips": snips(
+                test.losses, bare.log_action_probability_on(test) / test.propensities
+            ).value,
+        },
+        "map": {
+            "true_loss": float(np.mean(greedy != y_te)),
+            "test_snips": snips(test.losses, greedy_weights(test_map, test)).value,
+        },
+    }
+
+
+def greedy_figures(greedy_test, greedy_bandit, test, y_te, n_actions, floor) -> dict:
+    """True loss and test SNIPS of a greedy policy, bare and served with the floor ε."""
+    served_p = np.where(
+        greedy_bandit == np.asarray(test.actions), 1.0 - (n_actions - 1) * floor, floor
+    )
+    return {
+        "no_floor": {
+            "true_loss": float(np.mean(greedy_test != y_te)),
+            "test_snips": snips(test.losses, greedy_weights(greedy_bandit, test)).value,
+        },
+        "served": {
+            "true_loss": floored_greedy_loss(greedy_test, y_te, n_actions, floor),
+            "test_snips": snips(test.losses, served_p / test.propensities).value,
+        },
+    }
+
+
+def one_run(name: str, seed: int, args, defaults: dict) -> dict:
+    h0, log, train, valid, test, X_te, y_te = simulate(name, seed, args.replays)
+    K, floor = train.n_actions, float(defaults["params"].get("exploration_floor", 0.0))
+    out = {"n_train": train.n_rows, "n_validation": valid.n_rows, "n_test": test.n_rows}
+    out["logger"] = {
+        "true_loss": true_loss(h0.action_probability(X_te, y_te)),
+        "test_snips": float(np.mean(test.losses)),
+    }
+    # the supervised test set is the bandit test log's contexts (one replay, same order)
+    start = time.perf_counter()
+    greedy = untuned_vw(train, valid, test, seed)
+    out["vw_default"] = {
+        **greedy_figures(greedy, greedy, test, y_te, K, floor),
+        "seconds": time.perf_counter() - start,
+    }
+    vw = tuned_vw(train, valid, test, seed)
+    out["vw_tuned"] = {
+        **greedy_figures(vw["greedy"], vw["greedy"], test, y_te, K, floor),
+        **{k: v for k, v in vw.items() if k != "greedy"},
+    }
+    candidates = champion_trials(
+        h0, valid, defaults["temperatures"], confidence_level=defaults["confidence_level"]
+    )
+    min_ess = defaults["min_ess_fraction"] * valid.n_rows
+    sharpened = candidates[
+        select_trial(candidates, defaults["scoring"], min_effective_sample_size=min_ess)
+    ]
+    out["h0_sharpened"] = {
+        **policy_figures(selected_champion_policy(sharpened.params, h0), test, X_te, y_te),
+        "temperature": sharpened.params["temperature"],
+    }
+    for row, champion in (("poem_first_run", None), ("poem_h0_champion", h0)):
+        start = time.perf_counter()
+        policy, chosen, refit = flow_search(defaults, train, valid, seed, champion, log)
+        out[row] = {
+            **policy_figures(policy, test, X_te, y_te),
+            "seconds": time.perf_counter() - start,
+            **chosen,
+        }
+        out[f"{row}_refit"] = {**policy_figures(refit, test, X_te, y_te), **chosen}
+    return out
+
+
+ROWS = (
+    ("logger", None, "logger h0"),
+    ("h0_sharpened", "no_floor", "h0 sharpened (α on validation)"),
+    ("vw_default", "no_floor", "VW --cb_adf defaults, greedy"),
+    ("vw_tuned", "no_floor", "VW tuned, greedy"),
+    ("vw_tuned", "served", "VW tuned, greedy + floor ε"),
+    ("poem_first_run", "no_floor", "POEM first run, ε = 0"),
+    ("poem_first_run", "served", "POEM first run, served (ε)"),
+    ("poem_first_run", "map", "POEM first run, MAP"),
+    ("poem_first_run_refit", "served", "POEM first run, refit train+val, served"),
+    ("poem_h0_champion", "no_floor", "POEM h0 champion, ε = 0"),
+    ("poem_h0_champion", "served", "POEM h0 champion, served (ε)"),
+    ("poem_h0_champion", "map", "POEM h0 champion, MAP"),
+    ("poem_h0_champion_refit", "served", "POEM h0 champion, refit train+val, served"),
+)
+
+
+def _figure(run: dict, key: str, variant: str | None) -> dict:
+    return run[key] if variant is None else run[key][variant]
+
+
+def summarise(name: str, runs: list[dict]) -> dict:
+    """Means over seeds; paired t-tests of POEM against tuned VW at the same floor."""
+    table = {}
+    for key, variant, label in ROWS:
+        figures = [_figure(r, key, variant) for r in runs]
+        table[label] = {
+            "true_loss": float(np.mean([f["true_loss"] for f in figures])),
+            "test_snips": float(np.mean([f["test_snips"] for f in figures])),
+        }
+    verdicts = {}
+    for key in ("poem_first_run", "poem_h0_champion", "poem_first_run_refit"):
+        for variant in ("served", "no_floor"):
+            poem_loss = np.array([r[key][variant]["true_loss"] for r in runs])
+            vw_loss = np.array([r["vw_tuned"][variant]["true_loss"] for r in runs])
+            diff = poem_loss - vw_loss
+            if len(runs) > 1 and np.std(diff) > 0:
+                p_worse = float(stats.ttest_1samp(diff, 0.0, alternative="greater").pvalue)
+                p_better = float(stats.ttest_1samp(diff, 0.0, alternative="less").pvalue)
+            else:
+                p_worse = p_better = float("nan")
+            verdict = "behind" if p_worse < 0.05 else "ahead" if p_better < 0.05 else "tied"
+            verdicts[f"{key}/{variant}"] = {
+                "poem_minus_vw": float(diff.mean()),
+                "p_poem_worse": p_worse,
+                "p_poem_better": p_better,
+                "verdict": verdict,
+                "kinds": [r[key]["kind"] for r in runs],
+                "converged": [r[key]["converged"] for r in runs],
+                "solver": [r[key]["params"].get("solver") for r in runs],
+            }
+    return {"name": name, "runs": len(runs), "table": table, "poem_vs_vw_tuned": verdicts}
+
+
+def print_summary(res: dict, runs: list[dict]) -> None:
+    r0 = runs[0]
     print(
-        f"  POEM time / fastest VW = {row['poem_time_ratio_to_fastest_vw']:.2f}; "
-        f"POEM (stochastic or MAP) SNIPS ≤ best VW: {row['poem_value_at_least_best_vw']}"
+        f"\n{res['name']}: {res['runs']} seeds, train {r0['n_train']} / validation "
+        f"{r0['n_validation']} / test {r0['n_test']} rows; means over seeds"
     )
-    return row, poem
+    print(f"  {'method':<44} {'true test loss':>14} {'test SNIPS':>11}")
+    for label, row in res["table"].items():
+        print(f"  {label:<44} {row['true_loss']:14.4f} {row['test_snips']:11.4f}")
+    for key, v in res["poem_vs_vw_tuned"].items():
+        print(
+            f"  {key} − VW tuned (same floor): {v['poem_minus_vw']:+.4f} "
+            f"(p worse {v['p_poem_worse']:.3g}, p better {v['p_poem_better']:.3g}) → "
+            f"{v['verdict']}; selected: {v['kinds']}, solver {v['solver']}, "
+            f"converged {v['converged']}"
+        )
+    vw = [(r["vw_tuned"]["learning_rate"], r["vw_tuned"]["passes"]) for r in runs]
+    print(f"  VW selected (-l, passes): {vw}")
+    print(f"  h0 sharpened α: {[r['h0_sharpened']['temperature'] for r in runs]}")
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--data-dir",
-        default=str(Path(__file__).resolve().parents[2] / "shared" / "data"),
-        help="folder holding obd/ (default: ../shared/data)",
-    )
-    parser.add_argument("--campaign", choices=CAMPAIGNS, default="men", help="OBD campaign")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the digits simulation")
+    parser.add_argument("--datasets", nargs="+", choices=DATASETS, default=list(DATASETS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
+    parser.add_argument("--replays", type=int, default=4, help="replays of the training set")
+    parser.add_argument("--config", type=Path, default=REPO_ROOT / "mlflow.yml")
     parser.add_argument("--json", default=None, help="write the results to this JSON file")
+    parser.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=YAML",
+        help="override a training.params value of the config (experiments), e.g. max_iter=300",
+    )
     args = parser.parse_args(argv)
     try:
         import vowpalwabbit  # noqa: F401
     except ImportError:
-        print(
-            "vowpalwabbit is not installed: "
-            ".venv/bin/pip install 'vowpalwabbit==9.11.9' (extra 'bench')"
-        )
+        print("vowpalwabbit is not installed: .venv/bin/pip install -e '.[bench]'")
         return 1
+    defaults = flow_defaults(args.config)
+    for item in args.param:
+        key, _, value = item.partition("=")
+        defaults["params"][key] = yaml.safe_load(value)
+    print(f"flow defaults ({args.config}): {json.dumps(defaults)}", file=sys.stderr)
     out = {}
-    train, test, ds = digits_logs(args.seed)
-    out["digits"], poem = compare("digits → bandit", train, test, "p90/p10")
-    P = poem.predict_proba(test.candidates).reshape(-1, 10)
-    out["digits"]["poem_true_expected_01_loss_test"] = float(
-        np.mean(1 - P[np.arange(P.shape[0]), ds.Y_test])
-    )
-    train, test = obd_logs(Path(args.data_dir), args.campaign)
-    out[f"obd_{args.campaign}"], _ = compare(f"OBD random/{args.campaign}", train, test, None)
-    if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=2))
+    for name in args.datasets:
+        runs = []
+        for seed in args.seeds:
+            runs.append(one_run(name, seed, args, defaults))
+            print(f"  {name} seed {seed} done", file=sys.stderr, flush=True)
+        res = summarise(name, runs)
+        print_summary(res, runs)
+        out[name] = {**res, "per_seed": runs}
+        if args.json:
+            Path(args.json).write_text(json.dumps(out, indent=2, default=float))
     return 0
 
 

@@ -48,8 +48,11 @@ from flows.tasks.partitioned import (
 from flows.tasks.propensity import diagnose_propensities
 from flows.tasks.register import check_champion, promote_policy, register_policy
 from flows.tasks.search import (
+    champion_candidates,
+    champion_candidates_partitioned,
     code_fingerprint,
     record_search,
+    retempered_policy,
     search_trial,
     select_best,
     serving_choice,
@@ -58,6 +61,7 @@ from flows.tasks.split import split_logs
 from flows.tasks.track import finish_tracking, start_tracking
 from flows.tasks.train import train_policy
 from flows.tasks.validate import enforce_checks, quarantine_rows, record_check_report, validate_logs
+from poem.learners.champion_candidates import KIND_KEY, LEARNED, RETEMPERED, challenger_kind
 from poem.learners.search import expand_grid
 
 __all__ = ["RetrainInterrupted", "RetrainResult", "retrain"]
@@ -97,6 +101,9 @@ class RetrainResult:
         Rows of the validated log.
     estimator : str
         The gate's estimator option (``ips``, ``snips``, ``clipped_ips``).
+    challenger_kind : {"learned", "champion_retempered"}
+        Whether the challenger is a fit of the learner or the champion re-tempered at
+        ``best_params["temperature"]`` with no refit (no fit beat it on validation).
     """
 
     decision: str
@@ -112,13 +119,18 @@ class RetrainResult:
     data_fingerprint: str = ""
     n_rows: int = 0
     estimator: str = ""
+    challenger_kind: str = LEARNED
 
     def summary_line(self) -> str:
         """``decision=<promoted|rejected> champion=<version>`` (the CLI's last line)."""
         return f"decision={self.decision} champion={self.champion_version or 'logging-policy'}"
 
     def headline(self) -> list[str]:
-        """Two lines: both risks, the difference with its interval and bound, the decision."""
+        """Three lines: both risks; the difference, its interval and bound; the challenger's origin.
+
+        The third line says whether the challenger was learned or is only the champion
+        re-tempered (:meth:`challenger_origin`).
+        """
         m = self.metrics  # keys spelled once, in PolicyComparison.metrics
         challenger, champion = m.get("challenger_risk"), m.get("champion_risk")
         difference, bound = m.get("risk_difference"), m.get("risk_difference_ucb")
@@ -142,7 +154,23 @@ class RetrainResult:
             f"{num(challenger)} vs {against} {num(champion)}",
             f"  difference {num(difference, '+')}, interval [{num(lower, '+')}, "
             f"{num(upper, '+')}], {kind} {num(bound, '+')}; champion {moved} {after}",
+            "  " + self.challenger_origin(),
         ]
+
+    def challenger_origin(self) -> str:
+        """One sentence: was the challenger learned, or is it only the champion re-tempered."""
+        if self.challenger_kind == RETEMPERED:
+            alpha = self.best_params.get("temperature")
+            return (
+                f"challenger = champion v{self.previous_champion_version} re-tempered "
+                f"(temperature × {alpha}), no learning: no fit beat it on validation"
+            )
+        if self.previous_champion_version is None:
+            return "challenger learned (no champion coefficients to re-temper: the logging policy)"
+        return (
+            f"challenger learned: it beat champion v{self.previous_champion_version} "
+            "re-tempered at every serving temperature on validation"
+        )
 
 
 def _search(parts: Any, cfg: Any, data_key: str, champion: Any, champion_key: Any) -> list[Any]:
@@ -187,9 +215,16 @@ def _stages(cfg: Any, run: Any, fingerprint: str) -> tuple:
     data_key = f"{fingerprint}:{cfg.data.model_dump_json()}:{cfg.checks.model_dump_json()}"
     champion_version, champion = load_champion(cfg.tracking)  # also warm_start: champion
     trials = _search(parts, cfg, data_key, champion, champion_version)
+    serving = serving_choice(cfg.search, parts.validation.n_rows)
+    trials += champion_candidates(
+        champion, parts.validation, serving, cfg.search.confidence_level
+    )  # the champion re-tempered, no refit (none before a promotion)
     best = select_best(trials, cfg.search)
     record_search(trials, best, run)
-    policy = train_policy(parts, cfg.training, trials[best].params, run, champion)
+    if challenger_kind(trials[best].params) == RETEMPERED:
+        policy = retempered_policy(trials[best].params, champion, run)
+    else:
+        policy = train_policy(parts, cfg.training, trials[best].params, run, champion)
     blocking = [c.name for c in propensity.warnings] if cfg.checks.block_on_warnings else []
     coin = gate_coin(policy, cfg.gate)
     floor = declared_floor(cfg.data, cfg.checks)
@@ -236,11 +271,17 @@ def _partitioned_stages(cfg: Any, run: Any, _fingerprint: str) -> tuple:
             ]
             wait(futures)
             trials += [f.result() for f in futures]
+        trials += champion_candidates_partitioned(
+            champion, parts, header, serving, cfg.search.confidence_level
+        )
         best = select_best(trials, cfg.search)
         record_search(trials, best, run)
-        policy = train_policy_partitioned(
-            prepared, parts, header, cfg.training, trials[best].params, run, champion
-        )
+        if challenger_kind(trials[best].params) == RETEMPERED:
+            policy = retempered_policy(trials[best].params, champion, run)
+        else:
+            policy = train_policy_partitioned(
+                prepared, parts, header, cfg.training, trials[best].params, run, champion
+            )
         blocking = [c.name for c in propensity.warnings] if cfg.checks.block_on_warnings else []
         challenger_rows, champion_rows, test_rows = gate_inputs(policy, champion, parts)
         coin = gate_coin(policy, cfg.gate)
@@ -312,6 +353,7 @@ def retrain(
     try:
         stages = _partitioned_stages if use_partitions(cfg.dask, cfg.data.path) else _stages
         comparison, trials, best, policy, n_rows, champion_version = stages(cfg, run, fingerprint)
+        kind = challenger_kind(trials[best].params)
         tags = version_tags(
             comparison,
             data_fingerprint=fingerprint,
@@ -319,6 +361,7 @@ def retrain(
             n_rows=n_rows,
             champion_version=champion_version,
         )
+        tags[KIND_KEY] = kind  # learned, or the champion re-tempered (no learning)
         version = register_policy(policy, run, tags)
         if comparison.promote:
             promote_policy(version, run)  # the last step: champion moves only here
@@ -333,7 +376,7 @@ def retrain(
         "decision": comparison.decision,
         "challenger": version,
         "champion": champion_after or "logging-policy",
-        "summary": comparison.decision + "; " + "; ".join(comparison.reasons),
+        "summary": "; ".join([comparison.decision, *comparison.reasons, f"{KIND_KEY}={kind}"]),
     }
     finish_tracking(run, "FINISHED", outcome, cfg.data.path)
     return RetrainResult(
@@ -350,4 +393,5 @@ def retrain(
         data_fingerprint=fingerprint,
         n_rows=n_rows,
         estimator=comparison.estimator,
+        challenger_kind=kind,
     )

@@ -4,6 +4,12 @@ Trials run concurrently on the flow's ``ThreadPoolTaskRunner``. Only :func:`sear
 is cached (STYLE §8): its key is the data fingerprint, the split settings, the learner, the
 trial's params, the task source and :func:`code_fingerprint` (the learning code: an upgraded
 ``poem`` never serves a trial fitted by the old one) — never the logs themselves.
+
+When a champion exists, :func:`champion_candidates` adds the champion re-tempered at each
+serving temperature, no refit (:mod:`poem.learners.champion_candidates`), to the trials the
+selection sees; :func:`record_search` tags the run with what was selected
+(``challenger_kind``: ``learned`` or ``champion_retempered``) and :func:`retempered_policy`
+serves a selected champion candidate in place of the refit.
 """
 
 from __future__ import annotations
@@ -24,8 +30,22 @@ from flows import learners
 from flows.config import SearchConfig
 from flows.learners import build_learner, resolve_warm_start
 from flows.tasks import IO_RETRIES, stage_done
-from flows.tracking import TrackedRun, create_nested_run, log_artifact, log_json, log_metrics
+from flows.tracking import (
+    TrackedRun,
+    create_nested_run,
+    log_artifact,
+    log_json,
+    log_metrics,
+    log_params,
+)
 from poem.diagnostics.search_plot import plot_search
+from poem.learners.champion_candidates import (
+    KIND_KEY,
+    challenger_kind,
+    champion_trials,
+    champion_trials_partitioned,
+    selected_champion_policy,
+)
 from poem.learners.search import Trial, run_trial, select_trial
 
 TRIAL_CACHE = (INPUTS - "train_log" - "validation_log" - "champion") + TASK_SOURCE
@@ -100,6 +120,42 @@ def recorded(trial: Trial, params: dict) -> Trial:
     return replace(trial, params={**params, **chosen})
 
 
+@task(name="champion-candidates", cache_policy=NO_CACHE, on_completion=[stage_done])
+def champion_candidates(
+    champion: Any, validation_log: Any, serving: dict, confidence_level: float
+) -> list[Trial]:
+    """The champion at each of ``serving``'s temperatures, scored on validation (no fit).
+
+    ``serving`` is :func:`serving_choice` (without temperatures: the champion as served);
+    no champion (the logging policy) gives no candidates.
+    """
+    return champion_trials(
+        champion, validation_log, serving.get("temperatures"), confidence_level=confidence_level
+    )
+
+
+@task(name="champion-candidates", cache_policy=NO_CACHE, on_completion=[stage_done])
+def champion_candidates_partitioned(
+    champion: Any, split: Any, header: Any, serving: dict, confidence_level: float
+) -> list[Trial]:
+    """:func:`champion_candidates` on the validation partitions (one pass on the workers)."""
+    return champion_trials_partitioned(
+        champion,
+        split,
+        header,
+        serving.get("temperatures"),
+        confidence_level=confidence_level,
+    )
+
+
+@task(name="retemper-champion", cache_policy=NO_CACHE, on_completion=[stage_done])
+def retempered_policy(params: dict, champion: Any, run: TrackedRun) -> Any:
+    """The selected champion candidate's policy, served in place of a refit; log its params."""
+    policy = selected_champion_policy(params, champion)
+    log_params(run.client(), run.run_id, {"selected": params})
+    return policy
+
+
 @task(name="select-trial", cache_policy=NO_CACHE, on_completion=[stage_done])
 def select_best(trials: list[Trial], search: SearchConfig) -> int:
     """Index of the best trial (:func:`poem.learners.search.select_trial`).
@@ -117,20 +173,26 @@ def select_best(trials: list[Trial], search: SearchConfig) -> int:
 
 @task(name="record-search", cache_policy=NO_CACHE, **IO_RETRIES)
 def record_search(trials: list[Trial], best: int, run: TrackedRun) -> list[dict]:
-    """Log one nested MLflow run per trial, the search table and the IPS-vs-λ plot."""
+    """Log one nested MLflow run per trial, the search table and the IPS-vs-λ plot.
+
+    Every trial's params carry its ``challenger_kind``; the parent run gets the selected one's
+    as the tag ``challenger_kind`` (a column of the runs table). The plot shows the fits.
+    """
     client, rows = run.client(), []
     for i, trial in enumerate(trials):
+        params = {**trial.params, KIND_KEY: challenger_kind(trial.params)}
         create_nested_run(
-            client, run.experiment_id, run.run_id, f"trial-{i:03d}", trial.params, trial.to_dict()
+            client, run.experiment_id, run.run_id, f"trial-{i:03d}", params, trial.to_dict()
         )
-        rows.append({"trial": i, "selected": i == best, **trial.params, **trial.to_dict()})
+        rows.append({"trial": i, "selected": i == best, **params, **trial.to_dict()})
+    client.set_tag(run.run_id, KIND_KEY, challenger_kind(trials[best].params))
     log_json(client, run.run_id, rows, "search/results.json")
     log_metrics(
         client, run.run_id, {f"validation_{k}": v for k, v in trials[best].to_dict().items()}
     )
     with tempfile.TemporaryDirectory(prefix="poem-search-") as tmp:
         plot = plot_search(
-            rows,
+            [r for r in rows if "resolved_variance_penalty" in r],  # fits, not candidates
             Path(tmp) / "validation_ips_vs_variance_penalty.png",
             x="resolved_variance_penalty",
             group="resolved_clip",

@@ -251,3 +251,59 @@ def test_cli_prints_stages_and_a_headline(tmp_path, logs_dir, write_config, caps
     coin = decision_coin(load_version_policy(client, tracking, "1"))
     assert run.data.params["gate.randomized"] == "True"
     assert run.data.metrics["gate_randomization"] == pytest.approx(coin, rel=1e-12)
+
+
+def test_champion_retempered_is_a_candidate_and_the_run_says_so(tmp_path, logs_dir, write_config):
+    """With a champion, the search also scores it re-tempered (no refit); the runs say which won."""
+    config = write_config(logs_dir / "good")
+    first = retrain(config)
+    client = _client(tmp_path)
+    assert (first.decision, first.challenger_kind) == ("promoted", "learned")
+    assert client.get_run(first.mlflow_run_id).data.tags["challenger_kind"] == "learned"
+    assert client.get_model_version(MODEL, "1").tags["challenger_kind"] == "learned"
+    assert first.headline()[2] == (
+        "  challenger learned (no champion coefficients to re-temper: the logging policy)"
+    )
+
+    # fits that cannot move off the uniform policy (μ = 10⁶): the champion re-tempered wins
+    second = retrain(config, overrides={"training.params.l2_penalty": 1.0e6})
+    assert second.challenger_kind == "champion_retempered", second.best_params
+    alpha = second.best_params["temperature"]
+    assert second.best_params == {"challenger_kind": "champion_retempered", "temperature": alpha}
+    assert alpha in (1.0, 0.5, 0.25, 0.125, 0.0625)
+    parent = client.get_run(second.mlflow_run_id)
+    assert parent.data.tags["challenger_kind"] == "champion_retempered"
+    assert "challenger_kind=champion_retempered" in parent.data.tags["mlflow.note.content"]
+    assert float(parent.data.params["selected.temperature"]) == alpha
+    v2 = client.get_model_version(MODEL, second.challenger_version)
+    assert (v2.tags["challenger_kind"], v2.tags["gated_against"]) == ("champion_retempered", "1")
+    assert second.previous_champion_version == "1" and "champion_risk" in second.metrics
+    assert second.headline()[2].startswith("  challenger = champion v1 re-tempered (temperature")
+
+    # 2 fits + the champion at each of the 5 serving temperatures, each a nested run
+    exp = client.get_experiment_by_name("test")
+    children = client.search_runs(
+        [exp.experiment_id], f"tags.mlflow.parentRunId = '{second.mlflow_run_id}'"
+    )
+    kinds = sorted(c.data.params["challenger_kind"] for c in children)
+    assert kinds == ["champion_retempered"] * 5 + ["learned"] * 2
+    retempered = [c for c in children if c.data.params["challenger_kind"] != "learned"]
+    assert {float(c.data.params["temperature"]) for c in retempered} == {
+        1.0,
+        0.5,
+        0.25,
+        0.125,
+        0.0625,
+    }
+
+    # the new version serves the champion's distribution re-tempered by α: no learning
+    from flows.config import load_config
+    from flows.registry import load_version_policy
+    from flows.tracking import client_for
+
+    tracking = load_config(config).tracking
+    champion = load_version_policy(client_for(tracking), tracking, "1")
+    served = load_version_policy(client_for(tracking), tracking, second.challenger_version)
+    assert served.temperature == alpha
+    assert served.coef == pytest.approx(champion.coef / champion.temperature, rel=1e-12)
+    assert served.metadata["retempered_from"] == champion.digest()

@@ -23,7 +23,13 @@ from flows.tasks import is_transient_io_error
 from flows.tasks.gate import gate_candidate, gate_coin, gate_metrics, load_champion
 from flows.tasks.load import build_log, fingerprint_logs, load_logs
 from flows.tasks.register import promote_policy, register_policy
-from flows.tasks.search import search_trial, select_best
+from flows.tasks.search import (
+    champion_candidates,
+    retempered_policy,
+    search_trial,
+    select_best,
+    serving_choice,
+)
 from flows.tasks.split import split_logs
 from flows.tasks.validate import enforce_checks, quarantine_rows, record_check_report, validate_logs
 from flows.tracking import TrackedRun, client_for, ensure_experiment, start_run
@@ -101,6 +107,28 @@ def test_search_trial_and_selection(trials):
     assert trials[guarded].effective_sample_size == ess[1]
     if trials[best].effective_sample_size == ess[0]:
         assert guarded != best
+
+
+def test_champion_candidates_join_the_selection(parts, trials, run):
+    from flows.learners import build_learner
+
+    champion = build_learner("poem", PARAMS).fit(parts.train).policy_.with_serving(temperature=0.5)
+    search = SearchConfig(scoring="ips")
+    serving = serving_choice(search, parts.validation.n_rows)
+    candidates = champion_candidates.fn(champion, parts.validation, serving, 0.95)
+    assert [t.params for t in candidates] == [
+        {"challenger_kind": "champion_retempered", "temperature": a}
+        for a in (1.0, 0.5, 0.25, 0.125, 0.0625)
+    ]
+    assert champion_candidates.fn(None, parts.validation, serving, 0.95) == []  # the logger
+    assert len(champion_candidates.fn(champion, parts.validation, {}, 0.95)) == 1  # as served
+    everything = trials + candidates
+    best = select_best.fn(everything, search)
+    assert everything[best].ips.value == min(t.ips.value for t in everything)
+    policy = retempered_policy.fn(candidates[2].params, champion, run)
+    assert (policy.temperature, policy.coef.tolist()) == (0.25, (champion.coef / 0.5).tolist())
+    params = run.client().get_run(run.run_id).data.params
+    assert params["selected.challenger_kind"] == "champion_retempered"
 
 
 def test_gate_against_logging_policy_and_blocking_checks(parts, trials):

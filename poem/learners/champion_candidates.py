@@ -1,0 +1,257 @@
+r"""The champion re-tempered, no refit: candidates of the search beside the fitted trials.
+
+A learned challenger has to beat what serving the champion at another temperature does
+without any learning (issue 21: on the paper's data sets the validation-chosen temperature
+explained almost all of POEM's gain). For a champion :math:`\pi_{w_c/\tau_c}` (coefficients
+w_c served at temperature τ_c) and each serving temperature α of the search, the candidate is
+
+.. math:: \pi^{(\alpha)} = \pi_{(w_c/\tau_c)/\alpha},
+
+the champion's served distribution (the start w₀ = w_c/τ_c of a ``warm_start: champion`` fit,
+:func:`poem.learners.poem.initial_coef`) moved along its own direction, i.e. exactly what a fit
+that took no step would serve at α (α = 1 is the champion itself). The exploration floor is
+the champion's. Each candidate is scored on the validation log by the estimators of the fitted
+trials (:func:`~poem.learners._trials.validation_scores`, paper Eq. 1 and its self-normalized
+form) and enters the same selection (:func:`~poem.learners._trials.select_trial`); it costs one
+probability pass over the validation rows, no fit. Its :class:`~poem.learners._trials.Trial`
+carries ``params = {"challenger_kind": "champion_retempered", "temperature": α}``; the
+fit-only fields (objective, clipped fraction) are NaN and ``n_iter`` is 0.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from poem.learners._trials import Trial, validation_scores
+from poem.partitioned_log import policy_rows
+from poem.policies.stochastic import StochasticPolicy
+
+__all__ = [
+    "KIND_KEY",
+    "LEARNED",
+    "RETEMPERED",
+    "champion_trials",
+    "champion_trials_partitioned",
+    "challenger_kind",
+    "retempered_champion",
+    "selected_champion_policy",
+]
+
+KIND_KEY = "challenger_kind"  # trial param, run tag and version tag
+LEARNED = "learned"  # the challenger is a fit of the learner
+RETEMPERED = "champion_retempered"  # the champion at another temperature, no refit
+_KINDS = (LEARNED, RETEMPERED)
+
+
+def _checked_temperatures(temperatures: Sequence[float] | None) -> list[float]:
+    values = [1.0] if temperatures is None else [float(t) for t in temperatures]
+    if not values or not all(math.isfinite(t) and t > 0 for t in values):
+        raise ValueError(f"temperatures must be finite values > 0, got {values!r}")
+    return values
+
+
+def retempered_champion(champion: StochasticPolicy, temperature: float) -> StochasticPolicy:
+    r"""The champion's served distribution re-tempered by α: :math:`\pi_{(w_c/\tau_c)/\alpha}`.
+
+    Parameters
+    ----------
+    champion : StochasticPolicy
+        The champion, coefficients w_c served at temperature τ_c.
+    temperature : float
+        Serving temperature α > 0 of the candidate, relative to the champion's served
+        distribution (α = 1: the same probabilities), i.e. α.
+
+    Returns
+    -------
+    StochasticPolicy
+        Coefficients w_c/τ_c, temperature α, the champion's exploration floor; metadata of the
+        champion plus ``challenger_kind``, ``retempered_from`` (the champion's
+        :meth:`~poem.policies.StochasticPolicy.digest`) and ``retempered_by`` (α).
+
+    Raises
+    ------
+    ValueError
+        If ``temperature`` is not finite and > 0.
+    """
+    (alpha,) = _checked_temperatures([temperature])
+    metadata = {
+        **champion.metadata,
+        KIND_KEY: RETEMPERED,
+        "retempered_from": champion.digest(),
+        "retempered_by": alpha,
+    }
+    return StochasticPolicy(
+        champion.family,
+        champion.coef / champion.temperature,
+        temperature=alpha,
+        exploration_floor=champion.exploration_floor,
+        metadata=metadata,
+    )
+
+
+def _check_fits(champion: StochasticPolicy, family: str, n_features: int, n_actions: Any) -> None:
+    have = (champion.family.name, champion.family.n_features, champion.family.n_actions)
+    want = (family, int(n_features), None if n_actions is None else int(n_actions))
+    if have != want:
+        raise ValueError(
+            f"the champion (family, n_features, n_actions) = {have} cannot score a log with "
+            f"{want}; its re-tempered candidates need the same action structure"
+        )
+
+
+def _trial(temperature: float, scores: tuple, seconds: float) -> Trial:
+    ips_est, snips_est = scores
+    nan = float("nan")
+    return Trial(
+        params={KIND_KEY: RETEMPERED, "temperature": temperature},
+        ips=ips_est,
+        snips=snips_est,
+        effective_sample_size=float(ips_est.effective_sample_size),
+        clipped_fraction=nan,
+        objective=nan,
+        n_iter=0,
+        converged=True,
+        seconds=seconds,
+    )
+
+
+def champion_trials(
+    champion: StochasticPolicy | None,
+    validation_log: Any,
+    temperatures: Sequence[float] | None = None,
+    *,
+    confidence_level: float = 0.95,
+) -> list[Trial]:
+    """Score the champion at each serving temperature on the validation log (no fit).
+
+    Parameters
+    ----------
+    champion : StochasticPolicy or None
+        The champion; None (the logging policy, whose coefficients are unknown) gives no
+        candidates.
+    validation_log : LoggedBandit
+        The search's validation log.
+    temperatures : sequence of float or None, default=None
+        The search's serving temperatures α (None: α = 1 only, the champion as served).
+    confidence_level : float, default=0.95
+        Level of the reported intervals (as the fitted trials).
+
+    Returns
+    -------
+    list of Trial
+        One per temperature, in order (empty without a champion); ``seconds`` is the scoring
+        time.
+
+    Raises
+    ------
+    ValueError
+        If a temperature is not finite and > 0, or the champion's family, feature or action
+        count differs from the log's.
+    """
+    if champion is None:
+        return []
+    values = _checked_temperatures(temperatures)
+    _check_fits(
+        champion, validation_log.family, validation_log.n_features, validation_log.n_actions
+    )
+    trials = []
+    for alpha in values:
+        start = time.perf_counter()
+        scores = validation_scores(
+            retempered_champion(champion, alpha), validation_log, confidence_level
+        )
+        trials.append(_trial(alpha, scores, time.perf_counter() - start))
+    return trials
+
+
+def champion_trials_partitioned(
+    champion: StochasticPolicy | None,
+    split: Any,
+    header: Any,
+    temperatures: Sequence[float] | None = None,
+    *,
+    confidence_level: float = 0.95,
+) -> list[Trial]:
+    """:func:`champion_trials` on a partitioned split: every α in one pass over the workers.
+
+    Parameters
+    ----------
+    champion : StochasticPolicy or None
+        The champion (None: no candidates).
+    split : PartitionedSplit
+        The split whose ``validation`` rows score the candidates.
+    header : LogHeader
+        The log's header (family, feature and action counts).
+    temperatures : sequence of float or None, default=None
+        As :func:`champion_trials`.
+    confidence_level : float, default=0.95
+        Level of the reported intervals.
+
+    Returns
+    -------
+    list of Trial
+        As :func:`champion_trials` (same scores up to round-off); ``seconds`` is the pass
+        time shared equally by the candidates.
+
+    Raises
+    ------
+    ValueError
+        As :func:`champion_trials`.
+    """
+    if champion is None:
+        return []
+    values = _checked_temperatures(temperatures)
+    _check_fits(champion, header.family, header.n_features, header.n_actions)
+    start = time.perf_counter()
+    policies = tuple(retempered_champion(champion, alpha) for alpha in values)
+    view, probabilities = policy_rows(split.source, split.rows_for("validation"), policies)
+    scores = [validation_scores(p, view, confidence_level) for p in probabilities]
+    seconds = (time.perf_counter() - start) / len(values)
+    return [_trial(alpha, s, seconds) for alpha, s in zip(values, scores, strict=True)]
+
+
+def challenger_kind(params: Mapping[str, Any]) -> str:
+    """``"champion_retempered"`` for a champion candidate's params, else ``"learned"``.
+
+    Raises
+    ------
+    ValueError
+        If ``params["challenger_kind"]`` is present but not a known kind.
+    """
+    kind = params.get(KIND_KEY, LEARNED)
+    if kind not in _KINDS:
+        raise ValueError(f"{KIND_KEY} must be one of {list(_KINDS)}, got {kind!r}")
+    return kind
+
+
+def selected_champion_policy(
+    params: Mapping[str, Any], champion: StochasticPolicy | None
+) -> StochasticPolicy:
+    """The policy a selected champion candidate serves (:func:`retempered_champion`).
+
+    Parameters
+    ----------
+    params : dict
+        The selected trial's params (``challenger_kind: champion_retempered`` and its
+        ``temperature``).
+    champion : StochasticPolicy or None
+        The champion the candidate was scored from.
+
+    Returns
+    -------
+    StochasticPolicy
+        The re-tempered champion (no fit).
+
+    Raises
+    ------
+    ValueError
+        If ``params`` is not a champion candidate's, or there is no champion.
+    """
+    if challenger_kind(params) != RETEMPERED:
+        raise ValueError(f"params {dict(params)!r} are not a champion candidate's ({KIND_KEY})")
+    if champion is None:
+        raise ValueError("a champion candidate was selected but there is no champion policy")
+    return retempered_champion(champion, params["temperature"])
