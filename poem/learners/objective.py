@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from scipy.special import expit, log_expit
 
 from poem._blas import single_blas_thread
 from poem.policies._base import PolicyFamily
@@ -192,7 +193,8 @@ def _block_statistics(
         u, C, active = _dr_terms(
             coef, family, inputs, actions, scaled_losses, propensities, clip, loss_model
         )
-        sum_grad_u, sum_u_grad_u = _label_vjp(inputs, C), _label_vjp(inputs, u[:, None] * C)
+        both = _label_vjp(inputs, np.concatenate([C, u[:, None] * C], axis=1))  # one pass
+        sum_grad_u, sum_u_grad_u = both[: C.shape[1]], both[C.shape[1] :]
     else:
         prob, vjp = family.prob_and_vjp(coef, inputs, actions)
         u, g, active = _row_terms(prob, propensities, scaled_losses, clip)
@@ -232,9 +234,9 @@ def _dr_terms(coef, family, inputs, actions, scaled_losses, propensities, clip, 
             f"the doubly robust objective needs the multilabel family, got {family.name!r}"
         )
     Y = np.asarray(actions, dtype=np.float64)
-    sig = family.predict_proba(coef, inputs)
-    picked = np.where(Y > 0, sig, 1.0 - sig)
-    r = np.exp(np.sum(np.log(np.maximum(picked, 1e-300)), axis=1)) / propensities
+    S = np.asarray(inputs @ coef.T)
+    sig = expit(S)
+    r = np.exp(np.sum(log_expit(np.where(Y > 0, S, -S)), axis=1)) / propensities
     gains, offsets = loss_model[:, :-1], loss_model[:, -1]
     residual = scaled_losses - offsets - np.sum(Y * gains, axis=1)
     active = r < clip
