@@ -76,7 +76,7 @@ def interval_flags(terms: Any, weights: Any, clipped_fraction: float = 0.0) -> t
     spread = m2**1.5
     skewness = float(np.mean(centred**3)) / spread if spread > 0 else 0.0  # 0 on underflow too
     m4 = float(np.mean(centred**4))
-    kurtosis = m4 / m2**2 if m2 > 0 and m4 > 0 else None
+    kurtosis = m4 / m2**2 if m2**2 > 0 and m4 > 0 else None  # m2² underflows for m2 < 1e-154
     return flags_from_moments(
         u.size,
         effective_sample_size(weights),

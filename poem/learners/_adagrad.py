@@ -92,6 +92,7 @@ def adagrad(
     initial_accumulator: float = 1.0,
     progressive: bool = False,
     initial_statistics: CRMStatistics | None = None,
+    loss_model: np.ndarray | None = None,
 ) -> SolverResult:
     r"""Minimise the CRM objective by minibatch AdaGrad on its variance majorizer (Alg. 1).
 
@@ -163,6 +164,9 @@ def adagrad(
     initial_statistics : CRMStatistics or None, default=None
         The statistics at w₀ when already known (e.g. shared by a search's trials); None
         computes them.
+    loss_model : ndarray of shape (n_samples, q + 1) or None, default=None
+        Per-row additive loss model: the doubly robust objective
+        (:func:`~poem.learners.objective.crm_statistics`); None: IPS.
 
     Returns
     -------
@@ -198,14 +202,16 @@ def adagrad(
         perm = rng.permutation(n)
         X = family.subset(inputs, perm)
         a, d, p = actions[perm], scaled_losses[perm], propensities[perm]
+        m = None if loss_model is None else loss_model[perm]
         seen = []
         for k, start in enumerate(range(0, n, b)):
             if majorize_every and k and k % majorize_every == 0 and variance_penalty:
                 coefficients = majorizer_coefficients(full(w))
             stop = min(n, start + b)
             rows = (_rows(X, start, stop, family), a[start:stop], d[start:stop], p[start:stop])
+            m_rows = None if m is None else m[start:stop]
             if progressive:  # the epoch's statistics are kept for the next majorizer
-                batch = crm_statistics(w, family, *rows, clip)
+                batch = crm_statistics(w, family, *rows, clip, loss_model=m_rows)
                 seen.append(batch)
                 g = majorized_gradient(
                     batch,
@@ -225,6 +231,7 @@ def adagrad(
                     n_total=n,
                     variance_penalty=variance_penalty,
                     l2_penalty=l2_penalty,
+                    loss_model=m_rows,
                 )
             h += g * g
             w = w - eta * g / np.sqrt(np.where(h > 0, h, 1.0))  # AdaGrad step (Alg. 1)

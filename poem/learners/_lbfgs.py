@@ -37,6 +37,7 @@ def lbfgs(
     tol: float = 1e-6,
     chunk_size: int | None = None,
     coef0: np.ndarray | None = None,
+    loss_model: np.ndarray | None = None,
 ) -> SolverResult:
     r"""Minimise the CRM objective J(w) with L-BFGS-B from w₀ (default 0; Eq. 10/12).
 
@@ -74,6 +75,9 @@ def lbfgs(
         Row chunk for the statistics (bounded memory; same result).
     coef0 : ndarray of shape ``family.coef_shape`` or None, default=None
         Starting point w₀ (None: w₀ = 0, the uniform policy).
+    loss_model : ndarray of shape (n_samples, q + 1) or None, default=None
+        Per-row additive loss model: the doubly robust objective
+        (:func:`~poem.learners.objective.crm_statistics`); None: IPS.
 
     Returns
     -------
@@ -87,7 +91,15 @@ def lbfgs(
 
     def statistics(w: np.ndarray) -> CRMStatistics:
         return crm_statistics(
-            w, family, inputs, actions, scaled_losses, propensities, clip, chunk_size=chunk_size
+            w,
+            family,
+            inputs,
+            actions,
+            scaled_losses,
+            propensities,
+            clip,
+            chunk_size=chunk_size,
+            loss_model=loss_model,
         )
 
     return lbfgs_statistics(

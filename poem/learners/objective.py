@@ -13,6 +13,11 @@ where δ'ᵢ ∈ [−1, 0] are the scaled losses (DESIGN §4.1), pᵢ the propen
 λ the variance penalty and μ the L2 penalty. J depends on the data only through
 Σuᵢ, Σuᵢ², Σ∇uᵢ and Σuᵢ∇uᵢ (:class:`CRMStatistics`), so statistics of row partitions add
 up to the exact full-batch objective and gradient — the scale-out seam of DESIGN §8.
+
+With a ``loss_model`` (multilabel family; :mod:`poem.learners._additive`) uᵢ is the doubly
+robust term uᵢ = E_{y∼π_w}[δ̂(xᵢ, y)] + (δ'ᵢ − δ̂(xᵢ, yᵢ)) min(M, rᵢ) instead (Dudík et al.
+2011): unbiased for the risk whatever the model, with the joint weight rᵢ = Π_l σ_l/p_l only
+on the model's residual, and the same statistics, penalty and solvers.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from scipy.special import expit, log_expit
 
 from poem._blas import single_blas_thread
 from poem.policies._base import PolicyFamily
@@ -109,6 +115,7 @@ def crm_statistics(
     clip: float,
     *,
     chunk_size: int | None = None,
+    loss_model: np.ndarray | None = None,
 ) -> CRMStatistics:
     r"""Sufficient statistics of the CRM objective at w (paper Eq. 13).
 
@@ -139,6 +146,10 @@ def crm_statistics(
         Process rows in contiguous blocks of this size (bounded memory); None uses blocks of
         65,536 rows, which keeps the temporaries in cache. The result is the same up to the
         order of the floating-point sums.
+    loss_model : ndarray of shape (n_samples, q + 1) or None, default=None
+        Per-row (g, c) of the additive loss model δ̂(x, y) = c + Σ_l y_l g_l
+        (:func:`~poem.learners._additive.fit_additive_loss_model`, multilabel family): the
+        doubly robust uᵢ (:func:`_dr_terms`). None: the IPS uᵢ of Eq. 13.
 
     Returns
     -------
@@ -147,30 +158,21 @@ def crm_statistics(
     """
     n = family.n_rows(inputs)
     step = _CHUNK_ROWS if chunk_size is None else int(chunk_size)
+    rows = (actions, scaled_losses, propensities, loss_model)
     with single_blas_thread():  # thin blocked products: threads only cost (poem._blas)
         if n <= step:
-            return _block_statistics(
-                coef, family, inputs, actions, scaled_losses, propensities, clip
+            return _block_statistics(coef, family, inputs, *rows, clip)
+        parts = [
+            _block_statistics(
+                coef,
+                family,
+                family.row_slice(inputs, start, min(n, start + step)),
+                *(None if a is None else a[start : start + step] for a in rows),
+                clip,
             )
-        return _blocks(coef, family, inputs, actions, scaled_losses, propensities, clip, step)
-
-
-def _blocks(coef, family, inputs, actions, scaled_losses, propensities, clip, step):
-    """Sum of :func:`_block_statistics` over contiguous blocks of ``step`` rows."""
-    n = family.n_rows(inputs)
-    parts = [
-        _block_statistics(
-            coef,
-            family,
-            family.row_slice(inputs, start, min(n, start + step)),
-            actions[start : start + step],
-            scaled_losses[start : start + step],
-            propensities[start : start + step],
-            clip,
-        )
-        for start in range(0, n, step)
-    ]
-    return sum(parts[1:], parts[0])
+            for start in range(0, n, step)
+        ]
+        return sum(parts[1:], parts[0])
 
 
 def _block_statistics(
@@ -180,15 +182,23 @@ def _block_statistics(
     actions: np.ndarray,
     scaled_losses: np.ndarray,
     propensities: np.ndarray,
+    loss_model: np.ndarray | None,
     clip: float,
 ) -> CRMStatistics:
     """:func:`crm_statistics` of one block of rows, in one pass (Eq. 13)."""
     n = family.n_rows(inputs)
     if n == 0:  # an empty partition adds nothing
         return CRMStatistics.zeros(family.coef_shape)
-    prob, vjp = family.prob_and_vjp(coef, inputs, actions)
-    u, g, active = _row_terms(prob, propensities, scaled_losses, clip)
-    sum_grad_u, sum_u_grad_u = vjp(np.stack([g, u * g], axis=1))  # one pass over the inputs
+    if loss_model is not None:
+        u, C, active = _dr_terms(
+            coef, family, inputs, actions, scaled_losses, propensities, clip, loss_model
+        )
+        both = _label_vjp(inputs, np.concatenate([C, u[:, None] * C], axis=1))  # one pass
+        sum_grad_u, sum_u_grad_u = both[: C.shape[1]], both[C.shape[1] :]
+    else:
+        prob, vjp = family.prob_and_vjp(coef, inputs, actions)
+        u, g, active = _row_terms(prob, propensities, scaled_losses, clip)
+        sum_grad_u, sum_u_grad_u = vjp(np.stack([g, u * g], axis=1))  # one pass over inputs
     return CRMStatistics(
         n=int(n),
         sum_u=float(u.sum()),
@@ -205,6 +215,39 @@ def _row_terms(prob, propensities, scaled_losses, clip) -> tuple[np.ndarray, ...
     active = r < clip
     u = scaled_losses * np.minimum(clip, r)
     return u, np.where(active, u, 0.0), active
+
+
+def _dr_terms(coef, family, inputs, actions, scaled_losses, propensities, clip, loss_model):
+    r"""Doubly robust uᵢ and the per-label gradient coefficients Cᵢ_l (∇_{w_l} uᵢ = Cᵢ_l xᵢ).
+
+    .. math::
+
+        u_i = c_i + \sum_l \sigma_{il} g_{il} + e_i \min(M, r_i), \quad
+        e_i = \delta'_i - c_i - \sum_l y_{il} g_{il}, \quad
+        C_{il} = \sigma_{il}(1 - \sigma_{il}) g_{il}
+        + e_i r_i [r_i < M] (y_{il} - \sigma_{il})
+
+    where σᵢ_l = σ(w_l·xᵢ) and rᵢ = π_w(yᵢ|xᵢ)/pᵢ (multilabel family, DESIGN §4.7).
+    """
+    if family.name != "multilabel":
+        raise ValueError(
+            f"the doubly robust objective needs the multilabel family, got {family.name!r}"
+        )
+    Y = np.asarray(actions, dtype=np.float64)
+    S = np.asarray(inputs @ coef.T)
+    sig = expit(S)
+    r = np.exp(np.sum(log_expit(np.where(Y > 0, S, -S)), axis=1)) / propensities
+    gains, offsets = loss_model[:, :-1], loss_model[:, -1]
+    residual = scaled_losses - offsets - np.sum(Y * gains, axis=1)
+    active = r < clip
+    u = offsets + np.sum(sig * gains, axis=1) + residual * np.minimum(clip, r)
+    C = sig * (1.0 - sig) * gains + np.where(active, residual * r, 0.0)[:, None] * (Y - sig)
+    return u, C, active
+
+
+def _label_vjp(inputs, C: np.ndarray) -> np.ndarray:
+    """Σᵢ Cᵢ_l xᵢ for every label l: shape (q, n_inputs), one pass over the inputs."""
+    return np.asarray(inputs.T @ C).T
 
 
 def crm_objective_from_statistics(
@@ -378,6 +421,7 @@ def majorized_batch_gradient(
     n_total: int,
     variance_penalty: float,
     l2_penalty: float,
+    loss_model: np.ndarray | None = None,
 ) -> np.ndarray:
     r""":func:`majorized_gradient` of one minibatch, from one forward pass and one VJP.
 
@@ -410,6 +454,8 @@ def majorized_batch_gradient(
         λ.
     l2_penalty : float
         μ.
+    loss_model : ndarray of shape (b, q + 1) or None, default=None
+        The batch's rows of the additive loss model (doubly robust uᵢ, :func:`_dr_terms`).
 
     Returns
     -------
@@ -418,6 +464,12 @@ def majorized_batch_gradient(
     """
     a, b = _majorized_weights(coefficients, n_total, variance_penalty)
     with single_blas_thread():
+        if loss_model is not None:
+            u, C, _ = _dr_terms(
+                coef, family, inputs, actions, scaled_losses, propensities, clip, loss_model
+            )
+            grad = _label_vjp(inputs, (a + b * u)[:, None] * C)
+            return grad / family.n_rows(inputs) + 2.0 * l2_penalty * coef
         prob, vjp = family.prob_and_vjp(coef, inputs, actions)
         u, g, _ = _row_terms(prob, propensities, scaled_losses, clip)
         grad = vjp(g * (a + b * u))

@@ -14,6 +14,7 @@ on scaled losses δ' ∈ [−1, 0], with either minibatch AdaGrad on the varianc
 from __future__ import annotations
 
 import hashlib
+import time
 import warnings
 from numbers import Integral, Real
 from typing import Any
@@ -26,6 +27,7 @@ from sklearn.utils import check_random_state, check_scalar
 from poem.data import LoggedBandit, check_logged_bandit
 from poem.estimators.weights import suggested_clip
 from poem.learners._adagrad import SolverResult, adagrad
+from poem.learners._additive import fit_additive_loss_model
 from poem.learners._lbfgs import lbfgs
 from poem.learners._prediction import PolicyPredictionMixin, check_shared_params
 from poem.learners._scaling import standardize
@@ -37,6 +39,7 @@ __all__ = [
     "POEM",
     "calibrated_variance_penalty",
     "initial_coef",
+    "loss_model_of",
     "prepared_log",
     "resolve_clip",
     "start_statistics",
@@ -45,6 +48,8 @@ __all__ = [
 POLICIES = ("discrete", "multilabel", "candidates")
 SOLVERS = ("adagrad", "lbfgs")
 CLIP_RULES = ("p90/p10", "max/min")
+OBJECTIVES = ("ips", "dr", "auto")
+_ADDITIVE_FAMILIES = ("multilabel",)  # families whose loss model is additive over action parts
 _MAX_STARTS = 8  # starting points whose statistics a log keeps (start_statistics)
 
 
@@ -144,8 +149,56 @@ def prepared_log(log: LoggedBandit, *, fit_intercept: bool, standardize_features
     return cache[key]
 
 
+def loss_model_of(log: LoggedBandit, prepared: tuple, objective: str) -> np.ndarray | None:
+    """The cross-fitted additive loss model of the doubly robust objective, once per log.
+
+    Parameters
+    ----------
+    log : LoggedBandit
+        The training log (holds the cache).
+    prepared : tuple
+        ``(family, inputs, scaled_losses)`` from :func:`prepared_log`.
+    objective : {"ips", "dr", "auto"}
+        ``"dr"``: the model (multilabel family only); ``"auto"``: the model for the families
+        whose loss is additive over the action's parts (multilabel), None otherwise;
+        ``"ips"``: None.
+
+    Returns
+    -------
+    ndarray of shape (n_samples, q + 1) or None
+        :func:`~poem.learners._additive.fit_additive_loss_model` of the log, or None (IPS).
+
+    Raises
+    ------
+    ValueError
+        For ``objective="dr"`` on a family without an additive loss model.
+    """
+    family, inputs, scaled = prepared
+    if objective == "ips" or (objective == "auto" and family.name not in _ADDITIVE_FAMILIES):
+        return None
+    if family.name not in _ADDITIVE_FAMILIES:
+        raise ValueError(
+            f"objective='dr' needs a family with an additive loss model "
+            f"{list(_ADDITIVE_FAMILIES)}, "
+            f"the log's family is {family.name!r}; use objective='ips' or 'auto'"
+        )
+    cache = log.__dict__.setdefault("_loss_model", {})
+    if id(inputs) not in cache:
+        start = time.perf_counter()
+        model = fit_additive_loss_model(inputs, np.asarray(log.actions), scaled)
+        model.flags.writeable = False
+        cache[id(inputs)] = model
+        log.__dict__["_loss_model_seconds"] = time.perf_counter() - start  # for benchmarks
+    return cache[id(inputs)]
+
+
 def start_statistics(
-    log: LoggedBandit, prepared: tuple, coef0: np.ndarray | None, clip: float, chunk_size
+    log: LoggedBandit,
+    prepared: tuple,
+    coef0: np.ndarray | None,
+    clip: float,
+    chunk_size,
+    loss_model: np.ndarray | None = None,
 ) -> CRMStatistics:
     """CRM statistics at the starting point w₀, once per log, w₀ and clip.
 
@@ -165,6 +218,8 @@ def start_statistics(
         Weight cap M.
     chunk_size : int or None
         Row chunk of the pass.
+    loss_model : ndarray or None, default=None
+        :func:`loss_model_of` the log (doubly robust statistics), or None (IPS).
 
     Returns
     -------
@@ -175,7 +230,7 @@ def start_statistics(
     w0 = np.zeros(family.coef_shape) if coef0 is None else np.asarray(coef0, dtype=np.float64)
     digest = hashlib.blake2b(w0.tobytes(), digest_size=16).hexdigest()
     cache = log.__dict__.setdefault("_start_statistics", {})
-    key = (id(inputs), float(clip), digest)
+    key = (id(inputs), float(clip), digest, loss_model is not None)
     if key not in cache:
         if len(cache) >= _MAX_STARTS:
             cache.clear()
@@ -188,6 +243,7 @@ def start_statistics(
             log.propensities,
             clip,
             chunk_size=chunk_size,
+            loss_model=loss_model,
         )
     return cache[key]
 
@@ -289,6 +345,13 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
     solver : {"adagrad", "lbfgs"}, default="adagrad"
         Minibatch AdaGrad with iterated variance majorization (POEM(S), Alg. 1) or L-BFGS-B
         on the exact objective (POEM(B)).
+    objective : {"ips", "dr", "auto"}, default="ips"
+        The risk estimate uᵢ inside the objective: the clipped IPS term of Eq. 13, or the
+        doubly robust term with a cross-fitted additive loss model
+        (:mod:`poem.learners._additive`; multilabel family: Hamming-type losses are additive
+        over labels, so the model's expectation under π_w is closed-form and only its
+        residual carries the joint weight Π_l σ_l/p_l). ``"auto"``: ``"dr"`` for the
+        multilabel family, ``"ips"`` otherwise.
     clip : {"p90/p10", "max/min"}, float or None, default="p90/p10"
         Clip of the importance weights (the ratio of the 90th to 10th percentile, or of the
         max to min, of the training propensities; a fixed value > 0; None for no clip), i.e. M.
@@ -379,6 +442,7 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
         *,
         policy="discrete",
         solver="adagrad",
+        objective="ips",
         clip="p90/p10",
         variance_penalty=1.0,
         variance_scale=1.0,
@@ -401,6 +465,7 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
     ):
         self.policy = policy
         self.solver = solver
+        self.objective = objective
         self.clip = clip
         self.variance_penalty = variance_penalty
         self.variance_scale = variance_scale
@@ -427,6 +492,8 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
             raise ValueError(f"policy must be one of {list(POLICIES)}, got {self.policy!r}")
         if self.solver not in SOLVERS:
             raise ValueError(f"solver must be one of {list(SOLVERS)}, got {self.solver!r}")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {list(OBJECTIVES)}, got {self.objective!r}")
         if isinstance(self.clip, str) and self.clip not in CLIP_RULES:
             raise ValueError(
                 f"clip must be one of {list(CLIP_RULES)}, a number > 0 or None, got {self.clip!r}"
@@ -523,6 +590,7 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
             coef0 = scaling.from_raw(coef0)
         clip = resolve_clip(self.clip, log.propensities)
         lam = self._resolved_variance_penalty(scaled)
+        loss_model = loss_model_of(log, (family, inputs, scaled), self.objective)
         common = dict(
             clip=clip,
             variance_penalty=lam,
@@ -530,6 +598,7 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
             tol=float(self.tol),
             chunk_size=self.chunk_size,
             coef0=coef0,
+            loss_model=loss_model,
         )
         epochs = self.max_iter if self.max_epochs is None else self.max_epochs
         actions_arr = np.asarray(log.actions)
@@ -548,7 +617,7 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
                 random_state=np.random.default_rng(seed),
                 max_iter=int(epochs),
                 initial_statistics=start_statistics(
-                    log, (family, inputs, scaled), coef0, clip, self.chunk_size
+                    log, (family, inputs, scaled), coef0, clip, self.chunk_size, loss_model
                 ),
                 **common,
             )

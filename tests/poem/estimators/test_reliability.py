@@ -50,3 +50,12 @@ def test_few_rows_carrying_the_variance_are_flagged_even_when_no_term_is_zero():
     losses = (rng.random(20_000) < 0.005).astype(float)  # ~100 losses among 20,000 rows
     estimate = snips(losses, rng.uniform(0.5, 1.5, 20_000))  # every linearised term ≠ 0
     assert any(f.startswith("few rows carry the variance") for f in estimate.flags)
+
+
+def test_tiny_spread_does_not_divide_by_an_underflowed_square():
+    # one term of 1e-80 among 1,000: m2 ≈ 1e-163 > 0 and m4 ≈ 1e-323 > 0 (subnormal), but
+    # m2² underflows to 0 (seen on a validation log scoring a very sharp multilabel policy)
+    terms = np.zeros(1000)
+    terms[0] = 1e-80
+    flags = interval_flags(terms, np.ones(1000))
+    assert flags[0].startswith("few non-zero")
