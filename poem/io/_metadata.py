@@ -19,8 +19,8 @@ import pyarrow as pa
 
 from poem.data import FAMILIES, check_loss_bounds
 from poem.exceptions import InvalidLogError, Violation
-from poem.policies._base import check_policy_size
 from poem.io._row_checks import list_column
+from poem.policies._base import check_policy_size
 
 __all__ = [
     "FORMAT_VERSION",
