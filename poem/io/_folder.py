@@ -28,6 +28,7 @@ import datetime as _dt
 import os
 import re
 import stat
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,7 @@ __all__ = [
     "is_hidden",
     "looks_like_data",
     "partition_date",
+    "remove_stale_temporaries",
     "scan_log_folder",
     "write_parquet_atomic",
 ]
@@ -248,6 +250,34 @@ def write_parquet_atomic(table: pa.Table, target: str | Path) -> Path:
         raise
     _fsync_folder(target.parent)
     return target
+
+
+_TEMP_NAME = re.compile(r"^\..+\.parquet\.[0-9a-f]{8}\.tmp$", re.IGNORECASE)
+
+
+def remove_stale_temporaries(folder: str | Path, older_than: float = 3600.0) -> list[Path]:
+    """Remove the temporary files a killed :func:`write_parquet_atomic` left in ``folder``.
+
+    Only names of its own pattern (``.<name>.parquet.<8 hex>.tmp``) last modified more than
+    ``older_than`` seconds ago: a live writer's temporary file is never that old.
+
+    Returns
+    -------
+    list of Path
+        The files removed.
+    """
+    removed = []
+    now = time.time()
+    for entry in os.scandir(folder):
+        if not (_TEMP_NAME.match(entry.name) and entry.is_file(follow_symlinks=False)):
+            continue
+        try:
+            if now - entry.stat(follow_symlinks=False).st_mtime > older_than:
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+        except FileNotFoundError:  # removed by another process meanwhile
+            continue
+    return removed
 
 
 def _fsync_folder(folder: Path) -> None:

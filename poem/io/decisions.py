@@ -25,7 +25,8 @@ What reaches the disk (exactly once, never half)
 ------------------------------------------------
 - Every file is written atomically (:func:`poem.io._folder.write_parquet_atomic`: hidden
   temporary file, fsync, rename in the same folder, page checksums): a writer killed at any
-  moment leaves complete files only, plus at most a hidden ``.part-….tmp`` that readers ignore.
+  moment leaves complete files only, plus at most a hidden ``.part-….tmp`` that readers ignore
+  (removed by the next flush into that folder once it is an hour old).
 - Exactly once per decision: before writing a date's rows, the event ids already in that
   ``date=`` folder are read (each file once per process) and those rows are not written again
   (counted as ``n_already_logged``); a flush that fails after some dates were written closes
@@ -65,7 +66,7 @@ from poem.io._decision_rows import (
     served_min_propensity,
     utc_naive,
 )
-from poem.io._folder import write_parquet_atomic
+from poem.io._folder import remove_stale_temporaries, write_parquet_atomic
 from poem.io.parquet import METADATA_KEY, log_to_frame
 
 __all__ = ["DecisionLog", "FlushReport", "served_min_propensity"]
@@ -417,6 +418,8 @@ class DecisionLog:
         table = table.replace_schema_metadata({METADATA_KEY: json.dumps(meta, sort_keys=True)})
         folder = self.path / f"date={day}"
         folder.mkdir(parents=True, exist_ok=True)
+        for stale in remove_stale_temporaries(folder):  # left by a writer killed mid-write
+            logger.warning("decision log: removed %s, left by a killed write", stale)
         stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S%f")
         target = folder / f"part-{stamp}-{uuid.uuid4().hex[:8]}.parquet"
         write_parquet_atomic(table, target)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -330,3 +332,24 @@ def test_a_request_repeating_an_event_id_is_refused_naming_it(make_policy, famil
     ) as err:
         model.predict(None, request, {"seed": 0})
     assert err.value.error_code == "INVALID_PARAMETER_VALUE"
+
+
+def test_a_flush_removes_temporary_files_a_killed_write_left_an_hour_ago(tmp_path, make_policy):
+    """Repair: stale ``.….parquet.<8 hex>.tmp`` files go; a live writer's (recent) one stays."""
+    log = _discrete_log(tmp_path)
+    folder = tmp_path / "date=2026-03-01"
+    folder.mkdir()
+    stale = folder / ".part-1.parquet.0123abcd.tmp"
+    fresh = folder / ".part-2.parquet.4567cdef.tmp"
+    other = folder / ".notes.tmp"
+    for f in (stale, fresh, other):
+        f.write_bytes(b"PAR1")
+    old = time.time() - 2 * 3600
+    os.utime(stale, (old, old))
+    os.utime(other, (old, old))
+    request, decisions = _serve(
+        StochasticPolicyModel(make_policy("discrete"), "1"), "discrete", 2, "s", 0
+    )
+    log.add_decisions(request, decisions, timestamps=[T0] * 2)
+    log.flush(force=True)
+    assert not stale.exists() and fresh.exists() and other.exists()
