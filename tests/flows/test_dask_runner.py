@@ -120,3 +120,37 @@ def test_retrain_on_partitions_equals_in_memory(tmp_path, digits_log, write_conf
     assert partitions.metrics.keys() == memory.metrics.keys()
     for key, value in memory.metrics.items():
         assert partitions.metrics[key] == pytest.approx(value, rel=1e-10, abs=1e-12), key
+
+    # a second round against each path's champion v1, fits pinned near w = 0 (μ = 10⁶): both
+    # paths select the champion re-tempered (scored on the workers / in memory) and agree
+    assert memory.decision == "promoted", memory.reasons
+    again = {}
+    for mode in ("never", "always"):
+        store = tmp_path / mode
+        config = write_config(
+            path,
+            tracking={
+                "uri": f"sqlite:///{store / 'mlflow.db'}",
+                "artifact_location": str(store / "mlartifacts"),
+                "registered_model": f"poem-{mode}",
+                "experiment": f"partitions-{mode}",
+            },
+            search={"grid": {"variance_scale": [0.0, 0.01, 0.1]}, "max_workers": 2},
+            dask={"mode": mode, "n_workers": 2, "memory_limit": "2GiB"},
+            training={
+                "params": {
+                    "solver": "lbfgs",
+                    "variance_penalty": "calibrated",
+                    "max_iter": 40,
+                    "random_state": 0,
+                    "l2_penalty": 1.0e6,
+                }
+            },
+        )
+        again[mode] = run_retrain(config)
+    memory, partitions = again["never"], again["always"]
+    assert memory.challenger_kind == partitions.challenger_kind == "champion_retempered"
+    assert partitions.best_params == memory.best_params
+    assert partitions.decision == memory.decision and partitions.previous_champion_version == "1"
+    for key, value in memory.metrics.items():
+        assert partitions.metrics[key] == pytest.approx(value, rel=1e-8, abs=1e-10), key
