@@ -10,7 +10,7 @@ Usage::
 
     source .ci/env.sh
     .venv/bin/python benchmarks/closed_loop_yeast.py --data-dir ../shared/data [--rounds 5] [--n-replays 1] \
-        [--set search.scoring=snips --set gate.estimator=snips]
+        [--set search.scoring=snips]   # gate.estimator=snips needs checks.min_propensity > 0
 """
 
 from __future__ import annotations

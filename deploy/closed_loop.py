@@ -243,7 +243,7 @@ def run_closed_loop(
     from flows.retrain import retrain
     from flows.tracking import ensure_experiment, tracking_uri_scope
     from poem.datasets import load_dataset
-    from poem.io.decisions import DecisionLog
+    from poem.io.decisions import DecisionLog, served_min_propensity
     from poem.policies import StochasticPolicy
     from poem.simulate import fit_logging_policy, true_expected_loss
 
@@ -329,6 +329,10 @@ def run_closed_loop(
                 f"models:/{tracking.registered_model}@{tracking.champion_alias}"
             )
             served = model.unwrap_python_model()
+            # the files this round writes declare the served floor: the gate's weight bound
+            log.min_propensity = served_min_propensity(
+                ds.family, served.policy.exploration_floor, ds.n_labels
+            )
             n_logged, mean_loss, n_default = _serve_round(
                 model, X_round, Y_round, ds.family, round_, seed, log
             )
