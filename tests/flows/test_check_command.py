@@ -160,8 +160,16 @@ def test_metadata_errors_name_the_key_not_every_row(digits_logs, tmp_path, capsy
     args = ["--partitions", partitions, "--scheduler", "sync"]
     assert main(["check", str(huge), *args]) == 1
     text = capsys.readouterr().out
+    # 10¹² actions × 64 features exceeds what training can hold: one error, naming n_actions
+    assert "HARD FAILURE n_features: n_features = 64 × n_actions = 1,000,000,000,000" in text, text
+    assert "quarantined 600" not in text
+    wrong = _with_metadata(
+        source, tmp_path / "wrong.parquet", json.dumps(meta | {"n_actions": 1000})
+    )
+    assert main(["check", str(wrong), *args]) == 1
+    text = capsys.readouterr().out
     assert (
-        "n_actions: declares 1,000,000,000,000 actions but every row's logging_distribution "
+        "n_actions: declares 1,000 actions but every row's logging_distribution "
         "holds 10 probabilities (one per action); declare n_actions: 10" in text
     ), text
     assert "quarantined 600" not in text
