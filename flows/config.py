@@ -363,6 +363,7 @@ class SearchConfig(_Section):
 POEM_PARAMS: dict[str, Scalar] = {
     "policy": "discrete",
     "solver": "lbfgs",
+    "objective": "auto",
     "variance_penalty": "calibrated",
     "l2_penalty": 0.0,
     "max_iter": 50,
