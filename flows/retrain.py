@@ -216,13 +216,14 @@ def _stages(cfg: Any, run: Any, fingerprint: str) -> tuple:
     champion_version, champion = load_champion(cfg.tracking)  # also warm_start: champion
     trials = _search(parts, cfg, data_key, champion, champion_version)
     serving = serving_choice(cfg.search, parts.validation.n_rows)
+    serve_floor = cfg.training.params.get("exploration_floor")  # challengers' ε, candidates too
     trials += champion_candidates(
-        champion, parts.validation, serving, cfg.search.confidence_level
+        champion, parts.validation, serving, cfg.search.confidence_level, serve_floor
     )  # the champion re-tempered, no refit (none before a promotion)
     best = select_best(trials, cfg.search)
     record_search(trials, best, run)
     if challenger_kind(trials[best].params) == RETEMPERED:
-        policy = retempered_policy(trials[best].params, champion, run)
+        policy = retempered_policy(trials[best].params, champion, serve_floor, run)
     else:
         policy = train_policy(parts, cfg.training, trials[best].params, run, champion)
     blocking = [c.name for c in propensity.warnings] if cfg.checks.block_on_warnings else []
@@ -271,13 +272,14 @@ def _partitioned_stages(cfg: Any, run: Any, _fingerprint: str) -> tuple:
             ]
             wait(futures)
             trials += [f.result() for f in futures]
+        serve_floor = cfg.training.params.get("exploration_floor")  # as in memory
         trials += champion_candidates_partitioned(
-            champion, parts, header, serving, cfg.search.confidence_level
+            champion, parts, header, serving, cfg.search.confidence_level, serve_floor
         )
         best = select_best(trials, cfg.search)
         record_search(trials, best, run)
         if challenger_kind(trials[best].params) == RETEMPERED:
-            policy = retempered_policy(trials[best].params, champion, run)
+            policy = retempered_policy(trials[best].params, champion, serve_floor, run)
         else:
             policy = train_policy_partitioned(
                 prepared, parts, header, cfg.training, trials[best].params, run, champion

@@ -122,21 +122,30 @@ def recorded(trial: Trial, params: dict) -> Trial:
 
 @task(name="champion-candidates", cache_policy=NO_CACHE, on_completion=[stage_done])
 def champion_candidates(
-    champion: Any, validation_log: Any, serving: dict, confidence_level: float
+    champion: Any, validation_log: Any, serving: dict, confidence_level: float, floor: Any = None
 ) -> list[Trial]:
     """The champion at each of ``serving``'s temperatures, scored on validation (no fit).
 
     ``serving`` is :func:`serving_choice` (without temperatures: the champion as served);
-    no champion (the logging policy) gives no candidates.
+    no champion (the logging policy) gives no candidates; ``floor`` is the challengers' ε.
     """
     return champion_trials(
-        champion, validation_log, serving.get("temperatures"), confidence_level=confidence_level
+        champion,
+        validation_log,
+        serving.get("temperatures"),
+        confidence_level=confidence_level,
+        exploration_floor=floor,
     )
 
 
 @task(name="champion-candidates", cache_policy=NO_CACHE, on_completion=[stage_done])
 def champion_candidates_partitioned(
-    champion: Any, split: Any, header: Any, serving: dict, confidence_level: float
+    champion: Any,
+    split: Any,
+    header: Any,
+    serving: dict,
+    confidence_level: float,
+    floor: Any = None,
 ) -> list[Trial]:
     """:func:`champion_candidates` on the validation partitions (one pass on the workers)."""
     return champion_trials_partitioned(
@@ -145,13 +154,14 @@ def champion_candidates_partitioned(
         header,
         serving.get("temperatures"),
         confidence_level=confidence_level,
+        exploration_floor=floor,
     )
 
 
 @task(name="retemper-champion", cache_policy=NO_CACHE, on_completion=[stage_done])
-def retempered_policy(params: dict, champion: Any, run: TrackedRun) -> Any:
+def retempered_policy(params: dict, champion: Any, floor: Any, run: TrackedRun) -> Any:
     """The selected champion candidate's policy, served in place of a refit; log its params."""
-    policy = selected_champion_policy(params, champion)
+    policy = selected_champion_policy(params, champion, floor)
     log_params(run.client(), run.run_id, {"selected": params})
     return policy
 

@@ -53,7 +53,9 @@ def _checked_temperatures(temperatures: Sequence[float] | None) -> list[float]:
     return values
 
 
-def retempered_champion(champion: StochasticPolicy, temperature: float) -> StochasticPolicy:
+def retempered_champion(
+    champion: StochasticPolicy, temperature: float, exploration_floor: float | None = None
+) -> StochasticPolicy:
     r"""The champion's served distribution re-tempered by α: :math:`\pi_{(w_c/\tau_c)/\alpha}`.
 
     Parameters
@@ -63,11 +65,15 @@ def retempered_champion(champion: StochasticPolicy, temperature: float) -> Stoch
     temperature : float
         Serving temperature α > 0 of the candidate, relative to the champion's served
         distribution (α = 1: the same probabilities), i.e. α.
+    exploration_floor : float or None, default=None
+        ε of the candidate: the floor every challenger is served with, so a candidate keeps
+        the next log's support even when the champion (the logger h₀) had none; None keeps
+        the champion's, i.e. ε.
 
     Returns
     -------
     StochasticPolicy
-        Coefficients w_c/τ_c, temperature α, the champion's exploration floor; metadata of the
+        Coefficients w_c/τ_c, temperature α, exploration floor ε; metadata of the
         champion plus ``challenger_kind``, ``retempered_from`` (the champion's
         :meth:`~poem.policies.StochasticPolicy.digest`) and ``retempered_by`` (α).
 
@@ -87,7 +93,9 @@ def retempered_champion(champion: StochasticPolicy, temperature: float) -> Stoch
         champion.family,
         champion.coef / champion.temperature,
         temperature=alpha,
-        exploration_floor=champion.exploration_floor,
+        exploration_floor=(
+            champion.exploration_floor if exploration_floor is None else exploration_floor
+        ),
         metadata=metadata,
     )
 
@@ -124,6 +132,7 @@ def champion_trials(
     temperatures: Sequence[float] | None = None,
     *,
     confidence_level: float = 0.95,
+    exploration_floor: float | None = None,
 ) -> list[Trial]:
     """Score the champion at each serving temperature on the validation log (no fit).
 
@@ -138,6 +147,8 @@ def champion_trials(
         The search's serving temperatures α (None: α = 1 only, the champion as served).
     confidence_level : float, default=0.95
         Level of the reported intervals (as the fitted trials).
+    exploration_floor : float or None, default=None
+        ε the candidates are served with (:func:`retempered_champion`).
 
     Returns
     -------
@@ -161,7 +172,9 @@ def champion_trials(
     for alpha in values:
         start = time.perf_counter()
         scores = validation_scores(
-            retempered_champion(champion, alpha), validation_log, confidence_level
+            retempered_champion(champion, alpha, exploration_floor),
+            validation_log,
+            confidence_level,
         )
         trials.append(_trial(alpha, scores, time.perf_counter() - start))
     return trials
@@ -174,6 +187,7 @@ def champion_trials_partitioned(
     temperatures: Sequence[float] | None = None,
     *,
     confidence_level: float = 0.95,
+    exploration_floor: float | None = None,
 ) -> list[Trial]:
     """:func:`champion_trials` on a partitioned split: every α in one pass over the workers.
 
@@ -189,6 +203,8 @@ def champion_trials_partitioned(
         As :func:`champion_trials`.
     confidence_level : float, default=0.95
         Level of the reported intervals.
+    exploration_floor : float or None, default=None
+        As :func:`champion_trials`.
 
     Returns
     -------
@@ -206,7 +222,7 @@ def champion_trials_partitioned(
     values = _checked_temperatures(temperatures)
     _check_fits(champion, header.family, header.n_features, header.n_actions)
     start = time.perf_counter()
-    policies = tuple(retempered_champion(champion, alpha) for alpha in values)
+    policies = tuple(retempered_champion(champion, a, exploration_floor) for a in values)
     view, probabilities = policy_rows(split.source, split.rows_for("validation"), policies)
     scores = [validation_scores(p, view, confidence_level) for p in probabilities]
     seconds = (time.perf_counter() - start) / len(values)
@@ -228,7 +244,9 @@ def challenger_kind(params: Mapping[str, Any]) -> str:
 
 
 def selected_champion_policy(
-    params: Mapping[str, Any], champion: StochasticPolicy | None
+    params: Mapping[str, Any],
+    champion: StochasticPolicy | None,
+    exploration_floor: float | None = None,
 ) -> StochasticPolicy:
     """The policy a selected champion candidate serves (:func:`retempered_champion`).
 
@@ -239,6 +257,8 @@ def selected_champion_policy(
         ``temperature``).
     champion : StochasticPolicy or None
         The champion the candidate was scored from.
+    exploration_floor : float or None, default=None
+        ε it was scored with (:func:`retempered_champion`).
 
     Returns
     -------
@@ -254,4 +274,4 @@ def selected_champion_policy(
         raise ValueError(f"params {dict(params)!r} are not a champion candidate's ({KIND_KEY})")
     if champion is None:
         raise ValueError("a champion candidate was selected but there is no champion policy")
-    return retempered_champion(champion, params["temperature"])
+    return retempered_champion(champion, params["temperature"], exploration_floor)

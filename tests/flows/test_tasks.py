@@ -125,7 +125,7 @@ def test_champion_candidates_join_the_selection(parts, trials, run):
     everything = trials + candidates
     best = select_best.fn(everything, search)
     assert everything[best].ips.value == min(t.ips.value for t in everything)
-    policy = retempered_policy.fn(candidates[2].params, champion, run)
+    policy = retempered_policy.fn(candidates[2].params, champion, None, run)
     assert (policy.temperature, policy.coef.tolist()) == (0.25, (champion.coef / 0.5).tolist())
     params = run.client().get_run(run.run_id).data.params
     assert params["selected.challenger_kind"] == "champion_retempered"

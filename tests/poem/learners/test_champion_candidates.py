@@ -62,6 +62,21 @@ def test_retempered_champion_moves_the_served_distribution_along_w(champion, log
         retempered_champion(champion, 0.0)
 
 
+def test_candidates_serve_the_challengers_floor_not_the_loggers(champion, log):
+    """A champion without a floor (h₀, the logger) re-tempered to α = 1/16 served p ≈ 1 on most
+    rows: the next round's log failed the uniform-weight check. Candidates take the floor every
+    challenger is served with."""
+    logger = champion.with_serving(exploration_floor=0.0)
+    sharp = retempered_champion(logger, 0.0625, exploration_floor=0.01)
+    assert sharp.exploration_floor == 0.01
+    assert sharp.predict_proba(log.contexts).min() >= 0.01 - 1e-12
+    trials = champion_trials(logger, log, [0.0625], exploration_floor=0.01)
+    expected = validation_scores(sharp, log, 0.95)[0].value
+    assert math.isclose(trials[0].ips.value, expected, rel_tol=1e-12)
+    picked = selected_champion_policy(trials[0].params, logger, 0.01)
+    assert picked.digest() == sharp.digest()
+
+
 def test_champion_trials_score_each_temperature_like_a_fit(champion, log):
     trials = champion_trials(champion, log, TEMPERATURES, confidence_level=0.9)
     assert [t.params for t in trials] == [
