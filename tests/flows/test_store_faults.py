@@ -12,7 +12,6 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
-from mlflow import MlflowClient
 
 from flows.cli import main
 from flows.config import load_config
@@ -161,7 +160,7 @@ def test_a_deleted_champion_folder_fails_before_training(tmp_path, logs_dir, wri
 
     config = write_config(logs_dir / "good")
     assert retrain(config).champion_version == "1"
-    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    client = client_for(load_config(config).tracking)  # the store retrain used (env included)
     location = client.get_model_version(MODEL, "1").tags["model_location"]
     folder = Path(urlparse(location).path)
     shutil.rmtree(folder)
