@@ -95,6 +95,12 @@ def test_a_start_up_held_by_another_command_waits_then_says_so_in_one_line(tmp_p
 
 def test_a_server_that_cannot_start_names_the_cause_in_one_line(tmp_path, monkeypatch):
     """A corrupt prefect.db (as a full disk or a crash can leave it): exit code 3, and why."""
+    from prefect.settings import (
+        PREFECT_API_DATABASE_CONNECTION_URL,
+        PREFECT_HOME,
+        temporary_settings,
+    )
+
     from flows.prefect_server import PrefectServerError, TemporaryServer
 
     home = tmp_path / "prefect"
@@ -102,7 +108,13 @@ def test_a_server_that_cannot_start_names_the_cause_in_one_line(tmp_path, monkey
     (home / "prefect.db").write_bytes(b"not a database " * 100)
     monkeypatch.setenv("PREFECT_HOME", str(home))
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
-    server = TemporaryServer().start()
+    # the server takes this process's Prefect settings: a test harness active earlier in the
+    # session would give it the harness's database instead of the corrupt one
+    database = f"sqlite+aiosqlite:///{home / 'prefect.db'}"
+    with temporary_settings(
+        updates={PREFECT_HOME: str(home), PREFECT_API_DATABASE_CONNECTION_URL: database}
+    ):
+        server = TemporaryServer().start()
     try:
         with pytest.raises(PrefectServerError) as info:
             server.wait(timeout=300)
