@@ -27,6 +27,7 @@ __all__ = [
     "decision_coin",
     "gate_decision",
     "gate_rows",
+    "policy_total_variation",
     "weight_bound",
 ]
 
@@ -79,6 +80,10 @@ class GateRows:
         π_h(yᵢ|xᵢ); None when the champion is the logging policy.
     loss_bounds : tuple of float
         Declared (δ_min, δ_max).
+    total_variation : ndarray of shape (n_samples,) or None, default=None
+        TV(xᵢ) = ½ Σ_y |π_c(y|xᵢ) − π_h(y|xᵢ)| (:func:`policy_total_variation`); None when
+        the champion is the logging policy or the policies' full distributions are unknown
+        (then a policy champion needs a declared weight bound for power).
     """
 
     losses: np.ndarray
@@ -86,12 +91,57 @@ class GateRows:
     challenger_probabilities: np.ndarray
     champion_probabilities: np.ndarray | None
     loss_bounds: tuple[float, float]
+    total_variation: np.ndarray | None = None
+
+
+_TV_CHUNK = 1_000_000  # probabilities (rows × actions) held at once per policy
+
+
+def policy_total_variation(challenger: Any, champion: Any, log: Any) -> np.ndarray | None:
+    r"""The two policies' total variation distance at each row's context.
+
+    .. math:: \mathrm{TV}(x_i) = \tfrac12 \textstyle\sum_y |\pi_c(y|x_i) - \pi_h(y|x_i)|
+
+    computed from the served distributions (``predict_proba``) of discrete-action policies on
+    the log's contexts, in chunks of rows. It depends on the contexts only, never on the
+    logged actions or losses, so the gate may use it before the rows' outcomes are seen.
+
+    Returns
+    -------
+    ndarray of shape (n_samples,) or None
+        A :class:`~poem.partitioned_log.RowsView` of two
+        :class:`~poem.partitioned_log.FixedProbabilities` gives the TV its workers computed.
+        None when ``champion`` is None (the logging policy, whose distribution the log does
+        not hold), when either policy is not a discrete-action :class:`StochasticPolicy`
+        (multilabel, candidate sets, per-row probabilities only) or the log has no contexts.
+    """
+    policies = (challenger, champion)
+    contexts = getattr(log, "contexts", None)
+    if champion is None:
+        return None
+    given = getattr(log, "total_variation", None)  # computed where the rows live
+    if given is not None and all(hasattr(p, "probabilities") for p in policies):
+        return np.asarray(given, dtype=np.float64)
+    if contexts is None:
+        return None
+    if any(getattr(getattr(p, "family", None), "name", None) != "discrete" for p in policies):
+        return None
+    n = int(contexts.shape[0])
+    width = max(int(getattr(challenger.family, "n_actions", 1) or 1), 1)
+    step = max(1, _TV_CHUNK // width)
+    out = np.empty(n)
+    for start in range(0, n, step):
+        rows = contexts[start : start + step]
+        pc, ph = (np.asarray(p.predict_proba(rows), dtype=np.float64) for p in policies)
+        out[start : start + step] = 0.5 * np.abs(pc - ph).sum(axis=1)
+    return np.clip(out, 0.0, 1.0)
 
 
 def gate_rows(challenger: Any, champion: Any, log: Any) -> GateRows:
     """The :class:`GateRows` of two policies on a log (or on a partitioned test split's view).
 
-    ``champion`` None is the logging policy; policies need ``log_action_probability_on``.
+    ``champion`` None is the logging policy; policies need ``log_action_probability_on``;
+    discrete-action policies on a log with contexts also give :func:`policy_total_variation`.
     """
     return GateRows(
         np.asarray(log.losses, dtype=np.float64),
@@ -99,6 +149,7 @@ def gate_rows(challenger: Any, champion: Any, log: Any) -> GateRows:
         np.asarray(challenger.log_action_probability_on(log), dtype=np.float64),
         None if champion is None else np.asarray(champion.log_action_probability_on(log)),
         tuple(float(v) for v in log.loss_bounds),
+        policy_total_variation(challenger, champion, log),
     )
 
 
@@ -224,6 +275,7 @@ def gate_decision(
         max_weight=bound,
         randomization=randomization,
         order_seed=order_seed,
+        total_variation=None if rows.champion_probabilities is None else rows.total_variation,
     )
     reasons = tuple(comparison.reasons)
     if attempt is not None:

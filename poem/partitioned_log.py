@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from poem.gate import counterfactual_ab_test
+from poem.gate import counterfactual_ab_test, policy_total_variation
 from poem.splits import split_rows, split_summary
 
 __all__ = [
@@ -207,6 +207,7 @@ class RowsView:
     losses: np.ndarray
     propensities: np.ndarray
     loss_bounds: tuple[float, float]
+    total_variation: np.ndarray | None = None  # of the first two policies (the gate's pair)
 
     @property
     def n_rows(self) -> int:
@@ -234,7 +235,8 @@ def _policy_rows(log: Any, rows: np.ndarray, *, policies: tuple) -> tuple | None
         return None
     part = log.take(rows)
     probs = tuple(p.log_action_probability_on(part) for p in policies)
-    return np.asarray(part.losses), part.propensities, part.loss_bounds, probs
+    tv = policy_total_variation(*policies[:2], part) if len(policies) == 2 else None
+    return np.asarray(part.losses), part.propensities, part.loss_bounds, probs, tv
 
 
 def policy_rows(
@@ -269,6 +271,7 @@ def policy_rows(
         np.concatenate([p[0] for p in pieces]),
         np.concatenate([p[1] for p in pieces]),
         pieces[0][2],
+        None if any(p[4] is None for p in pieces) else np.concatenate([p[4] for p in pieces]),
     )
     probs = [
         FixedProbabilities(np.concatenate([p[3][j] for p in pieces])) for j in range(len(policies))

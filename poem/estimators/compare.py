@@ -265,6 +265,7 @@ def compare_policies(
     max_weight: float | None = None,
     randomization: float | None = None,
     order_seed: int | None = 0,
+    total_variation: Any = None,
 ) -> PolicyComparison:
     r"""Paired off-policy comparison of a challenger with the champion, and the gate's decision.
 
@@ -342,6 +343,12 @@ def compare_policies(
     order_seed : int or None, default=0
         Seed of the random order of the rows for the bound (recorded in the result); None
         keeps the order given (only for rows that are already in a random order).
+    total_variation : array-like of shape (n_samples,) or None, default=None
+        TV(xᵢ) = ½ Σ_y |π_c(y|xᵢ) − π_h(y|xᵢ)|, the two policies' total variation distance
+        at each row's context, in [0, 1] (:func:`poem.gate.policy_total_variation`). Against
+        a policy champion the bound then bets on terms bounded below by −(δ_max − δ_min)·TV
+        that need no weight bound (:func:`~poem.estimators.gate_options.total_variation_terms`);
+        None: only the logged actions' probabilities are known.
 
     Returns
     -------
@@ -386,6 +393,7 @@ def compare_policies(
     bounds = _check_loss_bounds(raw, loss_bounds)
     bound = _check_max_weight(max_weight, wc, wh)
     coin = _check_randomization(randomization)
+    tv = _check_total_variation(total_variation, wc.size)
     kwargs = {"confidence_level": level, "interval": interval, "random_state": random_state}
     challenger = shift_estimate(_dispatch(estimator, d, wc, clip, **kwargs), c)
     champion = shift_estimate(_dispatch(estimator, d, wh, clip, **kwargs), c)
@@ -400,6 +408,7 @@ def compare_policies(
         confidence_level=level,
         randomization=coin,
         order_seed=order_seed,
+        total_variation=tv,
     )
     # a challenger with the champion's probability of every logged action cannot be shown
     # better (the bound-free terms would add the noise (b − a)(r^h − 1) to its zero terms)
@@ -415,6 +424,7 @@ def compare_policies(
     # ~1e-17 with a standard error of ~0; without a noise floor its "bound" would be below 0.
     noise = 1e3 * np.finfo(np.float64).eps * float(np.mean(np.abs(d) * (np.abs(wc) + np.abs(wh))))
     improves = bool(ucb < -max(epsilon, noise))
+    logger = bool(np.all(wh == 1.0))
     enough = bool(challenger.effective_sample_size >= n_min)
     reasons = (
         f"{'passed' if improves else 'failed'}: improvement: the one-sided {100 * level:g}% upper "
@@ -424,7 +434,7 @@ def compare_policies(
         f"{'passed' if enough else 'failed'}: effective sample size: the challenger's is "
         f"{challenger.effective_sample_size:,.1f} of {d.size:,} rows, "
         f"{'at least' if enough else 'below'} min_ess = {n_min:,.4g}",
-        f"assumed: {gate_option(estimator).assumption(bool(np.all(wh == 1.0)), bound)}",
+        f"assumed: {gate_option(estimator).assumption(logger, bound, tv is not None)}",
     )
     return PolicyComparison(
         challenger,
@@ -451,6 +461,18 @@ def _check_loss_bounds(losses: np.ndarray, loss_bounds: Any) -> tuple[float, flo
         (losses < lo) | (losses > hi), "losses", f"are outside loss_bounds {lo:g}..{hi:g}"
     )
     return lo, hi
+
+
+def _check_total_variation(values: Any, n: int) -> np.ndarray | None:
+    if values is None:
+        return None
+    tv = np.asarray(values, dtype=np.float64)
+    if tv.shape != (n,):
+        raise ValueError(f"total_variation has shape {tv.shape}, expected ({n},) (one per row)")
+    _check_values(
+        ~np.isfinite(tv) | (tv < 0) | (tv > 1 + 1e-9), "total_variation", "are outside [0, 1]"
+    )
+    return np.minimum(tv, 1.0)
 
 
 def _check_max_weight(max_weight: Any, wc: np.ndarray, wh: np.ndarray) -> float | None:

@@ -33,6 +33,7 @@ __all__ = [
     "gate_option",
     "paired_terms",
     "snips_baseline_terms",
+    "total_variation_terms",
 ]
 
 _PRIOR_ROWS = 1.0  # the SNIPS baselines start at δ_max with the weight of one pseudo-row
@@ -86,6 +87,32 @@ def bound_free_terms(losses, rc, rh, loss_bounds):
     a, b = loss_bounds
     terms = (b - losses) * rc + (losses - a) * rh - (b - a)
     return terms, np.full(terms.shape[:-1] + (1,), -(b - a))
+
+
+def total_variation_terms(losses, rc, rh, loss_bounds, total_variation):
+    r"""Paired terms with a control variate: bounded below by −(b − a)·TV, no weight bound.
+
+    .. math::
+
+        X_i = (b - \delta_i)\,(r^c_i - r^h_i)_+ + (\delta_i - a)\,(r^h_i - r^c_i)_+
+              - (b - a)\,\mathrm{TV}(x_i) \ \ge\ -(b - a)\,\mathrm{TV}(x_i)
+
+    where TV(x) = ½ Σ_y |π_c(y|x) − π_h(y|x)| is the two policies' total variation distance
+    at row i's context (known from the policies before the row's action and loss are seen).
+    They are :func:`paired_terms` plus the control variate (b − a)[(r^h − r^c)₊ − TV(x)],
+    whose conditional mean given xᵢ is 0 (E[(r^h − r^c)₊ | x] = Σ_y (π_h − π_c)₊ = TV(x)
+    when the logger can take every action; ≤ TV(x) otherwise, which only lowers the mean),
+    so E[Xᵢ | xᵢ] is the improvement at xᵢ, for any logger and without a weight bound. The
+    lower bound is the window's max TV (fixed given the window's contexts, so the bets do
+    not depend on which row comes next). Any upper bound on TV(x) in [0, 1] keeps them valid
+    (the mean only goes down).
+    """
+    a, b = loss_bounds
+    gap = rc - rh
+    terms = (b - losses) * np.maximum(gap, 0.0) + (losses - a) * np.maximum(-gap, 0.0)
+    tv = np.broadcast_to(np.asarray(total_variation, dtype=np.float64), terms.shape)
+    terms = terms - (b - a) * tv
+    return terms, -(b - a) * np.max(tv, axis=-1, keepdims=True)
 
 
 def _predictable_snips(losses: np.ndarray, weights: np.ndarray, start: float) -> np.ndarray:
@@ -153,12 +180,26 @@ class GateOption:
         if not self.uses_clip and clip is not None:
             raise ValueError(f"clip is only used by estimator 'clipped_ips', not {self.name!r}")
 
-    def capitals(self, losses, rc, rh, *, loss_bounds, max_weight, clip, logger) -> list[Capital]:
-        """The capital processes of the bound (their capitals are averaged)."""
+    def capitals(
+        self, losses, rc, rh, *, loss_bounds, max_weight, clip, logger, total_variation=None
+    ) -> list[Capital]:
+        """The capital processes of the bound (their capitals are averaged).
+
+        ``total_variation``: TV(xᵢ) of the two policies per row (:func:`total_variation_terms`),
+        or None when only the logged actions' probabilities are known.
+        """
         raise NotImplementedError
 
-    def assumption(self, logger: bool, max_weight: float | None) -> str:
+    def assumption(
+        self, logger: bool, max_weight: float | None, total_variation: bool = False
+    ) -> str:
         """What the guarantee assumes beyond independent rows, correct propensities and losses."""
+        if not logger and total_variation:
+            return (
+                "no weight bound: the terms (b - δ)(r^c - r^h)+ + (δ - a)(r^h - r^c)+ - "
+                "(b - a)TV(x) >= -(b - a), TV(x) the policies' total variation at each row's "
+                "context"
+            )
         if max_weight is not None and (self.needs_weight_bound(logger)):
             return f"every importance weight <= the declared bound B = {max_weight:.4g}"
         if max_weight is None and not logger:
@@ -172,16 +213,22 @@ class GateOption:
 class IPSOption(GateOption):
     """``ips``: the paired terms (b − δ)(r^c − r^h).
 
-    Against the logger L = −(b − a) and κ = ½. Against a policy with a declared B,
-    L = −(b − a)B and κ = 0.99 (the cap κ/(m − L) binds, so κ near 1 keeps the power); without
-    B, :func:`bound_free_terms` with κ = ½.
+    Against the logger L = −(b − a) and κ = ½. Against a policy with the policies'
+    total variation per row, :func:`total_variation_terms` (no weight bound, κ = ½); else
+    with a declared B, L = −(b − a)B and κ = 0.99 (the cap κ/(m − L) binds, so κ near 1
+    keeps what power there is); else :func:`bound_free_terms` with κ = ½.
     """
 
     name = "ips"
 
-    def capitals(self, losses, rc, rh, *, loss_bounds, max_weight, clip, logger):
+    def capitals(
+        self, losses, rc, rh, *, loss_bounds, max_weight, clip, logger, total_variation=None
+    ):
         if logger:
             return [Capital(*paired_terms(losses, rc, rh, loss_bounds, None, True), 0.5)]
+        if total_variation is not None:
+            tv = total_variation_terms(losses, rc, rh, loss_bounds, total_variation)
+            return [Capital(*tv, 0.5)]
         if max_weight is None:
             return [Capital(*bound_free_terms(losses, rc, rh, loss_bounds), 0.5)]
         return [Capital(*paired_terms(losses, rc, rh, loss_bounds, max_weight, False), 0.99)]
@@ -192,16 +239,28 @@ class ClippedIPSOption(GateOption):
 
     Because b − δ ≥ 0, capping only the challenger's weights lowers the terms: their mean is
     at most the improvement (pessimistic); the unclipped capital keeps the power a low clip
-    would lose (at most log 2 of evidence).
+    would lose (at most log 2 of evidence). Against a policy with the policies' total
+    variation per row it is ``ips`` (:func:`total_variation_terms` need no clip).
     """
 
     name = "clipped_ips"
     uses_clip = True
 
-    def capitals(self, losses, rc, rh, *, loss_bounds, max_weight, clip, logger):
+    def capitals(
+        self, losses, rc, rh, *, loss_bounds, max_weight, clip, logger, total_variation=None
+    ):
         exact = IPSOption().capitals(
-            losses, rc, rh, loss_bounds=loss_bounds, max_weight=max_weight, clip=None, logger=logger
-        )[0]
+            losses,
+            rc,
+            rh,
+            loss_bounds=loss_bounds,
+            max_weight=max_weight,
+            clip=None,
+            logger=logger,
+            total_variation=total_variation,
+        )
+        if not logger and total_variation is not None:
+            return exact
         capped = np.minimum(float(clip), rc)
         if logger or max_weight is None:
             terms, lower = (
@@ -211,14 +270,15 @@ class ClippedIPSOption(GateOption):
             )
         else:
             terms, lower = paired_terms(losses, capped, rh, loss_bounds, max_weight, False)
-        return [Capital(terms, lower, exact.max_bet_fraction), exact]
+        return [Capital(terms, lower, exact[0].max_bet_fraction), *exact]
 
 
 class SNIPSOption(GateOption):
     """``snips``: SNIPS-baseline terms, κ = 0.99; needs the declared weight bound B.
 
     L depends on B, which must be declared (refused at config load otherwise). Against the
-    logging policy the capital is averaged with the ``ips`` one (κ = ½).
+    logging policy the capital is averaged with the ``ips`` one (κ = ½); against a policy
+    with the policies' total variation per row, with the :func:`total_variation_terms` one.
     """
 
     name = "snips"
@@ -226,23 +286,35 @@ class SNIPSOption(GateOption):
     def needs_weight_bound(self, logger: bool) -> bool:
         return True
 
-    def capitals(self, losses, rc, rh, *, loss_bounds, max_weight, clip, logger):
+    def capitals(
+        self, losses, rc, rh, *, loss_bounds, max_weight, clip, logger, total_variation=None
+    ):
+        ips = IPSOption().capitals(
+            losses,
+            rc,
+            rh,
+            loss_bounds=loss_bounds,
+            max_weight=max_weight,
+            clip=None,
+            logger=logger,
+            total_variation=total_variation,
+        )
         if max_weight is None:  # library callers: fall back to the terms that need no bound
-            return IPSOption().capitals(
-                losses, rc, rh, loss_bounds=loss_bounds, max_weight=None, clip=None, logger=logger
-            )
+            return ips
         own = Capital(*snips_baseline_terms(losses, rc, rh, loss_bounds, max_weight, logger), 0.99)
-        if not logger:
+        if not logger and total_variation is None:
             return [own]
-        # against the logger the declared B puts L far below what the terms reach, and the
-        # capped bets lose the near-uniform power: average with the ips capital (log 2)
-        return [own, Capital(*paired_terms(losses, rc, rh, loss_bounds, None, True), 0.5)]
+        # the declared B puts L far below what the terms reach, and the capped bets lose the
+        # power: average with the ips capital (at most log 2 of evidence)
+        return [own, *ips]
 
-    def assumption(self, logger: bool, max_weight: float | None) -> str:
+    def assumption(
+        self, logger: bool, max_weight: float | None, total_variation: bool = False
+    ) -> str:
         if max_weight is None:
             return (
                 "no weight bound declared, so not the snips terms (they need one): the bound "
-                "uses the ips terms, " + IPSOption().assumption(logger, None)
+                "uses the ips terms, " + IPSOption().assumption(logger, None, total_variation)
             )
         return super().assumption(logger, max_weight)
 

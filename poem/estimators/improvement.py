@@ -66,6 +66,7 @@ def improvement_capitals(
     loss_bounds: tuple[float, float],
     max_weight: float | None = None,
     clip: float | None = None,
+    total_variation: Any = None,
 ) -> list[Capital]:
     r"""The capital processes of ``estimator``'s bound on the rows in the order given.
 
@@ -92,6 +93,10 @@ def improvement_capitals(
         propensity); None: no bound is known, and only terms that need none are used.
     clip : float or None, default=None
         Cap M of the challenger's weights for ``"clipped_ips"``.
+    total_variation : array-like of shape (..., n_samples) or None, default=None
+        TV(xᵢ) = ½ Σ_y |π_c(y|xᵢ) − π_h(y|xᵢ)| per row (or an upper bound in [0, 1]); with a
+        policy champion the bound then uses terms that need no weight bound and keep the
+        paired terms' power (:func:`~poem.estimators.gate_options.total_variation_terms`).
 
     Returns
     -------
@@ -108,8 +113,16 @@ def improvement_capitals(
     rc = np.asarray(challenger_weights, dtype=np.float64)
     rh = np.asarray(champion_weights, dtype=np.float64)
     logger = bool(np.all(rh == 1.0))
+    tv = None if total_variation is None else np.asarray(total_variation, dtype=np.float64)
     return gate_option(estimator).capitals(
-        d, rc, rh, loss_bounds=(a, b), max_weight=max_weight, clip=clip, logger=logger
+        d,
+        rc,
+        rh,
+        loss_bounds=(a, b),
+        max_weight=max_weight,
+        clip=clip,
+        logger=logger,
+        total_variation=tv,
     )
 
 
@@ -125,6 +138,7 @@ def improvement_lower_bound(
     confidence_level: float = 0.95,
     randomization: Any = None,
     order_seed: Any = 0,
+    total_variation: Any = None,
 ) -> np.ndarray | float:
     r"""Lower confidence bound on the window's average R(champion) − R(challenger).
 
@@ -163,6 +177,8 @@ def improvement_lower_bound(
     order_seed : int, Generator or None, default=0
         Seed of the random order σ (one permutation per log); None keeps the given order
         (only for rows already in a random order).
+    total_variation : array-like of shape (..., n_samples) or None, default=None
+        The policies' total variation per row (see :func:`improvement_capitals`).
 
     Returns
     -------
@@ -176,9 +192,20 @@ def improvement_lower_bound(
     Ramdas & Manole (2023), Randomized and exchangeable improvements of Markov's,
     Chebyshev's and Chernoff's inequalities, arXiv:2304.02611, §4 (randomized Ville).
     """
-    d, rc, rh = shuffle_rows(order_seed, losses, challenger_weights, champion_weights)
+    arrays = (losses, challenger_weights, champion_weights)
+    if total_variation is None:
+        (d, rc, rh), tv = shuffle_rows(order_seed, *arrays), None
+    else:
+        d, rc, rh, tv = shuffle_rows(order_seed, *arrays, total_variation)
     capitals = improvement_capitals(
-        d, rc, rh, estimator=estimator, loss_bounds=loss_bounds, max_weight=max_weight, clip=clip
+        d,
+        rc,
+        rh,
+        estimator=estimator,
+        loss_bounds=loss_bounds,
+        max_weight=max_weight,
+        clip=clip,
+        total_variation=tv,
     )
     a, b = loss_bounds
     terms = np.stack([c.terms for c in capitals])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -121,11 +123,18 @@ def test_the_gate_decides_from_per_row_vectors(synthetic_problem):
         rows.challenger_probabilities.copy(),
         rows.champion_probabilities.copy(),
         rows.loss_bounds,
+        rows.total_variation.copy(),
     )
     via_rows = gate_decision(copied, min_ess=10, min_propensity=floor)
     assert via_rows.upper_bound == via_log.upper_bound and via_rows.promote == via_log.promote
     assert via_log.max_weight == pytest.approx(1 / floor) and via_log.order_seed == 0
     assert via_log.reasons[2] == (
+        "assumed: no weight bound: the terms (b - δ)(r^c - r^h)+ + (δ - a)(r^h - r^c)+ - "
+        "(b - a)TV(x) >= -(b - a), TV(x) the policies' total variation at each row's context"
+    )
+    # without the policies' distributions the declared bound is what the gate can use
+    blind = gate_decision(replace(copied, total_variation=None), min_ess=10, min_propensity=floor)
+    assert blind.reasons[2] == (
         f"assumed: every importance weight <= the declared bound B = {1 / floor:.4g}"
     )
 
@@ -135,7 +144,10 @@ def test_the_weight_bound_is_declared_never_read_off_the_log(synthetic_problem):
     challenger, champion = _oracle(synthetic_problem, 8.0), _oracle(synthetic_problem, 2.0)
     no_bound = counterfactual_ab_test(challenger, champion, log, min_ess=10)
     assert no_bound.max_weight is None
-    assert no_bound.reasons[2].startswith("assumed: no weight bound (none declared)")
+    assert no_bound.reasons[2].startswith("assumed: no weight bound: the terms")
+    rows = replace(gate_rows(challenger, champion, log), total_variation=None)
+    blind = gate_decision(rows, min_ess=10)
+    assert blind.reasons[2].startswith("assumed: no weight bound (none declared)")
     snips = counterfactual_ab_test(challenger, champion, log, min_ess=10, estimator="snips")
     assert "not the snips terms (they need one)" in snips.reasons[2]
     assert weight_bound(log.propensities, None) is None
