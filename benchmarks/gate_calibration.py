@@ -93,6 +93,7 @@ RETRY_FRACTION = 0.2  # gate.retry_fraction: attempt k gets α·(1 − q)·q^(k�
 FIRST_ALPHA = ALPHA * (1 - RETRY_FRACTION)  # what a first attempt on a window spends
 ATTEMPTS = (1, 2, 5, 20)
 RANDOMIZED = tuple(f"{e}+coin" for e in GATE_ESTIMATORS)  # gate.randomized: true
+INPUTS = {"floor": True, "tv": True}  # --no-floor, --no-tv: what the gate is given
 OLD_RULE = "t (old rule)"  # one-sided t on (δ_max − δᵢ)(r^c_i − r^h_i): not valid, for reference
 
 
@@ -307,6 +308,12 @@ def _decisions(setting, rng, reps, n, challenger, champion, clip, alpha=FIRST_AL
         ctx, actions, losses, p = setting.draw(rng, m, n) if draw is None else draw
         wc = challenger[ctx, actions] / p
         wh = np.ones_like(wc) if champion is None else champion[ctx, actions] / p
+        # the policies' total variation at each row's context (poem.gate.policy_total_variation)
+        tv = (
+            0.5 * np.abs(challenger - champion).sum(axis=1)[ctx]
+            if champion is not None and INPUTS["tv"]
+            else None
+        )
         ess = wc.sum(1) ** 2 / (wc**2).sum(1)
         coin = 1.0 - rng.random(m)  # U in (0, 1], one per log (as decision_coin per challenger)
         order = int(rng.integers(2**31))  # the gate's order_seed (one permutation per log)
@@ -317,8 +324,9 @@ def _decisions(setting, rng, reps, n, challenger, champion, clip, alpha=FIRST_AL
                 wh,
                 estimator=estimator,
                 loss_bounds=(0.0, 1.0),
-                max_weight=setting.max_weight,
+                max_weight=setting.max_weight if INPUTS["floor"] else None,
                 clip=clip if estimator == "clipped_ips" else None,
+                total_variation=tv,
                 confidence_level=1 - alpha,
                 randomization=coin if randomized else None,
                 order_seed=order,
@@ -556,11 +564,21 @@ def main() -> None:
     )
     parser.add_argument("--attempts-n", type=int, default=500)
     parser.add_argument("--attempts-reps", type=int, default=500)
+    parser.add_argument(
+        "--no-floor", action="store_true", help="declare no min_propensity (no weight bound B)"
+    )
+    parser.add_argument(
+        "--no-tv",
+        action="store_true",
+        help="do not give the gate the policies' total variation per row (logged actions only)",
+    )
     args = parser.parse_args()
+    INPUTS.update(floor=not args.no_floor, tv=not args.no_tv)
     settings = make_settings(args.seed)
     rng = np.random.default_rng(args.seed + 1)
     sizes = [int(v) for v in args.n.split(",")]
     results: dict = {
+        "inputs": dict(INPUTS),
         "alpha": ALPHA,
         "reps": args.reps,
         "cells": [],
@@ -570,6 +588,10 @@ def main() -> None:
         "attempts": [],
     }
     start = time.perf_counter()
+    print(
+        f"declared floor: {'yes' if INPUTS['floor'] else 'none'}; policies' total variation "
+        f"per row: {'yes' if INPUTS['tv'] else 'no'}"
+    )
     _production(args, rng, results)
     _attempts_table(args, settings, rng, results)
     for name in filter(None, args.settings.split(",")):

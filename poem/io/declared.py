@@ -3,51 +3,58 @@
 The gate's weight bound must be known before the test rows are seen: the logger's declared
 minimum propensity (metadata key ``min_propensity``, written by logs whose policy knows its
 floor), or ``checks.min_propensity`` from the config. :func:`declared_min_propensity` reads
-the metadata of a log's files (Parquet footers, a CSV's ``.meta.json``) without reading rows;
-:func:`gate_min_propensity` combines it with the configured floor.
+the metadata of a log's files (Parquet footers, a CSV's ``.meta.json``) without reading rows
+and combines the files' floors exactly as reading the log does
+(:func:`poem.io.parquet._combined_metadata`: the smallest, nothing when one file declares
+none); :func:`gate_min_propensity` combines it with the configured floor.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 
 from poem.io._metadata import METADATA_KEY, LogMetadata, check_metadata
 from poem.io.logs import log_files
+from poem.io.parquet import _combined_metadata
 
 __all__ = ["declared_min_propensity", "gate_min_propensity"]
 
 
-def _declared(file: Path) -> float | None:
+def _declared_metadata(file: Path) -> Any:
+    """The metadata a Parquet footer or a ``.meta.json`` declares (None: none)."""
     if file.suffix.lower() == ".parquet":
         raw = (pq.read_schema(file).metadata or {}).get(METADATA_KEY.encode())
-    elif file.name.endswith(".meta.json"):
-        raw = file.read_bytes()
     else:
-        return None
-    if not raw:
-        return None
-    return check_metadata(LogMetadata.from_dict(json.loads(raw))).min_propensity
+        raw = file.read_bytes()
+    return json.loads(raw) if raw else None
 
 
 def declared_min_propensity(path: str | Path) -> float | None:
-    """The smallest ``min_propensity`` the log's files declare; None if any declares none.
+    """The ``min_propensity`` the log declares: the smallest of its files', None if one has none.
 
     A log whose partitions come from several logging policies is bounded by the smallest of
-    their floors; one partition without a declaration leaves the log without a bound.
+    their floors; one partition without a declaration leaves the log without a bound (the
+    combination reading the log applies, :func:`poem.io.parquet._combined_metadata`).
 
     Raises
     ------
     InvalidLogError
-        When a file's metadata is invalid (naming the key).
+        When the declared metadata is invalid (naming the key).
     """
-    files = [f for f in log_files(path) if f.suffix.lower() != ".csv"]
-    floors = [_declared(f) for f in files]
-    if not floors or any(f is None for f in floors):
+    files = [f for f in log_files(path) if f.suffix.lower() == ".parquet" or _sidecar(f)]
+    metas = [_declared_metadata(f) for f in files]
+    meta = _combined_metadata(metas) if metas else None
+    if not isinstance(meta, dict) or meta.get("min_propensity") is None:
         return None
-    return min(f for f in floors if f is not None)
+    return check_metadata(LogMetadata.from_dict(meta)).min_propensity
+
+
+def _sidecar(file: Path) -> bool:
+    return file.name.endswith(".meta.json")
 
 
 def gate_min_propensity(declared: float | None, configured: float) -> float | None:
