@@ -6,7 +6,9 @@ The math (which attempt a gate decision is, the α it may spend, when windows ov
 recorded *before* the decision is made, so a run that crashes after the gate has still spent
 its α; a re-run, a new seed or a new grid on an overlapping test window is the next attempt.
 Entries against earlier champions are dropped when an attempt is recorded: a promotion
-starts a new ledger.
+starts a new ledger. The read-modify-write of the tag runs under the registered model's
+promotion lock (:func:`flows.registry_lock.registry_lock`), so two concurrent retrains on
+one test window get attempts k and k + 1, never both k.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 from mlflow.exceptions import MlflowException
 
 from flows.config import GateConfig, TrackingConfig
+from flows.registry_lock import registry_lock
 from poem.ledger import (
     Attempt,
     LedgerEntry,
@@ -80,15 +83,18 @@ def record_attempt(
     Attempt
     """
     champion = champion_version or LOGGING_POLICY
-    entries = [e for e in read_ledger(client, tracking) if e.champion == champion]
-    attempt = next_attempt(
-        entries,
-        champion,
-        window,
-        alpha=1.0 - gate.confidence_level,
-        retry_fraction=gate.retry_fraction,
-    )
-    entries.append(LedgerEntry(champion, window, attempt.number, attempt.alpha, run_id))
-    _ensure_model(client, tracking.registered_model)
-    client.set_registered_model_tag(tracking.registered_model, LEDGER_TAG, entries_to_json(entries))
+    with registry_lock(client, tracking.uri, tracking.registered_model):
+        entries = [e for e in read_ledger(client, tracking) if e.champion == champion]
+        attempt = next_attempt(
+            entries,
+            champion,
+            window,
+            alpha=1.0 - gate.confidence_level,
+            retry_fraction=gate.retry_fraction,
+        )
+        entries.append(LedgerEntry(champion, window, attempt.number, attempt.alpha, run_id))
+        _ensure_model(client, tracking.registered_model)
+        client.set_registered_model_tag(
+            tracking.registered_model, LEDGER_TAG, entries_to_json(entries)
+        )
     return attempt

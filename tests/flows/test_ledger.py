@@ -1,6 +1,7 @@
 """The gate's attempt ledger as a registered-model tag (:mod:`flows.ledger`), real MLflow."""
 
 import json
+import threading
 
 import pytest
 
@@ -36,3 +37,27 @@ def test_re_runs_on_one_window_cannot_draw_alpha_afresh(tracking):
     assert record_attempt(client, tracking, None, february, gate, "r4").number == 1
     assert record_attempt(client, tracking, "1", january, gate, "r5").number == 1
     assert {e.champion for e in read_ledger(client, tracking)} == {"1"}
+
+
+def test_concurrent_attempts_on_one_window_each_get_their_own_number(tracking):
+    # two retrains recording at once: without the lock both read k − 1 entries and one
+    # write is lost (two "attempt k", each spending α_k)
+    client_for(tracking).create_registered_model(tracking.registered_model)
+    window = TestWindow(rows="same-rows")
+    start = threading.Barrier(2)
+    numbers = []
+
+    def record(worker):
+        client = client_for(tracking)
+        start.wait()
+        for k in range(4):
+            attempt = record_attempt(client, tracking, None, window, GateConfig(), f"{worker}{k}")
+            numbers.append(attempt.number)
+
+    threads = [threading.Thread(target=record, args=(w,)) for w in "ab"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(numbers) == list(range(1, 9))
+    assert len(read_ledger(client_for(tracking), tracking)) == 8
