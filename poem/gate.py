@@ -83,7 +83,7 @@ class GateRows:
     total_variation : ndarray of shape (n_samples,) or None, default=None
         TV(xᵢ) = ½ Σ_y |π_c(y|xᵢ) − π_h(y|xᵢ)| (:func:`policy_total_variation`); None when
         the champion is the logging policy or the policies' full distributions are unknown
-        (then a policy champion needs a declared weight bound for power).
+        (then the bound against a policy champion uses the declared weight bound: less power).
     """
 
     losses: np.ndarray

@@ -87,8 +87,8 @@ def test_runnable_readme_blocks_work_verbatim(tmp_path):
         )
         ran.append((body, done.stdout))
     outputs = "\n".join(out for _, out in ran)
-    # the demo, in an empty folder: day 1 promoted v1; day 2's challenger is rejected against
-    # the policy champion v1 (no declared floor: the gate's bound-free terms, README demo text)
-    assert "decision=rejected champion=1" in outputs
+    # the demo, in an empty folder: day 1 promoted v1; day 2's better challenger is promoted
+    # against the policy champion v1 (total-variation terms, no declared floor needed)
+    assert "decision=promoted champion=2" in outputs
     assert re.search(r'"propensity": 0\.\d+', outputs)  # a real prediction from the server
     assert re.search(r"^decision=(promoted|rejected) champion=\d+$", outputs, flags=re.M)

@@ -289,8 +289,9 @@ def compare_policies(
     (1/n)Σᵢ(Rᵢ(challenger) − Rᵢ(champion)) ≥ −ε, with Rᵢ the risks at row i's context and
     time, if given the window's contexts the rows are independent draws from the logging
     policy of their time with correct propensities, losses lie in ``loss_bounds`` and, where
-    the option needs it (a policy champion, or ``"snips"``), every importance weight is
-    ≤ ``max_weight``, a bound *declared* before the rows were seen. The bound bets on the
+    the option needs it (``"snips"`` against the logger, or a policy champion without
+    ``total_variation``), every importance weight is ≤ ``max_weight``, a bound *declared*
+    before the rows were seen. The bound bets on the
     rows in a random order drawn from ``order_seed`` (the order given does not matter: see
     :mod:`poem.estimators.improvement`). Without ``max_weight`` only terms that need no
     weight bound are used, and the reasons say so. With

@@ -14,6 +14,14 @@ seen: 1 / the logger's declared minimum propensity (log metadata ``min_propensit
 show that its own range is complete). Without B, only terms bounded below whatever the
 weights are used (:func:`bound_free_terms`), and the option says so.
 
+Against a policy champion the paired terms' lower bound −(b − a)B caps every bet at about
+1/B (measured: 0 % power at n = 2,000 for a 5 %-better challenger with B = 86), and the
+bound-free terms add the champion's weight noise (b − a)(r^h − 1) (s.d. 1.2 against 0.36 for
+the paired terms: 7 %). When the two policies' distributions at each row's context are known
+(discrete actions), :func:`total_variation_terms` add a control variate with conditional mean
+0 that bounds the paired terms below by −(b − a)·TV(x) whatever the weights: no B, and the
+paired terms' power (65 % in the same cell).
+
 All functions take arrays whose last axis is the rows (leading axes: independent logs).
 """
 
