@@ -78,8 +78,10 @@ from scipy.optimize import minimize_scalar
 from scipy.special import stdtrit
 
 from poem.estimators import clipped_ips, ips, snips
+from poem.estimators.betting import betting_lower_bound
 from poem.estimators.compare import compare_policies
-from poem.estimators.improvement import GATE_ESTIMATORS, improvement_lower_bound
+from poem.estimators.gate_options import bound_free_terms, paired_terms, total_variation_terms
+from poem.estimators.improvement import GATE_ESTIMATORS, improvement_lower_bound, shuffle_rows
 from poem.estimators.weights import suggested_clip
 from poem.ledger import attempt_alpha
 
@@ -476,6 +478,70 @@ def _coverage(setting, rng, reps, n, challenger, champion, clip):
     return table
 
 
+def _diagnose(args, settings, rng, results) -> None:
+    """Why a 5 %-better challenger was not promoted against a policy champion: per term family.
+
+    For each family of terms the gate can bet on against a policy champion — the paired terms
+    with L = −B (declared floor), the bound-free terms (no floor), the total-variation terms —
+    the terms' s.d., their lower bound L, the largest bet κ/|L| and the median plug-in bet at
+    m = 0, and the bound's power (no ESS rule) at α₁ = 4 % and α = 5 %, rows in a random order
+    and in the order drawn.
+    """
+    for name in filter(None, args.diagnose.split(",")):
+        s = settings[name]
+        champion = s.champion
+        challenger = s.challenger(0.95 * s.risk(champion), "policy")
+        n, reps = int(args.n.split(",")[-1]), args.reps
+        ctx, actions, losses, p = s.draw(rng, reps, n)
+        rc, rh = challenger[ctx, actions] / p, champion[ctx, actions] / p
+        tv = 0.5 * np.abs(challenger - champion).sum(axis=1)[ctx]
+        families = {
+            "paired, declared B": (
+                paired_terms(losses, rc, rh, (0.0, 1.0), s.max_weight, False),
+                0.99,
+            ),
+            "bound-free": (bound_free_terms(losses, rc, rh, (0.0, 1.0)), 0.5),
+            "total variation": (total_variation_terms(losses, rc, rh, (0.0, 1.0), tv), 0.5),
+        }
+        improvement = s.risk(champion) - s.risk(challenger)
+        print(
+            f"\n== diagnosis, {name}, policy champion, 5%-better challenger (improvement "
+            f"{improvement:.4f}), n = {n:,}, {reps} logs, B = {s.max_weight:.3g}"
+        )
+        print(
+            f"{'terms':20s} {'s.d.':>7s} {'L':>8s} {'κ/|L|':>7s} {'plug-in':>8s}  "
+            "power α₁=4% (5%, logged order)"
+        )
+        for label, ((terms, lower), kappa) in families.items():
+            low = float(np.min(lower))
+            sd = float(np.mean(np.std(terms, axis=1)))
+            plug = float(np.sqrt(2 * np.log(1 / FIRST_ALPHA) / (n * sd**2)))
+            power = []
+            for alpha, order in ((FIRST_ALPHA, 0), (ALPHA, 0), (FIRST_ALPHA, None)):
+                x, bound = shuffle_rows(order, terms, np.broadcast_to(lower, terms.shape))
+                lcb = betting_lower_bound(x, bound, 1 - alpha, scale=1.0, max_bet_fraction=kappa)
+                power.append(float(np.mean(lcb > 0)))
+            print(
+                f"{label:20s} {sd:7.3f} {low:8.3g} {kappa / -low:7.3f} {plug:8.3f}  "
+                f"{power[0]:.3f} ({power[1]:.3f}, {power[2]:.3f})",
+                flush=True,
+            )
+            results["diagnosis"].append(
+                {
+                    "setting": name,
+                    "n": n,
+                    "terms": label,
+                    "sd": sd,
+                    "lower": low,
+                    "max_bet": kappa / -low,
+                    "plug_in_bet": plug,
+                    "power_alpha1": power[0],
+                    "power_alpha": power[1],
+                    "power_logged_order": power[2],
+                }
+            )
+
+
 def _columns() -> str:
     return "  ".join(f"{e:>12s}" for e in (*GATE_ESTIMATORS, *RANDOMIZED))
 
@@ -572,6 +638,11 @@ def main() -> None:
         action="store_true",
         help="do not give the gate the policies' total variation per row (logged actions only)",
     )
+    parser.add_argument(
+        "--diagnose",
+        default="",
+        help="settings of the per-term-family diagnosis vs a policy champion (largest --n)",
+    )
     args = parser.parse_args()
     INPUTS.update(floor=not args.no_floor, tv=not args.no_tv)
     settings = make_settings(args.seed)
@@ -586,12 +657,14 @@ def main() -> None:
         "limits": [],
         "production": [],
         "attempts": [],
+        "diagnosis": [],
     }
     start = time.perf_counter()
     print(
         f"declared floor: {'yes' if INPUTS['floor'] else 'none'}; policies' total variation "
         f"per row: {'yes' if INPUTS['tv'] else 'no'}"
     )
+    _diagnose(args, settings, rng, results)
     _production(args, rng, results)
     _attempts_table(args, settings, rng, results)
     for name in filter(None, args.settings.split(",")):
