@@ -200,7 +200,9 @@ def gate_decision(
     where U is the betting upper confidence bound of
     :func:`~poem.estimators.compare.compare_policies` on the importance weights
     rᵢ = π(yᵢ|xᵢ)/pᵢ (r^{champ} ≡ 1 for the logging policy), the rows in the random order of
-    ``order_seed``, the declared loss bounds and the weight bound B = 1/``min_propensity``;
+    ``order_seed``, the declared loss bounds, the policies' total variation per row
+    (``rows.total_variation``: against a policy champion no weight bound is then needed) and
+    the weight bound B = 1/``min_propensity``;
     Rᵢ are the risks at row i's context and time (the null: the challenger's risk averaged
     over the test window is not lower than the champion's), and αₖ the α of this attempt on
     the window (``attempt``; else 1 − ``confidence_level``). The challenger's ESS must also
