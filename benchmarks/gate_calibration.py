@@ -60,9 +60,16 @@ same bound with the randomized Ville threshold (also promote when Kₙ ≥ U/α;
 challenger (:func:`poem.gate.decision_coin`, a hash of its coefficients, fitted on other
 rows), so a re-run of a rejected gate cannot draw again.
 
+Against a policy champion the gate is given the policies' total variation at each row's
+context (``total_variation``, as :func:`poem.gate.gate_rows` computes it for discrete-action
+policies); ``--no-tv`` withholds it (the previous gate: declared B or bound-free terms),
+``--no-floor`` declares no minimum propensity, and ``--diagnose SETTINGS`` prints, per family
+of terms against a policy champion, the s.d., the lower bound, the largest valid bet, the
+plug-in bet and the power (why the declared-B terms had 0 % power).
+
 Usage: ``python benchmarks/gate_calibration.py [--reps 500] [--coverage-reps 200]
 [--limit-reps 1000] [--n 500,2000,20000] [--settings near-uniform,heavy-tailed,rare-loss]
-[--json out.json]``
+[--no-floor] [--no-tv] [--diagnose near-uniform] [--json out.json]``
 """
 
 from __future__ import annotations
