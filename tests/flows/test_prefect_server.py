@@ -308,3 +308,27 @@ def test_retrain_names_why_the_server_it_booted_early_could_not_start(
         "the Prefect database is unusable (sqlalchemy.exc.DatabaseError: (sqlite3.DatabaseError) "
         f"file is not a database); PREFECT_HOME={home}, server output in "
     ), done.stderr
+
+
+def test_retrain_uses_the_running_server_of_prefect_api_url(
+    prefect_harness, tmp_path, logs_dir, write_config
+):
+    """A fresh shell with PREFECT_API_URL (the team topology): that server runs the flow,
+    nothing is started (no start lock, no database in the Prefect home)."""
+    from prefect.settings import PREFECT_API_URL
+
+    url = PREFECT_API_URL.value()
+    config = write_config(logs_dir / "good")
+    home = tmp_path / "prefect"
+    done = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "retrain", "--config", str(config)],
+        cwd=tmp_path,
+        env=_clean_env(home) | {"PREFECT_API_URL": url},
+        capture_output=True,
+        text=True,
+        timeout=600,  # a hang guard only
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"    (Prefect API {url})" in done.stdout.splitlines(), done.stdout
+    assert not (home / ".poem-server-start.lock").exists()
+    assert not (home / "prefect.db").exists()
