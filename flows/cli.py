@@ -4,13 +4,21 @@ Each subcommand lives in its own module under :mod:`flows.commands` exposing
 ``add_parser(subparsers)`` (registers its arguments, with help) and ``run(args) -> int``
 (the exit code). Modules are imported lazily, so ``poem-pipeline --help`` stays fast and
 a command only pays for the imports it needs.
+
+Run as a program (``poem-pipeline …``, ``python -m flows.cli …``), a command that returned its
+exit code ends without tearing down the interpreter: after the ``atexit`` callbacks (Prefect's
+and MLflow's flushes included) and the joins of non-daemon threads, the process exits at once
+(:func:`_skip_teardown`). Freeing the modules of Prefect, MLflow and GX took 1–2 s of CPU
+after every ``retrain`` (measured: 5.5 s of wall time on a loaded machine) for nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
 import importlib.metadata
+import os
 import sys
 from collections.abc import Sequence
 
@@ -52,11 +60,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_EXIT: dict[str, int] = {}  # the code main() returned, as a program (read by _skip_teardown)
+
+
+def _skip_teardown() -> None:
+    """Exit with main()'s code once every other ``atexit`` callback ran; no interpreter teardown.
+
+    Registered first, so it runs last; threads were joined before ``atexit`` runs. Without a
+    recorded code (main raised) the interpreter ends normally.
+    """
+    if "code" in _EXIT:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_EXIT["code"])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse arguments and dispatch; returns the process exit code."""
+    """Parse arguments and dispatch; returns the process exit code.
+
+    ``argv=None`` (the console script, ``python -m flows.cli``): the process also exits without
+    an interpreter teardown once the command is done (module docstring).
+    """
+    if argv is None:
+        atexit.register(_skip_teardown)  # before Prefect, MLflow, GX register theirs
     parser = build_parser()
     args = parser.parse_args(argv)
-    return int(args.func(args) or 0)
+    code = int(args.func(args) or 0)
+    if argv is None:
+        _EXIT["code"] = code
+    return code
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -162,6 +162,22 @@ class TemporaryServer:
         self._out = None
         self._previous_handler: object = None
 
+    def has_database(self) -> bool:
+        """Whether its database exists already: a start then only checks the migrations.
+
+        True when ``$PREFECT_HOME/prefect.db`` exists and no other database is configured
+        (``PREFECT_API_DATABASE_CONNECTION_URL`` / ``PREFECT_SERVER_DATABASE_CONNECTION_URL``).
+        A command may then start the server before it knows it will use it, and stop it at
+        once on a mistake, without interrupting the creation of a new database.
+        """
+        configured = (
+            "PREFECT_API_DATABASE_CONNECTION_URL",
+            "PREFECT_SERVER_DATABASE_CONNECTION_URL",
+        )
+        if any(os.environ.get(name) for name in configured):
+            return False
+        return (self.home / "prefect.db").is_file()
+
     # -- start ---------------------------------------------------------------------------------
     def start(self) -> TemporaryServer:
         """Spawn the server if no other start-up holds the Prefect home's lock; never waits.

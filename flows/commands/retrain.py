@@ -1,8 +1,10 @@
 """``poem-pipeline retrain``: run the ``retrain`` flow once.
 
 The config (with ``--set`` and the log flags applied) and the log path are checked before
-Prefect starts. Prints one line per finished stage, then a headline: both risks, the
-difference with its interval and upper bound, the decision and the versions.
+Prefect is imported; Prefect's temporary API server (no ``PREFECT_API_URL``) boots meanwhile
+when its database exists (and is stopped at once on a mistake). Prints one line per finished
+stage, then a headline: both risks, the difference with its interval and upper bound, the
+decision and the versions.
 
 Exit codes (the same for every command): 0 when the flow completes (decision ``promoted`` or
 ``rejected``), 1 when the logs fail their checks or the run fails (a corrupt, full or read-only
@@ -133,6 +135,40 @@ def run_retrain(
     quiet(libraries=not verbose)
     if logs is not None and not Path(logs).exists():
         return _fail(f"--logs: {logs} does not exist", EXIT_CONFIG)
+    server = _early_server()
+    try:
+        return _checked_run(config, logs, overrides, verbose, server)
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def _early_server() -> TemporaryServer | None:
+    """Spawn the temporary server before the config is validated, when that is harmless.
+
+    Validating the config imports the learners (~2 s of CPU); the server boots meanwhile. Only
+    when its database exists (:meth:`TemporaryServer.has_database`): a mistake then stops a
+    server that only checked its migrations, never one creating a new database. Any start-up
+    problem is left to the regular start, which reports it.
+    """
+    if configured_api_url():
+        return None
+    server = TemporaryServer()
+    if not server.has_database():
+        return None
+    try:
+        return server.start()
+    except PrefectServerError:
+        return None
+
+
+def _checked_run(
+    config: Path,
+    logs: Path | None,
+    overrides: dict[str, Any] | None,
+    verbose: bool,
+    server: TemporaryServer | None,
+) -> int:
     try:
         cfg = load_config(config, overrides)
     except ConfigError as exc:
@@ -153,7 +189,8 @@ def run_retrain(
     # Prefect's temporary server boots while Prefect, MLflow and GX import (PREFECT_API_URL:
     # a running server is used instead)
     try:
-        server = None if configured_api_url() else TemporaryServer().start()
+        if server is None and not configured_api_url():
+            server = TemporaryServer().start()
     except PrefectServerError as exc:  # e.g. a Prefect home that cannot be written
         return _fail(str(exc), EXIT_FAILED)
     with interruptible():

@@ -153,3 +153,43 @@ def test_a_run_whose_checks_fail_prints_the_error_the_report_and_the_run(
     assert run, done.stderr
     for noise in ("Traceback", "Error logging to API", "All connection attempts failed"):
         assert noise not in done.stderr + done.stdout
+
+
+TEARDOWN = """
+import atexit, sys
+import flows.commands.retrain as retrain
+
+
+class Teardown:
+    def __del__(self):
+        sys.stderr.write("interpreter teardown\\n")
+
+
+keep = Teardown()  # a module global: freed only by the interpreter's teardown
+original = retrain.run
+
+
+def run(args):
+    atexit.register(print, "atexit of a library ran", end="")  # registered by the command
+    return original(args)
+
+
+retrain.run = run
+sys.argv = ["poem-pipeline", "retrain", "--logs", "no/such/logs"]
+from flows.cli import main
+
+sys.exit(main())
+"""
+
+
+def test_as_a_program_it_exits_after_atexit_without_the_interpreter_teardown(tmp_path):
+    """Freeing Prefect's, MLflow's and GX's modules cost 1-2 s of CPU after every retrain:
+    as a program (argv None) the CLI exits with its code once the atexit callbacks ran
+    (their unflushed output included); main(argv) called in-process never exits."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-c", TEARDOWN], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == "atexit of a library ran"
+    assert done.stderr == "error: --logs: no/such/logs does not exist\n"

@@ -215,3 +215,120 @@ def test_a_prefect_home_that_cannot_hold_the_lock_is_one_line(tmp_path, monkeypa
         "Prefect's temporary API server cannot start: OSError: [Errno 17] File exists: "
         f"'{tmp_path / 'home'}' under PREFECT_HOME={tmp_path / 'home'}"
     )
+
+
+EARLY = """
+import os, sys
+from pathlib import Path
+import flows.commands.retrain as retrain
+from flows.config import ConfigError
+
+
+def load_config(*args, **kwargs):
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid():
+            command = (stat.parent / "cmdline").read_bytes().replace(b"\\0", b" ").decode()
+            children.append(f"{stat.parent.name}:{'create_app' in command}")
+    print(" ".join(children), flush=True)
+    raise ConfigError("invalid config mlflow.yml: a planted mistake")
+
+
+retrain.load_config = load_config
+from flows.cli import main
+
+sys.exit(main(["retrain"]))
+"""
+
+
+def _clean_env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "MLFLOW_"))}
+    env.pop("PREFECT_SERVER_DATABASE_CONNECTION_URL", None)
+    return env | {"PYTHONPATH": str(ROOT), "PREFECT_HOME": str(home)}
+
+
+@pytest.mark.parametrize("database", [True, False], ids=["existing-database", "new-home"])
+def test_retrain_boots_the_server_while_it_reads_the_config_when_its_database_exists(
+    tmp_path, database
+):
+    """The server's ~6 s of start-up overlap the config's validation (it imports the learners);
+    a config mistake still exits 2 in one line and stops the server. In a new Prefect home
+    (whose first start creates the database) nothing starts before the config is valid."""
+    home = tmp_path / "prefect"
+    if database:
+        home.mkdir()
+        (home / "prefect.db").write_bytes(b"")
+    done = subprocess.run(
+        [sys.executable, "-c", EARLY],
+        cwd=tmp_path,
+        env=_clean_env(home),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == "error: invalid config mlflow.yml: a planted mistake\n"
+    children = done.stdout.split()
+    if not database:
+        assert children == []
+        assert not home.exists()
+        return
+    (child,) = children
+    server, is_prefect = child.split(":")
+    assert is_prefect == "True"  # prefect.server.api.server:create_app
+    deadline = time.monotonic() + 30  # stop() waited for it; a pid is reaped by init
+    while _alive(int(server)) and time.monotonic() < deadline:
+        time.sleep(0.1)  # poll interval
+    assert not _alive(int(server))
+
+
+def test_retrain_names_why_the_server_it_booted_early_could_not_start(
+    tmp_path, logs_dir, write_config
+):
+    """A corrupt prefect.db with the early start: exit 1, one line naming the cause."""
+    config = write_config(logs_dir / "good")
+    home = tmp_path / "prefect"
+    home.mkdir()
+    (home / "prefect.db").write_bytes(b"not a database " * 100)
+    done = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "retrain", "--config", str(config)],
+        cwd=tmp_path,
+        env=_clean_env(home),
+        capture_output=True,
+        text=True,
+        timeout=600,  # a hang guard only
+    )
+    assert done.returncode == 1, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(
+        "error: Prefect's temporary API server exited during start-up (exit code 3): database: "
+        "the Prefect database is unusable (sqlalchemy.exc.DatabaseError: (sqlite3.DatabaseError) "
+        f"file is not a database); PREFECT_HOME={home}, server output in "
+    ), done.stderr
+
+
+def test_retrain_uses_the_running_server_of_prefect_api_url(
+    prefect_harness, tmp_path, logs_dir, write_config
+):
+    """A fresh shell with PREFECT_API_URL (the team topology): that server runs the flow,
+    nothing is started (no start lock, no database in the Prefect home)."""
+    from prefect.settings import PREFECT_API_URL
+
+    url = PREFECT_API_URL.value()
+    config = write_config(logs_dir / "good")
+    home = tmp_path / "prefect"
+    done = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "retrain", "--config", str(config)],
+        cwd=tmp_path,
+        env=_clean_env(home) | {"PREFECT_API_URL": url},
+        capture_output=True,
+        text=True,
+        timeout=600,  # a hang guard only
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"    (Prefect API {url})" in done.stdout.splitlines(), done.stdout
+    assert not (home / ".poem-server-start.lock").exists()
+    assert not (home / "prefect.db").exists()
