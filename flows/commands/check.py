@@ -19,7 +19,7 @@ from flows.config import ConfigError, load_config
 
 # imported when the command runs (Great Expectations, pandas take seconds)
 artifact = Deferred("poem.io.artifact")
-check = Deferred("data_checks.check")
+data_check = Deferred("data_checks.check")
 partitioned = Deferred("data_checks.partitioned")
 
 
@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
 
     target = None if args.target_policy is None else artifact.load_policy(args.target_policy)
-    outcome = check.check_logs(
+    outcome = data_check.check_logs(
         args.logs,
         family=args.family,
         out_dir=args.out,
