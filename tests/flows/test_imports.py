@@ -204,6 +204,7 @@ def test_no_function_imports_a_project_package():
                 if name.split(".")[0] in PACKAGES
             }
     assert local - KNOWN_LOCAL_IMPORTS == set()
+    assert KNOWN_LOCAL_IMPORTS - local == set(), "gone: delete them from KNOWN_LOCAL_IMPORTS"
 
 
 def test_deferred_modules_are_declared_at_the_top_of_command_modules():
