@@ -1,6 +1,6 @@
 """Closed loop on Yeast: true expected Hamming loss of the champion per round vs h₀ and the skyline.
 
-Runs :func:`deploy.closed_loop.run_closed_loop` (the ``poem-pipeline simulate`` logic) for 5
+Runs :func:`flows.closed_loop.run_closed_loop` (the ``poem-pipeline simulate`` logic) for 5
 rounds on the shared Yeast data (1500 train / 917 test rows, 103 features, 14 labels): round 0
 registers h₀ (logistic regressions on 5% of the training labels) as champion; each round serves
 the champion through the pyfunc on the training contexts, logs decisions + Hamming-loss
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.data_dir / "yeast").is_dir():
         print(f"error: {args.data_dir}/yeast not found (pass --data-dir)", file=sys.stderr)
         return 2
-    from deploy.closed_loop import run_closed_loop
+    from flows.closed_loop import run_closed_loop
 
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="closed-loop-yeast-") as tmp:

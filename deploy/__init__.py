@@ -1,1 +1,1 @@
-"""Serving (MLflow pyfunc), Prefect deployments and the closed loop."""
+"""Serving: the MLflow pyfunc of a policy (request parsing, served propensities) and its server."""

@@ -45,7 +45,8 @@ import pandas as pd
 from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 
-from poem.io.artifact import ArtifactError, load_policy
+import poem
+from poem.io.artifact import ArtifactError, load_policy, save_policy
 from poem.io.requests import (
     EVENT_ID,
     UNSEEDED,
@@ -396,9 +397,6 @@ def log_policy_model(
 
     import scipy
     import sklearn
-
-    import poem
-    from poem.io.artifact import save_policy
 
     requirements = [
         f"mlflow=={mlflow.__version__}",

@@ -16,6 +16,7 @@ from urllib.parse import unquote, urlparse
 import mlflow
 from mlflow import MlflowClient
 
+import deploy.pyfunc as serving
 from flows.config import TrackingConfig
 from flows.tracking import tracking_uri_scope
 from poem.io.artifact import ArtifactError, load_policy
@@ -155,8 +156,6 @@ def verify_model_version(
             f"the code registered with version {version} (SHA-256 {actual[:12]}… != "
             f"{mv.tags[CODE_DIGEST_TAG][:12]}…); refusing to import it"
         )
-    import deploy.pyfunc as serving
-
     load_policy(
         local / "artifacts" / serving.ARTIFACT_KEY, expected_digest=mv.tags[POLICY_DIGEST_TAG]
     )

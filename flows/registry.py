@@ -43,6 +43,7 @@ from mlflow import MlflowClient
 from mlflow.entities import LoggedModelOutput
 from mlflow.exceptions import MlflowException
 
+import deploy.pyfunc as serving
 from flows.config import TrackingConfig
 from flows.integrity import (
     CODE_DIGEST_TAG,
@@ -144,8 +145,6 @@ def log_policy_model(
     LoggedPolicy
         The model URI to register and the URI of the policy folder inside it.
     """
-    import deploy.pyfunc as serving
-
     model = client.create_logged_model(experiment_id, name="policy", source_run_id=run_id)
     # log_model resolves its store from the global URI: scoped, so it does not leak
     with (

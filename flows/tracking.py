@@ -32,6 +32,7 @@ from mlflow.utils.time import get_current_time_millis
 
 from flows.config import TrackingConfig
 from flows.store_faults import check_store, sqlite_path
+from poem.io.logs import log_fingerprint
 
 __all__ = [
     "COMPARE_METRICS",
@@ -458,8 +459,6 @@ def tracking_uri_scope(uri: str) -> Iterator[None]:
 
 def data_fingerprint(path: str | Path) -> str:
     """SHA-256 of exactly the files the log reader reads (:func:`poem.io.logs.log_fingerprint`)."""
-    from poem.io.logs import log_fingerprint
-
     return log_fingerprint(path)
 
 

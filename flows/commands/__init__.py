@@ -1,19 +1,57 @@
 """Subcommands of the ``poem-pipeline`` console script (one module each).
 
-Every module exposes ``add_parser(subparsers)`` and ``run(args) -> int``; the two
-functions below hold the argparse set-up they share.
+Every module exposes ``add_parser(subparsers)`` and ``run(args) -> int``; the functions below
+hold the argparse set-up they share, and :class:`Deferred` the imports a command makes only
+once it runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import re
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
-__all__ = ["add_config_argument", "command_parser", "plain_text"]
+from flows.config import resolve_config_path
 
-_ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")  # :mod:`deploy.closed_loop`, :class:`~a.B`
+__all__ = ["Deferred", "add_config_argument", "command_parser", "plain_text"]
+
+
+class Deferred:
+    """A project module imported when a command first uses it, not when the parser is built.
+
+    ``poem-pipeline --help`` imports every command module to build its parser, and Prefect,
+    MLflow, Great Expectations and scikit-learn take seconds to import. A command declares such
+    a dependency at its top, ``registry = Deferred("flows.registry")``; the first attribute
+    access (``registry.rollback``) imports it. The name is a literal, and the import-layering
+    test (``tests/flows/test_imports.py``) counts it as an import of that module.
+
+    Parameters
+    ----------
+    name : str
+        Dotted module name, e.g. ``"flows.registry"``.
+    """
+
+    __slots__ = ("__name",)
+
+    def __init__(self, name: str) -> None:
+        self.__name = name
+
+    def load(self) -> ModuleType:
+        """Import the module now (e.g. for the loggers a library configures when imported)."""
+        return importlib.import_module(self.__name)
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.load(), attr)
+
+    def __repr__(self) -> str:
+        return f"Deferred({self.__name!r})"
+
+
+_ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")  # :mod:`flows.closed_loop`, :class:`~a.B`
 
 
 def plain_text(text: str | None) -> str | None:
@@ -51,8 +89,6 @@ _DEFAULT_CONFIG = "./mlflow.yml, else the packaged default"
 
 
 def _config_path(value: str) -> Path:
-    from flows.config import resolve_config_path
-
     return resolve_config_path(None if value == _DEFAULT_CONFIG else value)
 
 

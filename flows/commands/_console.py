@@ -17,6 +17,8 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+from flows.tasks import PROGRESS
+
 __all__ = [
     "EXIT_CONFIG",
     "EXIT_FAILED",
@@ -78,8 +80,6 @@ class StageProgress(logging.Handler):
     @contextlib.contextmanager
     def attached(self) -> Iterator[StageProgress]:
         """Receive the ``flows.progress`` records while the block runs."""
-        from flows.tasks import PROGRESS
-
         PROGRESS.addHandler(self)
         PROGRESS.setLevel(logging.INFO)
         PROGRESS.propagate = False

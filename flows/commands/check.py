@@ -13,9 +13,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from flows.commands import add_config_argument
+from flows.commands import Deferred, add_config_argument
 from flows.commands._console import EXIT_CONFIG
 from flows.config import ConfigError, load_config
+
+# imported when the command runs (Great Expectations, pandas take seconds)
+artifact = Deferred("poem.io.artifact")
+data_check = Deferred("data_checks.check")
+partitioned = Deferred("data_checks.partitioned")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -131,15 +136,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
 
-    from data_checks.check import check_logs
-    from data_checks.partitioned import PartitionOptions
-
-    target = None
-    if args.target_policy is not None:
-        from poem.io.artifact import load_policy
-
-        target = load_policy(args.target_policy)
-    outcome = check_logs(
+    target = None if args.target_policy is None else artifact.load_policy(args.target_policy)
+    outcome = data_check.check_logs(
         args.logs,
         family=args.family,
         out_dir=args.out,
@@ -154,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
         loss_bounds=args.loss_bounds,
         reward_bounds=args.reward_bounds,
         n_actions=args.n_actions,
-        partitions=PartitionOptions(
+        partitions=partitioned.PartitionOptions(
             mode=args.partitions,
             min_bytes=int(args.partitions_min_mb * 2**20),
             scheduler=args.scheduler,

@@ -11,8 +11,13 @@ import argparse
 import sys
 from datetime import UTC, datetime
 
-from flows.commands import add_config_argument, command_parser
+from flows.commands import Deferred, add_config_argument, command_parser
+from flows.commands._console import quiet
 from flows.config import ConfigError, load_config
+from flows.store_faults import StoreError
+
+registry = Deferred("flows.registry")  # MLflow: imported when the command runs
+tracking = Deferred("flows.tracking")
 
 _COLUMNS = (
     ("started (UTC)", "start_time"),
@@ -81,17 +86,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from mlflow.exceptions import MlflowException
 
-    from flows.commands._console import quiet
-    from flows.registry import alias_version
-    from flows.store_faults import StoreError
-    from flows.tracking import client_for, recent_runs
-
     quiet()
     try:
-        client = client_for(cfg.tracking, read_only=True)
-        rows = recent_runs(client, cfg.tracking, args.last)
+        client = tracking.client_for(cfg.tracking, read_only=True)
+        rows = tracking.recent_runs(client, cfg.tracking, args.last)
         aliases = {
-            a: alias_version(client, cfg.tracking, a)
+            a: registry.alias_version(client, cfg.tracking, a)
             for a in (
                 cfg.tracking.champion_alias,
                 cfg.tracking.previous_champion_alias,

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from flows.commands import add_config_argument, command_parser
+from flows.commands import Deferred, add_config_argument, command_parser
 from flows.commands._console import (
     EXIT_INTERRUPTED,
     StageProgress,
@@ -27,7 +27,15 @@ from flows.commands._console import (
     interruptible,
     quiet,
 )
-from flows.config import ConfigError, load_config
+from flows.config import ConfigError, default_config_path, load_config
+from flows.prefect_server import prefect_api
+
+# imported when the command runs (scikit-learn, Prefect, MLflow take seconds)
+datasets = Deferred("poem.datasets")
+exceptions = Deferred("poem.exceptions")
+parquet = Deferred("poem.io.parquet")
+retrain_flow = Deferred("flows.retrain")
+simulate = Deferred("poem.simulate")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -59,17 +67,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def simulate_days(out: Path, seed: int, replays: int) -> list[tuple[Path, int]]:
     """Write two days of digits logs from one stochastic logger; returns (folder, rows) per day."""
-    from poem.datasets import load_dataset
-    from poem.io.parquet import write_log
-    from poem.simulate import fit_logging_policy, supervised_to_bandit
-
-    data = load_dataset("digits", random_state=seed)
-    logger_policy = fit_logging_policy(
+    data = datasets.load_dataset("digits", random_state=seed)
+    logger_policy = simulate.fit_logging_policy(
         data.X_train, data.Y_train, family="discrete", fraction=0.05, random_state=seed
     )
     days = []
     for day in (1, 2):
-        log = supervised_to_bandit(
+        log = simulate.supervised_to_bandit(
             data.X_train,
             data.Y_train,
             logger_policy,
@@ -84,7 +88,7 @@ def simulate_days(out: Path, seed: int, replays: int) -> list[tuple[Path, int]]:
         if folder.exists():
             for file in sorted(folder.rglob("*.parquet")):
                 file.unlink()
-        write_log(log, folder)
+        parquet.write_log(log, folder)
         days.append((folder, log.n_rows))
     return days
 
@@ -103,8 +107,6 @@ def run(args: argparse.Namespace) -> int:
         flush=True,
     )
     days = simulate_days(args.out, args.seed, args.replays)
-    from flows.prefect_server import prefect_api
-
     with interruptible():
         try:
             print("    (starting Prefect's temporary API server)", flush=True)
@@ -124,8 +126,6 @@ def run(args: argparse.Namespace) -> int:
     )
     print("see the runs, nested trials, reports and registered versions with:")
     print(f"  mlflow ui --backend-store-uri {cfg.tracking.uri}")
-    from flows.config import default_config_path
-
     own = "" if Path(args.config) == default_config_path() else f" --config {args.config}"
     print(f"  poem-pipeline compare{own}")
     print(results[-1].summary_line())
@@ -141,8 +141,7 @@ def _run_days(config: Path, days: list[tuple[Path, int]]) -> list | int:
     # imported here so that quiet() below silences it too (GX sets this logger to INFO)
     import great_expectations.data_context.types.base  # noqa: F401
 
-    from flows.retrain import retrain
-    from poem.exceptions import InvalidLogError
+    retrain = retrain_flow.retrain
 
     _quiet()  # importing prefect and GX configures logging; silence the libraries again
     results = []
@@ -152,7 +151,7 @@ def _run_days(config: Path, days: list[tuple[Path, int]]) -> list | int:
             progress.restart()
             try:
                 result = retrain(config, logs=folder)
-            except InvalidLogError as exc:
+            except exceptions.InvalidLogError as exc:
                 print(f"error: the logs failed their checks:\n{exc}", file=sys.stderr)
                 return 1
             except Exception as exc:  # noqa: BLE001 - report any failure as an exit code

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from flows.commands import command_parser
+from flows.config import default_config_path
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -35,8 +36,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``poem-pipeline init``; 0, or 2 when the file exists."""
-    from flows.config import default_config_path
-
     if args.path.exists() and not args.force:
         print(f"error: {args.path} exists; pass --force to overwrite it", file=sys.stderr)
         return 2

@@ -11,6 +11,10 @@ import argparse
 import json
 from pathlib import Path
 
+from flows.commands import Deferred
+
+demo = Deferred("poem.demo")  # scikit-learn: imported when the command runs
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register the ``library-demo`` subcommand and its arguments."""
@@ -69,9 +73,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def run(args: argparse.Namespace) -> int:
     """Run the digits demo and print its result; returns the exit code."""
-    from poem.demo import run_digits_demo
-
-    result = run_digits_demo(
+    result = demo.run_digits_demo(
         fraction=args.fraction,
         n_replays=args.replays,
         temperature=args.temperature,

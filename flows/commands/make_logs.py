@@ -15,6 +15,14 @@ import math
 from pathlib import Path
 from typing import Any
 
+from flows.commands import Deferred
+
+# imported when the command runs (scikit-learn, pandas, pyarrow take seconds)
+datasets = Deferred("poem.datasets")
+obd = Deferred("poem.io.obd")
+parquet = Deferred("poem.io.parquet")
+simulate = Deferred("poem.simulate")
+
 DATASETS = ("digits", "yeast", "tmc2007", "emotions", "medical", "obd")  # + poem.datasets.DATASETS
 
 
@@ -111,16 +119,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def run(args: argparse.Namespace) -> int:
     """Simulate the log and write it; returns the exit code."""
-    from poem.datasets import load_dataset
-    from poem.simulate import fit_logging_policy, supervised_to_bandit
-
     if args.n_events is not None and args.n_events < 1:
         print(f"error: --n-events must be >= 1, got {args.n_events}")
         return 2
     if args.dataset == "obd":
         return _write_obd(args)
-    data = load_dataset(args.dataset, args.data_dir, random_state=args.seed)
-    h0 = fit_logging_policy(
+    data = datasets.load_dataset(args.dataset, args.data_dir, random_state=args.seed)
+    h0 = simulate.fit_logging_policy(
         data.X_train,
         data.Y_train,
         family=data.family,
@@ -129,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     )
     n_train = data.X_train.shape[0]
     replays = 4 if args.n_events is None else math.ceil(args.n_events / n_train)
-    log = supervised_to_bandit(
+    log = simulate.supervised_to_bandit(
         data.X_train,
         data.Y_train,
         h0,
@@ -150,11 +155,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _write(log: Any, args: argparse.Namespace, description: str) -> int:
     """Keep the first ``--n-events`` rows, write the log, print one line; returns 0."""
-    from poem.io.parquet import write_log
-
     if args.n_events is not None and args.n_events < log.n_rows:
         log = log.take(range(args.n_events))
-    path = write_log(
+    path = parquet.write_log(
         log, args.out, partition_by_date=not args.no_partition, overwrite=args.overwrite
     )
     text = description.format(n_actions=log.n_actions or "-")
@@ -164,13 +167,11 @@ def _write(log: Any, args: argparse.Namespace, description: str) -> int:
 
 def _write_obd(args: argparse.Namespace) -> int:
     """Convert one Open Bandit Dataset folder and write it as canonical Parquet."""
-    from poem.io.obd import read_obd
-
     if args.data_dir is None:
         print("error: --dataset obd needs --data-dir (the folder holding obd/)")
         return 2
     family = "candidates" if args.position is None else "discrete"
-    log = read_obd(
+    log = obd.read_obd(
         args.data_dir,
         args.behavior_policy,
         args.campaign,

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from flows.commands import add_config_argument, command_parser
+from flows.commands import Deferred, add_config_argument, command_parser
 from flows.commands._console import (
     EXIT_CONFIG,
     EXIT_FAILED,
@@ -34,7 +34,13 @@ from flows.commands._console import (
     interruptible,
     quiet,
 )
-from flows.config import ConfigError, PipelineConfig, load_config, parse_overrides
+from flows.config import (
+    ConfigError,
+    PipelineConfig,
+    default_config_path,
+    load_config,
+    parse_overrides,
+)
 from flows.prefect_server import (
     PrefectServerDied,
     PrefectServerError,
@@ -43,6 +49,12 @@ from flows.prefect_server import (
     prefect_api,
 )
 from flows.store_faults import StoreError, check_store
+
+# imported when the flow runs: Prefect, MLflow and GX take seconds to import and configure logging
+dask_runner = Deferred("flows.dask_runner")
+exceptions = Deferred("poem.exceptions")
+retrain_flow = Deferred("flows.retrain")
+tracking = Deferred("flows.tracking")
 
 __all__ = ["add_log_arguments", "add_parser", "log_overrides", "run", "run_retrain"]
 
@@ -181,8 +193,6 @@ def _checked_run(
         check_store(cfg.tracking.uri)  # a corrupt store: refused before anything is written
     except StoreError as exc:
         return _fail(str(exc), EXIT_FAILED)
-    from flows.config import default_config_path
-
     which = "the packaged default config" if Path(config) == default_config_path() else config
     print(f"retrain on {path} (config: {which})", flush=True)
     t0 = time.perf_counter()
@@ -243,8 +253,8 @@ def _run_flow(
     import great_expectations.data_context.types.base  # noqa: F401
     import prefect.main  # noqa: F401 - configures Prefect's loggers: before quiet(), not after
 
-    import flows.retrain  # noqa: F401 - imports MLflow, which configures its loggers
-    from flows.dask_runner import run_retrain as retrain  # threads, or Dask by config.dask
+    retrain_flow.load()  # imports MLflow, which configures its loggers
+    retrain = dask_runner.run_retrain  # threads, or Dask by config.dask
 
     quiet(libraries=not verbose)
     if server is None:
@@ -288,10 +298,8 @@ def _first_line(text: str) -> str:
 
 def _failure(exc: BaseException, cfg: PipelineConfig) -> tuple[int, list[str]]:
     """Exit code and at most five stderr lines: the error(s), the report, the failed MLflow run."""
-    from poem.exceptions import InvalidLogError
-
     lines: list[str] = []
-    if isinstance(exc, InvalidLogError):
+    if isinstance(exc, exceptions.InvalidLogError):
         code = EXIT_FAILED
         found = [str(v) for v in exc.violations] or [str(exc)]
         lines.append(
@@ -310,17 +318,15 @@ def _failure(exc: BaseException, cfg: PipelineConfig) -> tuple[int, list[str]]:
     lines += [f"  {_first_line(note)}" for note in getattr(exc, "__notes__", [])[:1]]
     run_id = getattr(exc, "mlflow_run_id", None)
     if run_id:
-        lines += _run_lines(cfg, run_id, report=isinstance(exc, InvalidLogError))
+        lines += _run_lines(cfg, run_id, report=isinstance(exc, exceptions.InvalidLogError))
     return code, lines
 
 
 def _run_lines(cfg: PipelineConfig, run_id: str, *, report: bool) -> list[str]:
     """Where the failed run is: the check report's path and the run's id (and URL)."""
-    from flows.tracking import client_for
-
     uri = cfg.tracking.uri
     try:
-        info = client_for(cfg.tracking).get_run(run_id).info
+        info = tracking.client_for(cfg.tracking).get_run(run_id).info
     except Exception:  # noqa: BLE001 - a broken store: the id is all there is
         return [f"  MLflow run {run_id} in {uri}"]
     lines = [f"  report: {info.artifact_uri}/checks/data_check_report.json"] if report else []

@@ -12,8 +12,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from flows.commands import add_config_argument, command_parser
+from flows.commands import Deferred, add_config_argument, command_parser
 from flows.config import ConfigError, load_config
+
+registry = Deferred("flows.registry")  # MLflow: imported when the command runs
+tracking = Deferred("flows.tracking")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -48,12 +51,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from mlflow.exceptions import MlflowException
 
-    from flows.registry import RollbackError, rollback
-    from flows.tracking import client_for
-
     try:
-        result = rollback(client_for(cfg.tracking), cfg.tracking, args.to_version, force=args.force)
-    except (RollbackError, MlflowException) as exc:
+        result = registry.rollback(
+            tracking.client_for(cfg.tracking), cfg.tracking, args.to_version, force=args.force
+        )
+    except (registry.RollbackError, MlflowException) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(

@@ -6,7 +6,7 @@ supervised → bandit environment (digits, or Yeast from ``--data-dir``) as a ne
 runs ``retrain`` on it, and the gate decides. Prints, per round, the true expected loss of the
 served policy, of the challenger and of the champion afterwards, the gate decision and its
 interval. Everything is written under ``--output`` (its own MLflow store and registry, the logs,
-``closed_loop.json`` and ``closed_loop.md``). The work is done by :mod:`deploy.closed_loop`.
+``closed_loop.json`` and ``closed_loop.md``). The work is done by :mod:`flows.closed_loop`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from pathlib import Path
 
 import yaml
 
-from flows.commands import add_config_argument, command_parser
+from flows.commands import Deferred, add_config_argument, command_parser
+
+closed_loop = Deferred("flows.closed_loop")  # Prefect, MLflow: imported when the command runs
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -122,7 +124,6 @@ def run(args: argparse.Namespace) -> int:
             )
             return 2
         shutil.rmtree(out)
-    from deploy.closed_loop import run_closed_loop
 
     def show(r) -> None:  # noqa: ANN001 - a RoundReport
         interval = (
@@ -143,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
 
-    result = run_closed_loop(
+    result = closed_loop.run_closed_loop(
         args.config,
         out,
         dataset=args.dataset,

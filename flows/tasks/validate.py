@@ -11,6 +11,8 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
+from data_checks.quarantine import write_quarantine
+from data_checks.report import raise_for_failures
 from data_checks.stages import quarantine_stage, validate_stage
 from flows.config import ChecksConfig, DataConfig
 from flows.tasks import IO_RETRIES, stage_done, task_logger
@@ -60,8 +62,6 @@ def enforce_checks(report: Any, checks: ChecksConfig) -> Any:
 
     On a hard failure every failed expectation is listed, so the error names each column.
     """
-    from data_checks.report import raise_for_failures
-
     return raise_for_failures(report, quarantine=checks.quarantine and report.passed)
 
 
@@ -72,8 +72,6 @@ def quarantine_rows(loaded: Any, report: Any, run: TrackedRun) -> Any:
     Kept + quarantined rows reconcile to the input (``data_checks.stages.quarantine_stage``);
     returns the kept table (None for an unreadable log).
     """
-    from data_checks.quarantine import write_quarantine
-
     kept, quarantined = quarantine_stage(loaded[0], report)
     if quarantined is not None:
         client = run.client()

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from poem.data import FAMILIES, check_loss_bounds
 from poem.exceptions import InvalidLogError, Violation
-from poem.io._row_checks import list_column
+from poem.io._lists import list_column
 from poem.policies._base import check_policy_size
 
 __all__ = [

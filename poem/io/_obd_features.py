@@ -1,24 +1,80 @@
-"""Candidate vectors ψ_{i,c} of the Open Bandit Dataset (mapping in :mod:`poem.io.obd`).
+"""The decoded Open Bandit Dataset table and its candidate vectors ψ_{i,c}.
 
-Re-exported by :mod:`poem.io.obd`; kept apart because building the sparse blocks, in particular
-the row-wise Kronecker product user one-hot ⊗ item features, is its own piece of work.
+The mapping is described in :mod:`poem.io.obd`, which re-exports both names. Kept apart because
+building the sparse blocks, in particular the row-wise Kronecker product user one-hot ⊗ item
+features, is its own piece of work.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from poem.data import CandidateSets
 
-if TYPE_CHECKING:
-    from poem.io.obd import OBDTable
-
-__all__ = ["N_POSITIONS", "obd_candidate_sets"]
+__all__ = ["N_POSITIONS", "OBDTable", "obd_candidate_sets"]
 
 N_POSITIONS = 3
+
+
+@dataclass(frozen=True, eq=False)
+class OBDTable:
+    """One OBD folder decoded into arrays (before choosing a policy family).
+
+    Attributes
+    ----------
+    behavior_policy, campaign : str
+        Folder names.
+    row_index : ndarray of shape (n_rows,)
+        The CSV's unnamed index column (used as event ids).
+    timestamps : ndarray of datetime64[ns] of shape (n_rows,)
+        Decision times in UTC.
+    item_ids : ndarray of int of shape (n_rows,)
+        Shown item (0..K−1).
+    positions : ndarray of int of shape (n_rows,)
+        Slot 1..3 as in the file.
+    clicks : ndarray of int of shape (n_rows,)
+        Reward (0/1).
+    propensities : ndarray of shape (n_rows,)
+        ``propensity_score`` exactly as read.
+    user_features : csr_matrix of shape (n_rows, n_user_codes)
+        One-hot user-feature codes (one active code per user-feature column).
+    user_feature_names : tuple of str
+        ``"user_feature_j=<hash>"`` per column of ``user_features``.
+    affinity : ndarray of shape (n_rows, K)
+        User–item affinities.
+    item_features : ndarray of shape (K, n_item_features)
+        ``item_feature_0`` then one-hot codes of ``item_feature_1..3``.
+    item_feature_names : tuple of str
+        Names of the item-feature columns.
+    """
+
+    behavior_policy: str
+    campaign: str
+    row_index: np.ndarray
+    timestamps: np.ndarray
+    item_ids: np.ndarray
+    positions: np.ndarray
+    clicks: np.ndarray
+    propensities: np.ndarray
+    user_features: Any
+    user_feature_names: tuple[str, ...]
+    affinity: np.ndarray
+    item_features: np.ndarray
+    item_feature_names: tuple[str, ...]
+
+    @property
+    def n_rows(self) -> int:
+        """Number of rows."""
+        return int(self.item_ids.size)
+
+    @property
+    def n_items(self) -> int:
+        """Number of items K."""
+        return int(self.item_features.shape[0])
 
 
 def obd_candidate_sets(

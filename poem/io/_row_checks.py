@@ -11,16 +11,14 @@ before building any sparse matrix, and the data checks quarantine the rows.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 
 from poem.data import MIN_PROPENSITY
-
-if TYPE_CHECKING:
-    from poem.io.log_format import LogMetadata
+from poem.io._lists import LIST_COLUMNS, is_list, list_column
+from poem.io._metadata import LogMetadata
 
 __all__ = ["LIST_COLUMNS", "RowProblem", "list_column", "row_problems"]
 
@@ -42,35 +40,6 @@ class RowProblem:
     column: str
     reason: str
     mask: np.ndarray
-
-
-LIST_COLUMNS = (
-    "x_indices",
-    "x_values",
-    "logging_distribution",
-    "candidate_features",
-    "candidate_nnz",
-    "candidate_indices",
-    "candidate_values",
-)
-
-
-def _is_list(column: pd.Series) -> bool:
-    try:
-        kind = pa.array(column).type
-    except (pa.ArrowException, TypeError, ValueError):
-        return False
-    return pa.types.is_list(kind) or pa.types.is_large_list(kind)
-
-
-def list_column(frame: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:
-    """Offsets (n+1, starting at 0) and flat values of a list column."""
-    arr = pa.array(frame[column])
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    offsets = np.asarray(arr.offsets)
-    values = np.asarray(arr.flatten())
-    return (offsets - offsets[0]).astype(np.int64), values
 
 
 def _numbers(frame: pd.DataFrame, column: str) -> np.ndarray | None:
@@ -117,7 +86,7 @@ def row_problems(frame: pd.DataFrame, meta: LogMetadata) -> list[RowProblem]:
         if mask.any():
             found.append(RowProblem(column, reason, mask))
 
-    not_lists = [c for c in LIST_COLUMNS if c in frame.columns and not _is_list(frame[c])]
+    not_lists = [c for c in LIST_COLUMNS if c in frame.columns and not is_list(frame[c])]
     for column in not_lists:  # every row is unusable; the quarantine limit makes it fatal
         add(column, f"are not lists (dtype {frame[column].dtype})", np.ones(n, dtype=bool))
     if not_lists:

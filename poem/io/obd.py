@@ -39,9 +39,7 @@ user one-hot codes followed by the K user–item affinities, ``n_actions = K`` a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -49,7 +47,7 @@ import scipy.sparse as sp
 
 from poem.data import LoggedBandit
 from poem.exceptions import InvalidLogError, Violation
-from poem.io._obd_features import N_POSITIONS, obd_candidate_sets
+from poem.io._obd_features import N_POSITIONS, OBDTable, obd_candidate_sets
 
 __all__ = [
     "BEHAVIOR_POLICIES",
@@ -66,63 +64,6 @@ BEHAVIOR_POLICIES = ("random", "bts")
 CAMPAIGNS = ("all", "men", "women")
 _USER_COLUMNS = tuple(f"user_feature_{j}" for j in range(4))
 _ITEM_CATEGORICAL = tuple(f"item_feature_{j}" for j in range(1, 4))
-
-
-@dataclass(frozen=True, eq=False)
-class OBDTable:
-    """One OBD folder decoded into arrays (before choosing a policy family).
-
-    Attributes
-    ----------
-    behavior_policy, campaign : str
-        Folder names.
-    row_index : ndarray of shape (n_rows,)
-        The CSV's unnamed index column (used as event ids).
-    timestamps : ndarray of datetime64[ns] of shape (n_rows,)
-        Decision times in UTC.
-    item_ids : ndarray of int of shape (n_rows,)
-        Shown item (0..K−1).
-    positions : ndarray of int of shape (n_rows,)
-        Slot 1..3 as in the file.
-    clicks : ndarray of int of shape (n_rows,)
-        Reward (0/1).
-    propensities : ndarray of shape (n_rows,)
-        ``propensity_score`` exactly as read.
-    user_features : csr_matrix of shape (n_rows, n_user_codes)
-        One-hot user-feature codes (one active code per user-feature column).
-    user_feature_names : tuple of str
-        ``"user_feature_j=<hash>"`` per column of ``user_features``.
-    affinity : ndarray of shape (n_rows, K)
-        User–item affinities.
-    item_features : ndarray of shape (K, n_item_features)
-        ``item_feature_0`` then one-hot codes of ``item_feature_1..3``.
-    item_feature_names : tuple of str
-        Names of the item-feature columns.
-    """
-
-    behavior_policy: str
-    campaign: str
-    row_index: np.ndarray
-    timestamps: np.ndarray
-    item_ids: np.ndarray
-    positions: np.ndarray
-    clicks: np.ndarray
-    propensities: np.ndarray
-    user_features: Any
-    user_feature_names: tuple[str, ...]
-    affinity: np.ndarray
-    item_features: np.ndarray
-    item_feature_names: tuple[str, ...]
-
-    @property
-    def n_rows(self) -> int:
-        """Number of rows."""
-        return int(self.item_ids.size)
-
-    @property
-    def n_items(self) -> int:
-        """Number of items K."""
-        return int(self.item_features.shape[0])
 
 
 def _check_columns(frame: pd.DataFrame, required: list[str], path: Path) -> None:

@@ -24,8 +24,8 @@ import pytest
 from data_checks.check import check_logs
 from data_checks.partitioned import PartitionOptions
 from data_checks.stages import CheckSettings
-from deploy.deployments import newest_partitions, stage_partitions
 from flows.config import ChecksConfig, load_config
+from flows.deployments import newest_partitions, stage_partitions
 from flows.tasks.load import check_settings
 from poem.exceptions import InvalidLogError
 from poem.io.logs import log_files, read_log_table
@@ -76,7 +76,7 @@ def test_an_invalid_partition_name_is_skipped_by_name(tmp_path, clean_logs, capl
     stray = root / "date=2026-13-45"
     stray.mkdir()
     shutil.copy(parts[0], stray / "part-00000.parquet")
-    with caplog.at_level(logging.WARNING, logger="deploy.deployments"):
+    with caplog.at_level(logging.WARNING, logger="flows.deployments"):
         picked = newest_partitions(root, 2, today=dt.date(2026, 12, 1))
     assert [p.name for p in picked] == ["date=2026-11-02", "date=2026-11-03"]
     assert "date=2026-13-45" in caplog.text and "is not a valid date" in caplog.text

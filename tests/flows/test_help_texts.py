@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from deploy.deployments import main as deployments_main
 from flows.cli import COMMANDS, build_parser
+from flows.deployments import main as deployments_main
 
 MARKUP = re.compile(r"``|:(?:mod|func|class|meth|attr):`|%%")
 
@@ -28,7 +28,7 @@ def test_markup_is_unwrapped_not_dropped():
     assert (
         "poem-pipeline retrain: run the retrain flow once." in _subparser("retrain").format_help()
     )
-    assert "The work is done by deploy.closed_loop." in _subparser("simulate").format_help()
+    assert "The work is done by flows.closed_loop." in _subparser("simulate").format_help()
     assert "on 5% of a supervised training set" in _subparser("make-logs").format_help()
 
 

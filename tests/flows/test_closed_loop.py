@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy.deployments import newest_partitions, scheduled_retrain, stage_partitions
 from flows.cli import main as cli_main
+from flows.deployments import newest_partitions, scheduled_retrain, stage_partitions
 
 pytestmark = pytest.mark.slow
 
@@ -18,20 +18,8 @@ NOISE = 0.02  # a rejected or promoted challenger may not raise the champion's t
 
 
 @pytest.fixture(scope="module")
-def prefect_server(tmp_path_factory):
-    from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, temporary_settings
-    from prefect.testing.utilities import prefect_test_harness
-
-    with temporary_settings(
-        updates={PREFECT_LOCAL_STORAGE_PATH: tmp_path_factory.mktemp("prefect-storage")}
-    ):
-        with prefect_test_harness(server_startup_timeout=90):
-            yield
-
-
-@pytest.fixture(scope="module")
-def loop(prefect_server, tmp_path_factory):
-    from deploy.closed_loop import run_closed_loop
+def loop(prefect_harness, tmp_path_factory):
+    from flows.closed_loop import run_closed_loop
 
     workdir = tmp_path_factory.mktemp("closed-loop")
     return run_closed_loop(

@@ -8,8 +8,9 @@ set, :func:`poem.simulate.fit_logging_policy`) as version 1 and ``champion``. Ev
    in time): one request per batch,
    each decision with its propensity under the served distribution;
 3. observes the loss of each decision from the hidden labels (0/1 loss for classes, Hamming loss
-   for label sets) and writes decisions + feedback with :class:`poem.io.decisions.DecisionLog`
-   into a new ``date=`` partition (one simulated day per round);
+   for label sets; :class:`poem.closed_loop.SupervisedEnvironment`) and writes decisions and
+   feedback with :class:`poem.io.decisions.DecisionLog` into a new ``date=`` partition (one
+   simulated day per round);
 4. runs the ``retrain`` flow on that newest partition; the gate decides whether ``champion`` moves.
 
 Because the labels are known, every policy's **true expected loss** on the supervised test set is
@@ -24,18 +25,25 @@ there for the duration of the run, so a simulation never touches the production 
 from __future__ import annotations
 
 import datetime as _dt
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pandas as pd
+import mlflow
 import yaml
+from mlflow import MlflowClient
+
+from deploy.pyfunc import feature_names_of
+from flows.config import load_config
+from flows.registry import load_version_policy, log_policy_model, promote, register_version
+from flows.retrain import retrain
+from flows.tracking import ensure_experiment, tracking_uri_scope
+from poem.closed_loop import SupervisedEnvironment
+from poem.datasets import load_dataset
+from poem.io.decisions import DecisionLog, served_min_propensity
 
 __all__ = ["ClosedLoopResult", "RoundReport", "run_closed_loop"]
-
-_START = np.datetime64("2026-01-01T00:00:00", "ns")
-_BATCH = 1000
 
 
 @dataclass(frozen=True)
@@ -124,8 +132,6 @@ def _simulation_config(
     base_config: str | Path, workdir: Path, family: str, overrides: dict | None
 ) -> Path:
     """Write the base ``mlflow.yml`` re-pointed at ``workdir`` (store, artifacts, logs, family)."""
-    from flows.config import load_config
-
     raw = yaml.safe_load(load_config(base_config).to_yaml())
     raw["tracking"].update(
         uri=f"sqlite:///{workdir / 'mlflow.db'}",
@@ -149,35 +155,9 @@ def _simulation_config(
     return path
 
 
-def _serve_round(
-    model: Any, X: np.ndarray, Y: np.ndarray, family: str, round_: int, seed: int, log: Any
-) -> tuple[int, float, int]:
-    """Serve every context through the pyfunc, observe the losses, write the round's partition."""
-    from deploy.pyfunc import feature_names_of
-    from poem.simulate import supervised_loss
-
-    names = list(log.feature_names)
-    served_names = feature_names_of(model.unwrap_python_model().policy)
-    if served_names != names:
-        raise ValueError(
-            f"the champion expects features {served_names[:3]}…, the log has {names[:3]}…"
-        )
-    day = _START + np.timedelta64(round_, "D")
-    losses_all = []
-    for start in range(0, X.shape[0], _BATCH):
-        rows = np.arange(start, min(start + _BATCH, X.shape[0]))
-        request = pd.DataFrame(X[rows], columns=names)
-        request.insert(0, "event_id", [f"r{round_}-{i}" for i in rows])
-        decisions = model.predict(
-            request, params={"seed": seed * 1000 + round_ * 100 + start // _BATCH}
-        )
-        times = day + rows.astype("timedelta64[s]")
-        log.add_decisions(request, decisions, timestamps=times)
-        losses = supervised_loss(np.array(decisions["action"].tolist()), Y[rows], family)
-        log.add_feedback(decisions["event_id"], losses)
-        losses_all.append(losses)
-    report = log.flush(force=True)
-    return report.n_written, float(np.mean(np.concatenate(losses_all))), report.n_default_loss
+def _predict(model: Any) -> Any:
+    """The environment's ``predict(request, seed)`` through the loaded pyfunc ``model``."""
+    return lambda request, seed: model.predict(request, params={"seed": seed})
 
 
 def _gate_interval(metrics: dict[str, float]) -> tuple[float | None, float | None, float | None]:
@@ -233,20 +213,6 @@ def run_closed_loop(
     -------
     ClosedLoopResult
     """
-    import time
-
-    import mlflow
-    from mlflow import MlflowClient
-
-    from flows.config import load_config
-    from flows.registry import load_version_policy, log_policy_model, promote, register_version
-    from flows.retrain import retrain
-    from flows.tracking import ensure_experiment, tracking_uri_scope
-    from poem.datasets import load_dataset
-    from poem.io.decisions import DecisionLog, served_min_propensity
-    from poem.policies import StochasticPolicy
-    from poem.simulate import fit_logging_policy, true_expected_loss
-
     if dataset not in ("digits", "yeast"):
         raise ValueError(f"dataset must be 'digits' or 'yeast', got {dataset!r}")
     if rounds < 1 or n_replays < 1:
@@ -254,30 +220,11 @@ def run_closed_loop(
     workdir = Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     ds = load_dataset(dataset, data_dir)
-    X_train = np.asarray(
-        ds.X_train.toarray() if hasattr(ds.X_train, "toarray") else ds.X_train, dtype=np.float64
-    )
-    Y_train = np.asarray(ds.Y_train)
+    env = SupervisedEnvironment(ds, n_replays)
     config = _simulation_config(base_config, workdir, ds.family, config_overrides)
-    h0 = fit_logging_policy(
-        X_train, Y_train, family=ds.family, fraction=fraction, random_state=seed
-    )
-    h0 = StochasticPolicy(
-        h0.family,
-        h0.coef,
-        h0.temperature,
-        h0.exploration_floor,
-        {**h0.metadata, "feature_names": list(ds.feature_names)},
-    )
-    skyline = fit_logging_policy(
-        X_train, Y_train, family=ds.family, fraction=1.0, random_state=seed
-    )
-    # each context's replays together in time: the flow's time split separates contexts
-    rows = np.repeat(np.arange(X_train.shape[0]), n_replays)
-    X_round, Y_round = X_train[rows], Y_train[rows]
-
-    def true_loss(policy: Any) -> float:
-        return true_expected_loss(policy, ds.X_test, ds.Y_test)
+    h0 = env.logging_policy(fraction, seed)
+    skyline = env.skyline(seed)
+    true_loss = env.true_loss
 
     with tracking_uri_scope(f"sqlite:///{workdir / 'mlflow.db'}"):
         cfg = load_config(config)
@@ -314,12 +261,11 @@ def run_closed_loop(
         ]
         if progress:
             progress(reports[-1])
-        bounds = (0.0, 1.0 if ds.family == "discrete" else float(ds.n_labels))
         log = DecisionLog(
             workdir / "logs",
             ds.family,
             ds.feature_names,
-            bounds,
+            env.loss_bounds,
             n_actions=ds.n_labels,
             feedback_timeout=_dt.timedelta(hours=1),
         )
@@ -333,14 +279,14 @@ def run_closed_loop(
             log.min_propensity = served_min_propensity(
                 ds.family, served.policy.exploration_floor, ds.n_labels
             )
-            n_logged, mean_loss, n_default = _serve_round(
-                model, X_round, Y_round, ds.family, round_, seed, log
-            )
-            partition = (
-                workdir
-                / "logs"
-                / f"date={(_START + np.timedelta64(round_, 'D')).astype('datetime64[D]')}"
-            )
+            served_names = feature_names_of(served.policy)
+            if served_names != list(ds.feature_names):
+                raise ValueError(
+                    f"the champion expects features {served_names[:3]}…, "
+                    f"the log has {list(ds.feature_names)[:3]}…"
+                )
+            round_log = env.serve_round(_predict(model), round_, seed, log)
+            partition = workdir / "logs" / env.partition(round_)
             result = retrain(config, logs=partition)
             challenger = load_version_policy(client, tracking, result.challenger_version)
             losses[result.challenger_version] = true_loss(challenger)
@@ -351,9 +297,9 @@ def run_closed_loop(
                     round_,
                     served.model_version,
                     losses[served.model_version],
-                    n_logged,
-                    mean_loss,
-                    n_default,
+                    round_log.n_logged,
+                    round_log.mean_loss,
+                    round_log.n_default_loss,
                     result.challenger_version,
                     losses[result.challenger_version],
                     result.decision,

@@ -8,14 +8,20 @@ otherwise runs the ``retrain`` flow on them as a subflow; the gate decides as al
 
 A run that finds no complete partition **fails** (state Failed in the Prefect UI, the message
 names the folder): a nightly retrain with no new data is something to look at, not a success.
-A ``--logs`` folder that does not exist is refused when the deployment is served.
+A ``--logs`` folder that does not exist is refused when the deployment is served or deployed
+(the same one-line error, exit 2).
 
 Run it as a long-lived deployment with a cron schedule (``flow.serve``; ECOSYSTEM §2)::
 
     source .ci/env.sh
     prefect server start --host 127.0.0.1 --port 4200 &        # ready after ~6 s; UI on :4200
     export PREFECT_API_URL=http://127.0.0.1:4200/api
-    python -m deploy.deployments --config mlflow.yml --logs decisions --cron "0 2 * * *" --newest 1
+    python -m flows.deployments --config mlflow.yml --logs decisions --cron "0 2 * * *" --newest 1
+
+or, for a team, deploy it to a work pool whose worker runs each flow run (``--pool``: the folder
+is checked, then ``prefect deploy`` registers the deployment and the command returns)::
+
+    python -m flows.deployments --config team.yml --logs decisions --pool poem-pool
 
 and trigger a run by hand (from another shell with the same ``PREFECT_API_URL``)::
 
@@ -29,23 +35,30 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import json
 import logging
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from mlflow.exceptions import MlflowException
 from prefect import flow, get_run_logger
 
 from flows.commands import plain_text
 from flows.config import ConfigError, load_config
+from flows.retrain import retrain
+from flows.tracking import client_for, data_fingerprint
 from poem.io.parquet import partition_date, scan_log_folder
 
 __all__ = [
     "DEPLOYMENT_NAME",
+    "ENTRYPOINT",
     "NoCompletePartitionsError",
+    "deploy_to_pool",
     "logs_folder",
     "newest_partitions",
     "scheduled_retrain",
@@ -54,6 +67,7 @@ __all__ = [
 ]
 
 DEPLOYMENT_NAME = "nightly-retrain"
+ENTRYPOINT = "flows.deployments:scheduled_retrain"  # what a worker imports (the installed package)
 logger = logging.getLogger(__name__)
 
 
@@ -142,10 +156,6 @@ def stage_partitions(partitions: list[Path], target: Path) -> Path:
 
 def _already_trained(config_path: str | Path, fingerprint: str) -> str | None:
     """Version of the registered model trained on exactly these files, if any."""
-    from mlflow.exceptions import MlflowException
-
-    from flows.tracking import client_for
-
     tracking = load_config(config_path).tracking
     try:
         versions = client_for(tracking).search_model_versions(f"name='{tracking.registered_model}'")
@@ -192,9 +202,6 @@ def scheduled_retrain(
         When the folder holds no complete ``date=`` partition (or is gone): the flow run
         ends Failed, naming the folder.
     """
-    from flows.retrain import retrain
-    from flows.tracking import data_fingerprint
-
     logger = get_run_logger()
     root = Path(logs or load_config(config_path).data.path)
     partitions = newest_partitions(root, newest, include_today=include_today)
@@ -252,10 +259,41 @@ def serve(
     )
 
 
+def deploy_to_pool(
+    config_path: str,
+    logs: str | None,
+    cron: str,
+    pool: str,
+    newest: int = 1,
+    name: str = DEPLOYMENT_NAME,
+) -> int:
+    """Register the deployment with a work pool through ``prefect deploy``; its exit code.
+
+    Prefect's ``prefect deploy`` has no deploy-time hook for a parameter's value, so this
+    command checks the log folder (as :func:`serve` does) and then runs it with the same
+    flow, schedule and parameters: ``prefect --no-prompt deploy flows.deployments:scheduled_retrain
+    --name NAME --pool POOL --cron CRON --params '{"config_path": …, "logs": …, "newest": …}'``.
+
+    Raises
+    ------
+    FileNotFoundError
+        If the log folder (``logs``, else ``data.path`` of the config) does not exist.
+    """
+    logs_folder(config_path, logs)
+    parameters: dict[str, Any] = {"config_path": str(Path(config_path).resolve())}
+    if logs is not None:
+        parameters["logs"] = str(Path(logs).resolve())
+    parameters["newest"] = newest
+    command = [sys.executable, "-m", "prefect", "--no-prompt", "deploy", ENTRYPOINT]
+    command += ["--name", name, "--pool", pool, "--cron", cron]
+    command += ["--params", json.dumps(parameters)]
+    return subprocess.run(command, check=False).returncode
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m deploy.deployments``: serve the scheduled retraining deployment."""
+    """``python -m flows.deployments``: serve the scheduled retraining deployment, or deploy it."""
     parser = argparse.ArgumentParser(
-        prog="python -m deploy.deployments",
+        prog="python -m flows.deployments",
         description=plain_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -274,12 +312,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--name", default=DEPLOYMENT_NAME, help="deployment name (default: %(default)s)"
     )
+    parser.add_argument(
+        "--pool",
+        default=None,
+        help="deploy to this work pool (its worker runs the flow runs) and return, "
+        "instead of serving the deployment from this process",
+    )
     args = parser.parse_args(argv)
     try:
         logs_folder(args.config, args.logs)
     except (FileNotFoundError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.pool is not None:
+        return deploy_to_pool(args.config, args.logs, args.cron, args.pool, args.newest, args.name)
     if not os.environ.get("PREFECT_API_URL"):
         print(
             "warning: PREFECT_API_URL is not set; a temporary server lives only as long as "
