@@ -18,22 +18,17 @@ import pandas as pd
 from data_checks.partitioned import (
     PartitionOptions,
     check_partitioned,
+    check_pieces,
+    kept_partitions,
     open_client,
     use_partitions,
 )
-from data_checks.quarantine import write_quarantine
 from data_checks.report import DataCheckReport
-from data_checks.stages import (
-    CheckSettings,
-    build_stage,
-    failed_report,
-    propensity_stage,
-    quarantine_stage,
-    read_stage,
-    validate_stage,
-)
+from data_checks.stages import CheckSettings, failed_report, read_stage
 from poem.data import LoggedBandit
+from poem.diagnostics.plots import save_diagnostic_plots
 from poem.diagnostics.propensity import PropensityReport, PropensityThresholds
+from poem.io.partitions import LocalPartitions
 
 __all__ = ["CheckOutcome", "check_logs"]
 
@@ -195,13 +190,30 @@ def check_logs(
         future_timestamps=future_timestamps,
         now=pd.Timestamp.now(tz="UTC") if now is None else now,
     )
-    if client is not None or use_partitions(path, partitions):
-        return _check_partitioned(path, settings, out, partitions, client, target_policy)
-    table, failure = read_stage(path, settings)
-    if failure is not None:
-        return _finish(CheckOutcome(failure), out)
     try:
-        return _check_table(table, settings, out, context, target_policy, plots)
+        if client is not None or use_partitions(path, partitions):
+            return _finish(
+                _check_partitioned(path, settings, out, partitions, client, target_policy), out
+            )
+        table, failure = read_stage(path, settings)
+        if failure is not None:
+            return _finish(CheckOutcome(failure), out)
+        pieces = LocalPartitions([table])
+        report, prop, files, results = check_pieces(
+            pieces,
+            settings,
+            source=str(path),
+            names=[str(path)],
+            skipped=table.skipped,
+            out_dir=out,
+            target_policy=target_policy,
+            docs=True,
+        )
+        log = kept_partitions(pieces, results, settings).items[0] if report.passed else None
+        if out is not None and plots and log is not None:
+            saved = save_diagnostic_plots(log, out / "plots", target_policy=target_policy)
+            files.update({k: str(v) for k, v in saved.items()})
+        return _finish(CheckOutcome(report, prop, log, files), out)
     except Exception as exc:  # noqa: BLE001 - a report, never a traceback
         logger.debug("check of %s failed unexpectedly", path, exc_info=True)
         problem = RuntimeError(f"unexpected {type(exc).__name__}: {exc} (please report this)")
@@ -232,42 +244,7 @@ def _check_partitioned(
         if own and client is not None:
             client.close()
             client.cluster.close()
-    return _finish(CheckOutcome(report, prop, None, files), out)
-
-
-def _check_table(
-    table: Any,
-    settings: CheckSettings,
-    out: Path | None,
-    context: Any,
-    target_policy: Any,
-    plots: bool,
-) -> CheckOutcome:
-    report = validate_stage(
-        table, settings, context=context, docs_dir=None if out is None else out / "data_docs"
-    )
-    files: dict[str, str] = {}
-    if report.docs_path:
-        files["data_docs"] = report.docs_path
-    kept, quarantined = quarantine_stage(table, report)
-    if out is not None and quarantined is not None:
-        files["quarantine"] = str(write_quarantine(quarantined, out / "quarantine.parquet"))
-    log, report = build_stage(kept, report)
-    if log is None:
-        return _finish(CheckOutcome(report, files=files), out)
-    prop = propensity_stage(log, settings, target_policy)
-    if out is not None and plots:
-        from poem.diagnostics.plots import save_diagnostic_plots
-
-        files.update(
-            {
-                k: str(v)
-                for k, v in save_diagnostic_plots(
-                    log, out / "plots", target_policy=target_policy
-                ).items()
-            }
-        )
-    return _finish(CheckOutcome(report, prop, log, files), out)
+    return CheckOutcome(report, prop, None, files)
 
 
 def _finish(outcome: CheckOutcome, out: Path | None) -> CheckOutcome:

@@ -18,7 +18,13 @@ import numpy as np
 
 from poem.exceptions import InvalidLogError, Violation
 
-__all__ = ["DataCheckReport", "ExpectationFailure", "merge_reports", "raise_for_failures"]
+__all__ = [
+    "DataCheckReport",
+    "ExpectationFailure",
+    "merge_reports",
+    "mistyped_reason",
+    "raise_for_failures",
+]
 
 
 @dataclass(frozen=True)
@@ -264,14 +270,30 @@ def raise_for_failures(report: DataCheckReport, *, quarantine: bool = True) -> D
     return report
 
 
+# findings about one file (counted on its rows), not about every row of the log
+FILE_SCOPED = frozenset({"timestamp_in_partition_folder"})
+_MISTYPED = "expect_column_values_to_be_in_type_list"
+
+
+def mistyped_reason(reason: str, count: int) -> str:
+    """The wrong-type reason with the number of values that are not numbers."""
+    return f"{reason}: {count:,} values are not numbers" if count else reason
+
+
+def _key(f: ExpectationFailure) -> tuple:
+    reason = f.reason.rsplit(": ", 1)[0] if f.expectation == _MISTYPED else f.reason
+    return (f.column, f.expectation, f.level, reason)
+
+
 def merge_reports(reports: Sequence[DataCheckReport], *, source: str = "") -> DataCheckReport:
     """Add up the reports of the partitions of one log, checked one partition at a time.
 
     Counts (rows, quarantined rows, per reason, per failure) are summed, failures of the same
-    column, expectation and reason become one with the first five examples, and the per-row
-    reasons are concatenated in partition order, so :func:`data_checks.quarantine.split_quarantine`
-    works on the concatenated partitions. Checks that need every row at once (event ids unique
-    *across* partitions) are not covered by per-partition reports.
+    column, expectation and reason become one with the first five examples, a row-level check
+    counts every row of the log (``element_count``), and the per-row reasons are concatenated
+    in partition order, so :func:`data_checks.quarantine.split_quarantine` works on the
+    concatenated partitions. Checks of the whole log (event ids unique across partitions, the
+    row count) are :func:`data_checks.partitioned.check_pieces`'s.
 
     Parameters
     ----------
@@ -286,11 +308,11 @@ def merge_reports(reports: Sequence[DataCheckReport], *, source: str = "") -> Da
     """
     if not reports:
         raise ValueError("merge_reports needs at least one report")
+    n = sum(r.n_rows for r in reports)
     merged: dict[tuple, ExpectationFailure] = {}
     for f in (f for r in reports for f in r.failures):
-        key = (f.column, f.expectation, f.level, f.reason)
-        old = merged.get(key)
-        merged[key] = (
+        old = merged.get(_key(f))
+        merged[_key(f)] = (
             f
             if old is None
             else replace(
@@ -300,32 +322,43 @@ def merge_reports(reports: Sequence[DataCheckReport], *, source: str = "") -> Da
                 examples=(old.examples + f.examples)[:5],
             )
         )
+    failures = [
+        replace(f, reason=mistyped_reason(k[3], f.unexpected_count))
+        if f.expectation == _MISTYPED
+        else replace(f, element_count=n)
+        if f.level != "dataset" and f.expectation not in FILE_SCOPED
+        else f
+        for k, f in merged.items()
+    ]
     reasons: list[str] = []
-    by_reason: dict[str, int] = {}
     codes = []
     for r in reports:
-        for reason, count in r.quarantined_by_reason.items():
-            by_reason[reason] = by_reason.get(reason, 0) + count
         row_reason, names = r.row_reasons if r.row_reasons is not None else (None, ())
-        for name in names:
-            if name not in reasons:
-                reasons.append(name)
+        reasons += [name for name in names if name not in reasons]
         if row_reason is None:
             row_reason = np.full(r.n_rows, -1, dtype=np.int64)
         remap = np.array([reasons.index(n) for n in names] + [-1], dtype=np.int64)
         codes.append(remap[row_reason])  # -1 indexes the trailing -1
-    extra = tuple(dict.fromkeys(c for r in reports for c in r.extra_columns))
+    order = [f.reason for f in failures if f.level == "row"]
+    by_reason = {
+        reason: sum(r.quarantined_by_reason.get(reason, 0) for r in reports)
+        for reason in sorted(
+            {k for r in reports for k in r.quarantined_by_reason},
+            key=lambda reason: order.index(reason) if reason in order else len(order),
+        )
+    }
     first = reports[0]
     return DataCheckReport(
         suite=first.suite,
-        n_rows=sum(r.n_rows for r in reports),
+        n_rows=n,
         n_expectations=first.n_expectations,
-        failures=tuple(merged.values()),
+        failures=tuple(failures),
         n_quarantined=sum(r.n_quarantined for r in reports),
         quarantined_by_reason=by_reason,
         max_quarantine_fraction=first.max_quarantine_fraction,
-        extra_columns=extra,
+        extra_columns=tuple(dict.fromkeys(c for r in reports for c in r.extra_columns)),
         source=source,
+        docs_path=first.docs_path,
         row_reasons=(np.concatenate(codes), tuple(reasons)),
         skipped_files=tuple(dict.fromkeys(f for r in reports for f in r.skipped_files)),
     )

@@ -17,11 +17,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from data_checks.quarantine import split_quarantine
 from data_checks.report import DataCheckReport, ExpectationFailure
 from data_checks.runner import validate_frame
 from data_checks.suites import build_log_suite, default_parameters
 from poem.data import LoggedBandit
-from poem.diagnostics.propensity import PropensityReport, PropensityThresholds, propensity_report
+from poem.diagnostics.propensity import PropensityReport, PropensityThresholds
+from poem.diagnostics.propensity_summary import propensity_summary, summary_report
 from poem.exceptions import InvalidLogError
 from poem.io._row_checks import RowProblem, row_problems
 from poem.io.logs import LogTable, read_log_table
@@ -31,6 +33,7 @@ __all__ = [
     "FUTURE_ACTIONS",
     "CheckSettings",
     "build_stage",
+    "duplicated_rows",
     "failed_report",
     "propensity_stage",
     "quarantine_stage",
@@ -219,17 +222,37 @@ def _reader_warnings(table: LogTable) -> tuple[ExpectationFailure, ...]:
     )
 
 
+def duplicated_rows(table: LogTable, elsewhere: Any = None) -> np.ndarray | None:
+    """Positions of the rows whose (non-null) ``event_id`` occurs in another row of the log.
+
+    ``elsewhere``: positions of rows whose id occurs in another partition of the log (from
+    :func:`data_checks.partitioned.check_partitioned`'s id buckets). None without ids.
+    """
+    if "event_id" not in table.frame.columns:
+        return None
+    ids = table.frame["event_id"]
+    mask = (ids.notna() & ids.duplicated(keep=False)).to_numpy()
+    if elsewhere is not None and len(elsewhere):
+        mask[np.asarray(elsewhere, dtype=np.int64)] = True
+    return np.flatnonzero(mask)
+
+
 def validate_stage(
     table: LogTable,
     settings: CheckSettings,
     *,
     context: Any = None,
     docs_dir: str | Path | None = None,
+    elsewhere: Any = None,
+    partition: bool = False,
 ) -> DataCheckReport:
     """Run the family's GX suite plus the front door's row rules on one table.
 
     Also: rows dated later than the run's clock (``settings.future_timestamps``), rows dated
     outside their ``date=`` folder (a warning) and the files skipped as not data (named).
+    ``elsewhere`` (see :func:`duplicated_rows`) and ``partition`` (the row count is checked on
+    the log's total, by :func:`data_checks.partitioned.check_pieces`) when ``table`` is one
+    partition of a log.
     """
     future = _future_rows(table, settings)
     quarantined = [(f, pos) for f, pos in future if f.level == "row"]
@@ -244,7 +267,7 @@ def validate_stage(
         meta,
         window=settings.window,
         min_propensity=settings.min_propensity,
-        min_rows=settings.min_rows,
+        min_rows=0 if partition else max(1, settings.min_rows),
     )
     report = validate_frame(
         table.frame,
@@ -255,6 +278,7 @@ def validate_stage(
         docs_dir=docs_dir,
         source=table.source,
         row_failures=_row_failures(table) + quarantined,
+        duplicates=duplicated_rows(table, elsewhere),
     )
     return replace(report, failures=report.failures + warnings, skipped_files=tuple(table.skipped))
 
@@ -271,8 +295,6 @@ def quarantine_stage(
     quarantined : DataFrame or None
         The quarantined rows with a ``reason`` column (None when there are none).
     """
-    from data_checks.quarantine import split_quarantine
-
     if table is None or any(f.level == "dataset" for f in report.failures):
         return table, None
     kept, quarantined = split_quarantine(table.frame, report)
@@ -282,16 +304,19 @@ def quarantine_stage(
 def build_stage(
     kept: LogTable | None, report: DataCheckReport
 ) -> tuple[LoggedBandit | None, DataCheckReport]:
-    """Build the :class:`~poem.data.LoggedBandit` of the kept rows when the report passed.
+    """Build the :class:`~poem.data.LoggedBandit` of the kept rows (no dataset-level failure).
+
+    The fraction of quarantined rows is not looked at: for a partition it is judged on the
+    log's total.
 
     Returns
     -------
     log : LoggedBandit or None
-        None when the report failed or the log breaks an invariant.
+        None when a dataset-level check failed, no row is kept or the log breaks an invariant.
     report : DataCheckReport
         The report, plus one dataset-level failure per broken invariant.
     """
-    if kept is None or not report.passed:
+    if kept is None or not kept.n_rows or any(f.level == "dataset" for f in report.failures):
         return None, report
     try:
         return kept.to_log(), report
@@ -303,5 +328,11 @@ def build_stage(
 def propensity_stage(
     log: LoggedBandit, settings: CheckSettings, target_policy: Any = None
 ) -> PropensityReport:
-    """The propensity sanity checks (DESIGN §4.6) of the built log."""
-    return propensity_report(log, target_policy=target_policy, thresholds=settings.thresholds)
+    """The propensity sanity checks (DESIGN §4.6) of the built log.
+
+    Through the same summary as a log checked partition by partition
+    (:mod:`poem.diagnostics.propensity_summary`), so one log gives one report however it is
+    split: quantiles and the suggested clip within that module's sketch error.
+    """
+    summary = propensity_summary(log, target_policy=target_policy, thresholds=settings.thresholds)
+    return summary_report(summary, thresholds=settings.thresholds)
