@@ -203,11 +203,11 @@ def check_logs(
             pieces,
             settings,
             source=str(path),
-            names=[str(path)],
             skipped=table.skipped,
             out_dir=out,
             target_policy=target_policy,
             docs=True,
+            context=context,
         )
         log = kept_partitions(pieces, results, settings).items[0] if report.passed else None
         if out is not None and plots and log is not None:

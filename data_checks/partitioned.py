@@ -149,8 +149,6 @@ class PartitionResult:
 
     Attributes
     ----------
-    n_rows : int
-        Rows read.
     report : DataCheckReport or None
         Its data-check report without per-row reasons (None: an empty partition, not checked).
     summary : PropensitySummary or None
@@ -161,7 +159,6 @@ class PartitionResult:
         Positions (in the partition) of the rows it quarantined.
     """
 
-    n_rows: int
     report: DataCheckReport | None
     summary: PropensitySummary | None = None
     metadata: str = ""
@@ -188,8 +185,8 @@ def _read_table(piece: LogPartition | LogTable, settings: CheckSettings) -> LogT
     )
 
 
-def _n_rows(piece: LogPartition | LogTable) -> int:
-    return piece.n_rows
+def _describe(piece: LogPartition | LogTable) -> tuple[int, str]:
+    return piece.n_rows, _name(piece)
 
 
 def check_partition(
@@ -202,6 +199,7 @@ def check_partition(
     target_policy: Any = None,
     docs_dir: str | None = None,
     one: bool = True,
+    context: Any = None,
 ) -> PartitionResult:
     """Read, validate, quarantine, build and summarise one partition (runs where it lives).
 
@@ -224,20 +222,22 @@ def check_partition(
         Folder for GX Data Docs.
     one : bool, default=True
         The log is this one partition (else the row count is checked on the total).
+    context : GX context or None, default=None
+        Reused GX context (tests; in this process only); else a fresh one.
 
     Returns
     -------
     PartitionResult
     """
     if piece.n_rows == 0 and not validate_empty:
-        return PartitionResult(0, None)
+        return PartitionResult(None)
     try:
         table = _read_table(piece, settings)
     except (InvalidLogError, ValueError, OSError, pa.ArrowException) as exc:
-        return PartitionResult(piece.n_rows, failed_report(_name(piece), exc))
+        return PartitionResult(failed_report(_name(piece), exc))
     # a fresh GX context per partition: a reused one keeps every validation's data (RSS grows)
     report = validate_stage(
-        table, settings, docs_dir=docs_dir, elsewhere=elsewhere, partition=not one
+        table, settings, context=context, docs_dir=docs_dir, elsewhere=elsewhere, partition=not one
     )
     kept, quarantined = quarantine_stage(table, report)
     if quarantined is not None and quarantine_path is not None:
@@ -248,10 +248,11 @@ def check_partition(
         summary = propensity_summary(
             log, target_policy=target_policy, thresholds=settings.thresholds
         )
-    reasons, names = report.row_reasons if report.row_reasons is not None else (None, ())
-    dropped = np.zeros(0, np.int64) if quarantined is None else np.flatnonzero(reasons >= 0)
-    report = replace(report, row_reasons=(np.zeros(0, np.int64), names))  # keep it small
-    return PartitionResult(table.n_rows, report, summary, table.meta.to_json(), dropped)
+    dropped = np.zeros(0, np.int64)
+    if quarantined is not None:
+        dropped = np.flatnonzero(report.row_reasons[0] >= 0)
+    report = replace(report, row_reasons=None)  # keep it small
+    return PartitionResult(report, summary, table.meta.to_json(), dropped)
 
 
 def load_kept_partition(
@@ -324,17 +325,23 @@ def _rows_elsewhere(_piece: Any, folders: list[str]) -> np.ndarray:
     return np.concatenate(found)
 
 
-def _elsewhere(pieces: Any, sizes: list[int], scratch: Path, rows_per_bucket: int) -> list:
+def _elsewhere(pieces: Any, sizes: list[int], out: Path | None, rows_per_bucket: int) -> list:
     """Per partition, its rows whose event id occurs in another partition."""
     k = len(sizes)
     if k < 2:
         return [np.zeros(0, np.int64)] * k
     n_buckets = max(1, -(-sum(sizes) // rows_per_bucket))
-    pieces.map(_write_id_buckets, range(k), gather=True, folder=str(scratch), n_buckets=n_buckets)
-    buckets = sorted(str(b) for b in scratch.glob("bucket=*"))
-    found = np.concatenate(
-        pieces.map(_rows_elsewhere, [buckets[j::k] for j in range(k)], gather=True)
-    )
+    # workers write the id buckets here: on a remote cluster, out_dir must be on a shared disk
+    scratch = Path(tempfile.mkdtemp(prefix="poem-ids-", dir=out))
+    try:
+        pieces.map(
+            _write_id_buckets, range(k), gather=True, folder=str(scratch), n_buckets=n_buckets
+        )
+        buckets = sorted(str(b) for b in scratch.glob("bucket=*"))
+        shares = [buckets[j::k] for j in range(k)]
+        found = np.concatenate(pieces.map(_rows_elsewhere, shares, gather=True))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     return [np.sort(found[found[:, 0] == j, 1]) for j in range(k)]
 
 
@@ -369,12 +376,12 @@ def check_pieces(
     settings: CheckSettings,
     *,
     source: str,
-    names: list[str],
     skipped: tuple = (),
     out_dir: str | Path | None = None,
     target_policy: Any = None,
     rows_per_bucket: int = 1_000_000,
     docs: bool = False,
+    context: Any = None,
 ) -> tuple[DataCheckReport, PropensityReport | None, dict, list[PartitionResult]]:
     """Check a log given as a partition set of pieces (see the module docstring).
 
@@ -387,8 +394,6 @@ def check_pieces(
         The check's settings.
     source : str
         The log's name.
-    names : list of str
-        The partitions' names (for the metadata check).
     skipped : tuple of str, default=()
         Files skipped as not data (named in the report).
     out_dir : str or Path or None, default=None
@@ -400,6 +405,8 @@ def check_pieces(
         Rows per hash bucket of the cross-partition event-id check.
     docs : bool, default=False
         Write GX Data Docs (one partition and ``out_dir`` only).
+    context : GX context or None, default=None
+        Reused GX context (a local set only).
 
     Returns
     -------
@@ -412,7 +419,8 @@ def check_pieces(
     results : list of PartitionResult
         One per partition (for :func:`kept_partitions`).
     """
-    sizes = pieces.map(_n_rows, gather=True)
+    described = pieces.map(_describe, gather=True)
+    sizes, names = [n for n, _ in described], [name for _, name in described]
     k, one = len(sizes), len(sizes) == 1
     out = None if out_dir is None else Path(out_dir)
     quarantine = None if out is None else out / ("quarantine.parquet" if one else "quarantine")
@@ -420,12 +428,7 @@ def check_pieces(
         shutil.rmtree(quarantine)  # a previous run's files would break the reconciliation
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-    # workers write the id buckets here: on a remote cluster, out_dir must be on a shared disk
-    scratch = Path(tempfile.mkdtemp(prefix="poem-ids-", dir=out))
-    try:
-        elsewhere = _elsewhere(pieces, sizes, scratch, rows_per_bucket)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    elsewhere = _elsewhere(pieces, sizes, out, rows_per_bucket)
     paths = [
         None
         if quarantine is None
@@ -444,6 +447,7 @@ def check_pieces(
         target_policy=target_policy,
         docs_dir=docs_dir,
         one=one,
+        context=context,
     )
     reports = [r.report for r in results if r.report is not None]
     merged = (
@@ -520,7 +524,6 @@ def check_partitioned(
         pieces,
         settings,
         source=str(path),
-        names=[_name(p) for p in found],
         skipped=skipped,
         out_dir=out_dir,
         target_policy=target_policy,

@@ -14,8 +14,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-import numpy as np
-
 from poem.exceptions import InvalidLogError, Violation
 
 __all__ = [
@@ -285,15 +283,33 @@ def _key(f: ExpectationFailure) -> tuple:
     return (f.column, f.expectation, f.level, reason)
 
 
+def _in_order(lists: list[list]) -> list:
+    """The items of ``lists`` in the order every list has them (each a subsequence of it).
+
+    Each partition lists its failures in the one order of the checks (suite order, then the
+    row rules); items no list orders relative to each other keep their first appearance.
+    """
+    seen = list(dict.fromkeys(x for items in lists for x in items))
+    before = {x: set() for x in seen}
+    for items in lists:
+        for a, b in zip(items[:-1], items[1:], strict=True):
+            before[b].add(a)
+    out: list = []
+    while seen:
+        x = next((x for x in seen if before[x] <= set(out)), seen[0])  # seen[0]: a cycle
+        out.append(x)
+        seen.remove(x)
+    return out
+
+
 def merge_reports(reports: Sequence[DataCheckReport], *, source: str = "") -> DataCheckReport:
     """Add up the reports of the partitions of one log, checked one partition at a time.
 
     Counts (rows, quarantined rows, per reason, per failure) are summed, failures of the same
-    column, expectation and reason become one with the first five examples, a row-level check
-    counts every row of the log (``element_count``), and the per-row reasons are concatenated
-    in partition order, so :func:`data_checks.quarantine.split_quarantine` works on the
-    concatenated partitions. Checks of the whole log (event ids unique across partitions, the
-    row count) are :func:`data_checks.partitioned.check_pieces`'s.
+    column, expectation and reason become one with the first five examples (in the order of
+    the checks) and a row-level check counts every row of the log (``element_count``). Checks
+    of the whole log (event ids unique across partitions, the row count) and the per-row
+    reasons are :func:`data_checks.partitioned.check_pieces`'s.
 
     Parameters
     ----------
@@ -323,22 +339,13 @@ def merge_reports(reports: Sequence[DataCheckReport], *, source: str = "") -> Da
             )
         )
     failures = [
-        replace(f, reason=mistyped_reason(k[3], f.unexpected_count))
-        if f.expectation == _MISTYPED
-        else replace(f, element_count=n)
-        if f.level != "dataset" and f.expectation not in FILE_SCOPED
-        else f
-        for k, f in merged.items()
+        replace(merged[k], reason=mistyped_reason(k[3], merged[k].unexpected_count))
+        if k[1] == _MISTYPED
+        else replace(merged[k], element_count=n)
+        if k[2] != "dataset" and k[1] not in FILE_SCOPED
+        else merged[k]
+        for k in _in_order([[_key(f) for f in r.failures] for r in reports])
     ]
-    reasons: list[str] = []
-    codes = []
-    for r in reports:
-        row_reason, names = r.row_reasons if r.row_reasons is not None else (None, ())
-        reasons += [name for name in names if name not in reasons]
-        if row_reason is None:
-            row_reason = np.full(r.n_rows, -1, dtype=np.int64)
-        remap = np.array([reasons.index(n) for n in names] + [-1], dtype=np.int64)
-        codes.append(remap[row_reason])  # -1 indexes the trailing -1
     order = [f.reason for f in failures if f.level == "row"]
     by_reason = {
         reason: sum(r.quarantined_by_reason.get(reason, 0) for r in reports)
@@ -359,6 +366,5 @@ def merge_reports(reports: Sequence[DataCheckReport], *, source: str = "") -> Da
         extra_columns=tuple(dict.fromkeys(c for r in reports for c in r.extra_columns)),
         source=source,
         docs_path=first.docs_path,
-        row_reasons=(np.concatenate(codes), tuple(reasons)),
         skipped_files=tuple(dict.fromkeys(f for r in reports for f in r.skipped_files)),
     )

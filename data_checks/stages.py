@@ -43,6 +43,7 @@ __all__ = [
 
 
 FUTURE_ACTIONS = ("warn", "quarantine")
+FUTURE = "timestamp_not_after_run_clock"
 
 
 @dataclass(frozen=True)
@@ -158,23 +159,25 @@ def _below_declared_floor(table: LogTable) -> list[RowProblem]:
     ]
 
 
-def _row_failures(table: LogTable) -> list[tuple[ExpectationFailure, np.ndarray]]:
-    """The front door's row rules (:func:`poem.io._row_checks.row_problems`) as failures."""
+def _failures_of(
+    table: LogTable, problems: list[RowProblem], expectation: str, level: str = "row"
+) -> list[tuple[ExpectationFailure, np.ndarray]]:
+    """Row problems as failures (count, first event ids) with the offending positions."""
     n = table.n_rows
     ids = table.frame["event_id"].to_numpy() if "event_id" in table.frame.columns else np.arange(n)
     out = []
-    for problem in [*row_problems(table.frame, table.meta), *_below_declared_floor(table)]:
+    for problem in problems:
         pos = np.flatnonzero(problem.mask)
-        examples = tuple(v.item() if hasattr(v, "item") else v for v in ids[pos[:5]])
+        examples = tuple(_plain(v) for v in ids[pos[:5]])
         failure = ExpectationFailure(
-            problem.column, "poem_row_check", "row", problem.reason, int(pos.size), n, examples
+            problem.column, expectation, level, problem.reason, int(pos.size), n, examples
         )
         out.append((failure, pos))
     return out
 
 
-def _future_rows(table: LogTable, settings: CheckSettings) -> list[tuple]:
-    """Rows dated later than the run's clock: a warning, or row failures to quarantine."""
+def _future_rows(table: LogTable, settings: CheckSettings) -> list[RowProblem]:
+    """Rows dated later than the run's clock (a warning, or quarantined)."""
     if "timestamp" not in table.frame.columns:
         return []
     stamps = table.frame["timestamp"]
@@ -183,23 +186,11 @@ def _future_rows(table: LogTable, settings: CheckSettings) -> list[tuple]:
     now = pd.Timestamp.now(tz="UTC") if settings.now is None else pd.Timestamp(settings.now)
     now = now.tz_convert("UTC").tz_localize(None) if now.tzinfo is not None else now
     mask = (stamps > now).to_numpy()
-    if not mask.any():
-        return []
-    pos = np.flatnonzero(mask)
-    ids = table.frame["event_id"] if "event_id" in table.frame.columns else None
-    examples = tuple(_plain(v) for v in (ids.iloc[pos[:5]] if ids is not None else pos[:5]))
-    level = "row" if settings.future_timestamps == "quarantine" else "warning"
-    failure = ExpectationFailure(
-        "timestamp",
-        "timestamp_not_after_run_clock",
-        level,
+    reason = (
         f"dated later than the run's clock {now.isoformat()} UTC "
-        f"(checks.future_timestamps: {settings.future_timestamps})",
-        int(pos.size),
-        table.n_rows,
-        examples,
+        f"(checks.future_timestamps: {settings.future_timestamps})"
     )
-    return [(failure, pos)]
+    return [RowProblem("timestamp", reason, mask)] if mask.any() else []
 
 
 def _plain(value: Any) -> Any:
@@ -231,7 +222,7 @@ def duplicated_rows(table: LogTable, elsewhere: Any = None) -> np.ndarray | None
     if "event_id" not in table.frame.columns:
         return None
     ids = table.frame["event_id"]
-    mask = (ids.notna() & ids.duplicated(keep=False)).to_numpy()
+    mask = np.array(ids.notna() & ids.duplicated(keep=False), dtype=bool)
     if elsewhere is not None and len(elsewhere):
         mask[np.asarray(elsewhere, dtype=np.int64)] = True
     return np.flatnonzero(mask)
@@ -254,7 +245,9 @@ def validate_stage(
     the log's total, by :func:`data_checks.partitioned.check_pieces`) when ``table`` is one
     partition of a log.
     """
-    future = _future_rows(table, settings)
+    rules = [*row_problems(table.frame, table.meta), *_below_declared_floor(table)]
+    level = "row" if settings.future_timestamps == "quarantine" else "warning"
+    future = _failures_of(table, _future_rows(table, settings), FUTURE, level)
     quarantined = [(f, pos) for f, pos in future if f.level == "row"]
     warnings = _reader_warnings(table) + tuple(f for f, _ in future if f.level == "warning")
     meta = table.meta
@@ -277,7 +270,7 @@ def validate_stage(
         max_quarantine_fraction=settings.max_quarantine_fraction,
         docs_dir=docs_dir,
         source=table.source,
-        row_failures=_row_failures(table) + quarantined,
+        row_failures=_failures_of(table, rules, "poem_row_check") + quarantined,
         duplicates=duplicated_rows(table, elsewhere),
     )
     return replace(report, failures=report.failures + warnings, skipped_files=tuple(table.skipped))
