@@ -18,17 +18,14 @@ import pandas as pd
 from data_checks.partitioned import (
     PartitionOptions,
     check_partitioned,
-    check_pieces,
-    kept_partitions,
     open_client,
     use_partitions,
 )
 from data_checks.report import DataCheckReport
-from data_checks.stages import CheckSettings, failed_report, read_stage
+from data_checks.stages import CheckSettings, failed_report
 from poem.data import LoggedBandit
 from poem.diagnostics.plots import save_diagnostic_plots
 from poem.diagnostics.propensity import PropensityReport, PropensityThresholds
-from poem.io.partitions import LocalPartitions
 
 __all__ = ["CheckOutcome", "check_logs"]
 
@@ -190,26 +187,28 @@ def check_logs(
         future_timestamps=future_timestamps,
         now=pd.Timestamp.now(tz="UTC") if now is None else now,
     )
+    memory = client is None and not use_partitions(path, partitions)
+    options = partitions or PartitionOptions(mode="always", scheduler="sync")
+    own = not memory and client is None
     try:
-        if client is not None or use_partitions(path, partitions):
-            return _finish(
-                _check_partitioned(path, settings, out, partitions, client, target_policy), out
+        client = open_client(options) if own else client
+        try:
+            report, prop, files, *kept = check_partitioned(
+                path,
+                settings,
+                out_dir=out,
+                client=client,
+                target_policy=target_policy,
+                rows_per_bucket=options.rows_per_bucket,
+                keep=memory,
+                in_memory=memory,
+                context=context,
             )
-        table, failure = read_stage(path, settings)
-        if failure is not None:
-            return _finish(CheckOutcome(failure), out)
-        pieces = LocalPartitions([table])
-        report, prop, files, results = check_pieces(
-            pieces,
-            settings,
-            source=str(path),
-            skipped=table.skipped,
-            out_dir=out,
-            target_policy=target_policy,
-            docs=True,
-            context=context,
-        )
-        log = kept_partitions(pieces, results, settings).items[0] if report.passed else None
+        finally:
+            if own and client is not None:
+                client.close()
+                client.cluster.close()
+        log = kept[0].items[0] if kept and kept[0] is not None else None
         if out is not None and plots and log is not None:
             saved = save_diagnostic_plots(log, out / "plots", target_policy=target_policy)
             files.update({k: str(v) for k, v in saved.items()})
@@ -218,33 +217,6 @@ def check_logs(
         logger.debug("check of %s failed unexpectedly", path, exc_info=True)
         problem = RuntimeError(f"unexpected {type(exc).__name__}: {exc} (please report this)")
         return _finish(CheckOutcome(failed_report(str(path), problem, "check")), out)
-
-
-def _check_partitioned(
-    path: str | Path,
-    settings: CheckSettings,
-    out: Path | None,
-    partitions: Any,
-    client: Any,
-    target_policy: Any,
-) -> CheckOutcome:
-    options = partitions or PartitionOptions(mode="always", scheduler="sync")
-    own = client is None
-    client = open_client(options) if own else client
-    try:
-        report, prop, files = check_partitioned(
-            path,
-            settings,
-            out_dir=out,
-            client=client,
-            target_policy=target_policy,
-            rows_per_bucket=options.rows_per_bucket,
-        )
-    finally:
-        if own and client is not None:
-            client.close()
-            client.cluster.close()
-    return CheckOutcome(report, prop, None, files)
 
 
 def _finish(outcome: CheckOutcome, out: Path | None) -> CheckOutcome:

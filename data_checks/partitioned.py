@@ -42,6 +42,7 @@ from data_checks.stages import (
     build_stage,
     failed_report,
     quarantine_stage,
+    read_stage,
     validate_stage,
 )
 from poem.diagnostics.propensity import PropensityReport
@@ -481,30 +482,29 @@ def check_partitioned(
     rows_per_bucket: int = 1_000_000,
     keep: bool = False,
     restart: bool = False,
+    in_memory: bool = False,
+    context: Any = None,
 ) -> tuple:
-    """Check a Parquet log partition by partition (one per row group, never the whole log).
+    """Check a log: one partition per Parquet row group, or (``in_memory``) the whole log.
 
     Parameters
     ----------
     path : str or Path
-        Parquet file or folder of them.
+        Parquet file or folder of them (``in_memory``: also a CSV file).
     settings : CheckSettings
-        As for the in-memory check.
-    out_dir : str or Path or None, default=None
-        As in :func:`check_pieces`.
+        The check's settings.
+    out_dir, target_policy, rows_per_bucket, context
+        As in :func:`check_pieces` (Data Docs when ``in_memory``).
     client : distributed.Client or None, default=None
         Cluster to run on; None runs the partitions one after the other in this process.
-    target_policy : StochasticPolicy or None, default=None
-        For the ESS and clipping checks.
-    rows_per_bucket : int, default=1,000,000
-        Rows per hash bucket of the cross-partition event-id check.
     keep : bool, default=False
         Also return the kept rows, one :class:`~poem.data.LoggedBandit` per partition, held
-        in the workers' memory on a cluster (:func:`load_kept_partition`, after the check):
-        the partitioned flow's log.
+        in the workers' memory on a cluster (:func:`load_kept_partition`, after the check).
     restart : bool, default=False
         With ``keep`` and a client: restart the workers between the check and the load (only
         for a cluster started for this run: it drops everything the workers hold).
+    in_memory : bool, default=False
+        Read the whole log through :func:`~data_checks.stages.read_stage`: one partition.
 
     Returns
     -------
@@ -513,12 +513,17 @@ def check_partitioned(
     kept : LocalPartitions or ClusterPartitions or None
         Only with ``keep=True`` (None when the report failed).
     """
-    skipped = tuple(str(f) for f in skipped_log_files(path))
-    try:
-        found = log_partitions(path)
-    except (InvalidLogError, OSError, pa.ArrowException) as exc:
-        report = replace(failed_report(str(path), exc), skipped_files=skipped)
-        return (report, None, {}) + ((None,) if keep else ())
+    if in_memory:
+        table, failure = read_stage(path, settings)
+        found, skipped = [table], () if table is None else table.skipped
+    else:
+        failure, skipped = None, tuple(str(f) for f in skipped_log_files(path))
+        try:
+            found = log_partitions(path)
+        except (InvalidLogError, OSError, pa.ArrowException) as exc:
+            failure = replace(failed_report(str(path), exc), skipped_files=skipped)
+    if failure is not None:
+        return (failure, None, {}) + ((None,) if keep else ())
     pieces = partition_set(found, client)
     report, prop, files, results = check_pieces(
         pieces,
@@ -528,6 +533,8 @@ def check_partitioned(
         out_dir=out_dir,
         target_policy=target_policy,
         rows_per_bucket=rows_per_bucket,
+        docs=in_memory,
+        context=context,
     )
     kept = None
     if keep and report.passed:  # after the check: its memory and the kept rows never coexist
