@@ -1,4 +1,7 @@
-"""``poem-pipeline check`` as a library call: the stages of :mod:`data_checks.stages`, plus files.
+"""``poem-pipeline check`` as a library call: :mod:`data_checks.partitioned`, plus plots and files.
+
+In memory the log is one partition (Data Docs and plots then); with ``partitions`` one per
+Parquet row group, on a Dask cluster or in this process: the same checks and report.
 
 :func:`check_logs` never raises for bad data: unreadable files, missing columns and the like
 become dataset-level failures of the returned :class:`CheckOutcome`, whose ``exit_code`` is 0

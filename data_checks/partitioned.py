@@ -1,11 +1,12 @@
 """``check`` on a log as a set of partitions (DESIGN §8); a log in memory is one partition.
 
 Every check runs here, once, whatever the layout: :func:`check_pieces` maps
-:func:`check_partition` (the stages of :mod:`data_checks.stages`: front door, GX suite + row
-rules, quarantine, :class:`~poem.data.LoggedBandit`, propensity summary) over a partition set
-(:class:`~poem.io.partitions.LocalPartitions`, or :class:`~poem._dask.ClusterPartitions` on a
-Dask cluster) and adds up the small results: the partitions'
-:class:`~data_checks.report.DataCheckReport` (:func:`~data_checks.report.merge_reports`) and
+:func:`~data_checks.partition.check_partition` (the stages of :mod:`data_checks.stages`:
+front door, GX suite + row rules, quarantine, :class:`~poem.data.LoggedBandit`, propensity
+summary) over a partition set (:class:`~poem.io.partitions.LocalPartitions`, or
+:class:`~poem._dask.ClusterPartitions` on a Dask cluster) and adds up the small results: the
+partitions' :class:`~data_checks.report.DataCheckReport`
+(:func:`~data_checks.report.merge_reports`) and
 :class:`~poem.diagnostics.propensity_summary.PropensitySummary` (merged, then one
 :class:`~poem.diagnostics.propensity.PropensityReport`). A partition is a Parquet row group
 (:class:`~poem.io.partitions.LogPartition`, read where it is checked) or a
@@ -13,59 +14,45 @@ Dask cluster) and adds up the small results: the partitions'
 partitions give the report of one: the same counts, quarantined rows, reasons and messages.
 
 Checks of the whole log are done on the totals: the row count, the partitions' resolved
-metadata agreeing, and event ids unique *across* partitions: every partition writes its ids,
-bucketed by a 64-bit hash, to a scratch folder, each bucket (about ``rows_per_bucket`` rows)
-lists the rows whose id occurs in more than one partition, and those rows are quarantined as
-duplicated, as in one partition. Quarantined rows go to ``quarantine.parquet`` (one partition)
-or ``quarantine/part-NNNNN.parquet``; Data Docs only for one partition (they need every row).
+metadata agreeing, and event ids unique *across* partitions (:mod:`data_checks.event_ids`:
+those rows are quarantined as duplicated, as in one partition). Quarantined rows go to
+``quarantine.parquet`` (one partition) or ``quarantine/part-NNNNN.parquet``; Data Docs only
+for one partition (they need every row).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from data_checks.quarantine import write_quarantine
+from data_checks.event_ids import rows_elsewhere
+from data_checks.partition import PartitionResult, check_partition, describe, kept_partitions
 from data_checks.report import DataCheckReport, ExpectationFailure, merge_reports
 from data_checks.runner import row_count_failure
 from data_checks.stages import (
     CheckSettings,
-    build_stage,
     failed_report,
-    quarantine_stage,
     read_stage,
-    validate_stage,
 )
 from poem.diagnostics.propensity import PropensityReport
 from poem.diagnostics.propensity_summary import (
-    PropensitySummary,
     merge_summaries,
-    propensity_summary,
     summary_report,
 )
 from poem.exceptions import InvalidLogError
-from poem.io._folder import READ_OPTIONS
-from poem.io.logs import LogTable, log_files, table_from_frame
+from poem.io.logs import log_files
 from poem.io.parquet import skipped_log_files
-from poem.io.partitions import LocalPartitions, LogPartition, log_partitions, read_partition_frame
+from poem.io.partitions import LocalPartitions, log_partitions
 
 __all__ = [
     "PartitionOptions",
-    "PartitionResult",
-    "check_partition",
     "check_partitioned",
     "check_pieces",
-    "kept_partitions",
-    "load_kept_partition",
     "open_client",
     "partition_set",
     "use_partitions",
@@ -144,208 +131,6 @@ def partition_set(items: list, client: Any = None) -> Any:
     return ClusterPartitions(client, list(items))
 
 
-@dataclass(frozen=True)
-class PartitionResult:
-    """What one partition sends back (small whatever its size).
-
-    Attributes
-    ----------
-    report : DataCheckReport or None
-        Its data-check report without per-row reasons (None: an empty partition, not checked).
-    summary : PropensitySummary or None
-        Its propensity summary (None when empty or when a dataset-level check failed).
-    metadata : str
-        The resolved metadata (JSON), to check the partitions agree.
-    quarantined_rows : ndarray of int
-        Positions (in the partition) of the rows it quarantined.
-    """
-
-    report: DataCheckReport | None
-    summary: PropensitySummary | None = None
-    metadata: str = ""
-    quarantined_rows: Any = None
-
-
-def _name(piece: LogPartition | LogTable) -> str:
-    if isinstance(piece, LogTable):
-        return piece.source
-    return f"{piece.path} (row group {piece.row_group})"
-
-
-def _read_table(piece: LogPartition | LogTable, settings: CheckSettings) -> LogTable:
-    """The partition through the front door (a table already read is returned as is)."""
-    if isinstance(piece, LogTable):
-        return piece
-    return table_from_frame(
-        read_partition_frame(piece),
-        family=settings.family,
-        window=settings.window,
-        source=_name(piece),
-        files=(piece.path,),
-        **settings.overrides,
-    )
-
-
-def _describe(piece: LogPartition | LogTable) -> tuple[int, str]:
-    return piece.n_rows, _name(piece)
-
-
-def check_partition(
-    piece: LogPartition | LogTable,
-    elsewhere: np.ndarray,
-    quarantine_path: str | None,
-    validate_empty: bool,
-    *,
-    settings: CheckSettings,
-    target_policy: Any = None,
-    docs_dir: str | None = None,
-    one: bool = True,
-    context: Any = None,
-) -> PartitionResult:
-    """Read, validate, quarantine, build and summarise one partition (runs where it lives).
-
-    Parameters
-    ----------
-    piece : LogPartition or LogTable
-        The partition.
-    elsewhere : ndarray of int
-        Its rows whose event id occurs in another partition (quarantined as duplicated).
-    quarantine_path : str or None
-        Parquet file for its quarantined rows (not written when None).
-    validate_empty : bool
-        Validate even without rows (the first partition of a log whose partitions are all
-        empty).
-    settings : CheckSettings
-        The check's settings.
-    target_policy : StochasticPolicy or None, default=None
-        For the ESS and clipping checks.
-    docs_dir : str or None, default=None
-        Folder for GX Data Docs.
-    one : bool, default=True
-        The log is this one partition (else the row count is checked on the total).
-    context : GX context or None, default=None
-        Reused GX context (tests; in this process only); else a fresh one.
-
-    Returns
-    -------
-    PartitionResult
-    """
-    if piece.n_rows == 0 and not validate_empty:
-        return PartitionResult(None)
-    try:
-        table = _read_table(piece, settings)
-    except (InvalidLogError, ValueError, OSError, pa.ArrowException) as exc:
-        return PartitionResult(failed_report(_name(piece), exc))
-    # a fresh GX context per partition: a reused one keeps every validation's data (RSS grows)
-    report = validate_stage(
-        table, settings, context=context, docs_dir=docs_dir, elsewhere=elsewhere, partition=not one
-    )
-    kept, quarantined = quarantine_stage(table, report)
-    if quarantined is not None and quarantine_path is not None:
-        write_quarantine(quarantined, quarantine_path)
-    log, report = build_stage(kept, report)
-    summary = None
-    if log is not None:
-        summary = propensity_summary(
-            log, target_policy=target_policy, thresholds=settings.thresholds
-        )
-    dropped = np.zeros(0, np.int64)
-    if quarantined is not None:
-        dropped = np.flatnonzero(report.row_reasons[0] >= 0)
-    report = replace(report, row_reasons=None)  # keep it small
-    return PartitionResult(report, summary, table.meta.to_json(), dropped)
-
-
-def load_kept_partition(
-    piece: LogPartition | LogTable, quarantined_rows: np.ndarray, *, settings: CheckSettings
-) -> Any:
-    """The kept rows of a checked partition as a :class:`~poem.data.LoggedBandit` (or None).
-
-    Reads the partition again through the same front door as :func:`check_partition` and
-    drops the rows it quarantined (``PartitionResult.quarantined_rows``), so the kept rows
-    equal the check's without its memory (the GX validation) and the log's rows coexisting.
-    Event ids are dropped: they serve the checks only, and as Python strings they cost about
-    as much memory as 8 float features a row.
-    """
-    if piece.n_rows == 0:
-        return None
-    table = _read_table(piece, settings)
-    keep = np.ones(table.n_rows, dtype=bool)
-    keep[quarantined_rows] = False
-    if not keep.any():
-        return None
-    frame = table.frame.loc[keep] if not keep.all() else table.frame
-    return replace(table, frame=frame.drop(columns="event_id", errors="ignore")).to_log()
-
-
-def kept_partitions(pieces: Any, results: list[PartitionResult], settings: CheckSettings) -> Any:
-    """The kept rows of every checked partition, as a partition set like ``pieces``."""
-    none = np.zeros(0, np.int64)
-    rows = [none if r.quarantined_rows is None else r.quarantined_rows for r in results]
-    return pieces.map(load_kept_partition, rows, settings=settings)
-
-
-def _write_id_buckets(piece: LogPartition | LogTable, index: int, *, folder: str, n_buckets: int):
-    """Write the partition's non-null event ids, with their row, into one file per hash bucket."""
-    if isinstance(piece, LogTable):
-        ids = piece.frame["event_id"] if "event_id" in piece.frame.columns else None
-    else:
-        try:
-            file = pq.ParquetFile(piece.path, **READ_OPTIONS)
-            if "event_id" not in file.schema_arrow.names:
-                return
-            ids = file.read_row_group(piece.row_group, columns=["event_id"]).to_pandas()
-            ids = ids["event_id"]
-        except (OSError, pa.ArrowException):
-            return  # the check reports the unreadable partition
-    if ids is None:
-        return
-    rows = np.flatnonzero(ids.notna().to_numpy())
-    values = ids.iloc[rows]
-    bucket = pd.util.hash_pandas_object(values, index=False).to_numpy() % np.uint64(n_buckets)
-    for b in np.unique(bucket):
-        sel = bucket == b
-        out = Path(folder) / f"bucket={int(b):05d}"
-        out.mkdir(parents=True, exist_ok=True)
-        frame = pd.DataFrame({"event_id": values.to_numpy()[sel], "part": index, "row": rows[sel]})
-        pq.write_table(
-            pa.Table.from_pandas(frame, preserve_index=False), out / f"part-{index:05d}.parquet"
-        )
-
-
-def _rows_elsewhere(_piece: Any, folders: list[str]) -> np.ndarray:
-    """``(part, row)`` of the rows of these buckets whose id occurs in more than one partition.
-
-    Mapped over the partitions, each taking a share of the buckets (``_piece`` unused).
-    """
-    found = [np.zeros((0, 2), np.int64)]
-    for folder in folders:
-        frame = pq.read_table(folder).to_pandas()
-        n_parts = frame.groupby("event_id", sort=False)["part"].transform("nunique")
-        found.append(frame.loc[n_parts.to_numpy() > 1, ["part", "row"]].to_numpy(np.int64))
-    return np.concatenate(found)
-
-
-def _elsewhere(pieces: Any, sizes: list[int], out: Path | None, rows_per_bucket: int) -> list:
-    """Per partition, its rows whose event id occurs in another partition."""
-    k = len(sizes)
-    if k < 2:
-        return [np.zeros(0, np.int64)] * k
-    n_buckets = max(1, -(-sum(sizes) // rows_per_bucket))
-    # workers write the id buckets here: on a remote cluster, out_dir must be on a shared disk
-    scratch = Path(tempfile.mkdtemp(prefix="poem-ids-", dir=out))
-    try:
-        pieces.map(
-            _write_id_buckets, range(k), gather=True, folder=str(scratch), n_buckets=n_buckets
-        )
-        buckets = sorted(str(b) for b in scratch.glob("bucket=*"))
-        shares = [buckets[j::k] for j in range(k)]
-        found = np.concatenate(pieces.map(_rows_elsewhere, shares, gather=True))
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    return [np.sort(found[found[:, 0] == j, 1]) for j in range(k)]
-
-
 def _comparable(metadata: str) -> str:
     """Resolved metadata without ``min_propensity`` (it may change with the served policy)."""
     meta = json.loads(metadata)
@@ -420,7 +205,7 @@ def check_pieces(
     results : list of PartitionResult
         One per partition (for :func:`kept_partitions`).
     """
-    described = pieces.map(_describe, gather=True)
+    described = pieces.map(describe, gather=True)
     sizes, names = [n for n, _ in described], [name for _, name in described]
     k, one = len(sizes), len(sizes) == 1
     out = None if out_dir is None else Path(out_dir)
@@ -429,7 +214,7 @@ def check_pieces(
         shutil.rmtree(quarantine)  # a previous run's files would break the reconciliation
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-    elsewhere = _elsewhere(pieces, sizes, out, rows_per_bucket)
+    elsewhere = rows_elsewhere(pieces, sizes, out, rows_per_bucket)
     paths = [
         None
         if quarantine is None

@@ -1,11 +1,11 @@
 """The stages of checking a log, wired once: read → validate → quarantine → build → propensity.
 
-``poem-pipeline check`` (:func:`data_checks.check.check_logs`) and the ``retrain`` flow's
-tasks (``flows/tasks/{load,validate,propensity}.py``) call these same functions, so a log is
-read, converted, validated and quarantined identically on both paths (STYLE §13). Stages are
-pure functions of one table (one file or one partition of a larger log): they never raise for
-bad data, they return a :class:`~data_checks.report.DataCheckReport`; the reports of a log's
-partitions, checked one at a time, add up with :func:`data_checks.report.merge_reports`.
+``poem-pipeline check`` and the partitioned flow (both through
+:func:`data_checks.partitioned.check_pieces`, which maps them over a log's partitions) and the
+in-memory ``retrain`` flow's tasks (``flows/tasks/{load,validate,propensity}.py``) call these
+same functions, so a log is read, converted, validated and quarantined identically on every
+path (STYLE §13). Stages are pure functions of one table (a whole log, or one partition of
+it): they never raise for bad data, they return a :class:`~data_checks.report.DataCheckReport`.
 """
 
 from __future__ import annotations

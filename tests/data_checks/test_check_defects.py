@@ -187,12 +187,12 @@ def test_list_column_that_holds_text_fails_with_a_report(tmp_path, clean_logs):
 
 def test_unexpected_errors_end_as_a_report(tmp_path, clean_logs, monkeypatch):
     import data_checks.check as check
-    import data_checks.partitioned as partitioned
+    import data_checks.partition as partition
 
     def broken(*args, **kwargs):
         raise KeyError("boom")
 
-    monkeypatch.setattr(partitioned, "validate_stage", broken)
+    monkeypatch.setattr(partition, "validate_stage", broken)
     path = write_log(clean_logs["discrete"], tmp_path / "log")
     outcome = check.check_logs(path, out_dir=tmp_path / "out")
     assert outcome.exit_code == 1
