@@ -1,4 +1,7 @@
-"""``poem-pipeline check`` as a library call: the stages of :mod:`data_checks.stages`, plus files.
+"""``poem-pipeline check`` as a library call: :mod:`data_checks.partitioned`, plus plots and files.
+
+In memory the log is one partition (Data Docs and plots then); with ``partitions`` one per
+Parquet row group, on a Dask cluster or in this process: the same checks and report.
 
 :func:`check_logs` never raises for bad data: unreadable files, missing columns and the like
 become dataset-level failures of the returned :class:`CheckOutcome`, whose ``exit_code`` is 0
@@ -21,18 +24,10 @@ from data_checks.partitioned import (
     open_client,
     use_partitions,
 )
-from data_checks.quarantine import write_quarantine
 from data_checks.report import DataCheckReport
-from data_checks.stages import (
-    CheckSettings,
-    build_stage,
-    failed_report,
-    propensity_stage,
-    quarantine_stage,
-    read_stage,
-    validate_stage,
-)
+from data_checks.stages import CheckSettings, failed_report
 from poem.data import LoggedBandit
+from poem.diagnostics.plots import save_diagnostic_plots
 from poem.diagnostics.propensity import PropensityReport, PropensityThresholds
 
 __all__ = ["CheckOutcome", "check_logs"]
@@ -195,79 +190,36 @@ def check_logs(
         future_timestamps=future_timestamps,
         now=pd.Timestamp.now(tz="UTC") if now is None else now,
     )
-    if client is not None or use_partitions(path, partitions):
-        return _check_partitioned(path, settings, out, partitions, client, target_policy)
-    table, failure = read_stage(path, settings)
-    if failure is not None:
-        return _finish(CheckOutcome(failure), out)
+    memory = client is None and not use_partitions(path, partitions)
+    options = partitions or PartitionOptions(mode="always", scheduler="sync")
+    own = not memory and client is None
     try:
-        return _check_table(table, settings, out, context, target_policy, plots)
+        client = open_client(options) if own else client
+        try:
+            report, prop, files, *kept = check_partitioned(
+                path,
+                settings,
+                out_dir=out,
+                client=client,
+                target_policy=target_policy,
+                rows_per_bucket=options.rows_per_bucket,
+                keep=memory,
+                in_memory=memory,
+                context=context,
+            )
+        finally:
+            if own and client is not None:
+                client.close()
+                client.cluster.close()
+        log = kept[0].items[0] if kept and kept[0] is not None else None
+        if out is not None and plots and log is not None:
+            saved = save_diagnostic_plots(log, out / "plots", target_policy=target_policy)
+            files.update({k: str(v) for k, v in saved.items()})
+        return _finish(CheckOutcome(report, prop, log, files), out)
     except Exception as exc:  # noqa: BLE001 - a report, never a traceback
         logger.debug("check of %s failed unexpectedly", path, exc_info=True)
         problem = RuntimeError(f"unexpected {type(exc).__name__}: {exc} (please report this)")
         return _finish(CheckOutcome(failed_report(str(path), problem, "check")), out)
-
-
-def _check_partitioned(
-    path: str | Path,
-    settings: CheckSettings,
-    out: Path | None,
-    partitions: Any,
-    client: Any,
-    target_policy: Any,
-) -> CheckOutcome:
-    options = partitions or PartitionOptions(mode="always", scheduler="sync")
-    own = client is None
-    client = open_client(options) if own else client
-    try:
-        report, prop, files = check_partitioned(
-            path,
-            settings,
-            out_dir=out,
-            client=client,
-            target_policy=target_policy,
-            rows_per_bucket=options.rows_per_bucket,
-        )
-    finally:
-        if own and client is not None:
-            client.close()
-            client.cluster.close()
-    return _finish(CheckOutcome(report, prop, None, files), out)
-
-
-def _check_table(
-    table: Any,
-    settings: CheckSettings,
-    out: Path | None,
-    context: Any,
-    target_policy: Any,
-    plots: bool,
-) -> CheckOutcome:
-    report = validate_stage(
-        table, settings, context=context, docs_dir=None if out is None else out / "data_docs"
-    )
-    files: dict[str, str] = {}
-    if report.docs_path:
-        files["data_docs"] = report.docs_path
-    kept, quarantined = quarantine_stage(table, report)
-    if out is not None and quarantined is not None:
-        files["quarantine"] = str(write_quarantine(quarantined, out / "quarantine.parquet"))
-    log, report = build_stage(kept, report)
-    if log is None:
-        return _finish(CheckOutcome(report, files=files), out)
-    prop = propensity_stage(log, settings, target_policy)
-    if out is not None and plots:
-        from poem.diagnostics.plots import save_diagnostic_plots
-
-        files.update(
-            {
-                k: str(v)
-                for k, v in save_diagnostic_plots(
-                    log, out / "plots", target_policy=target_policy
-                ).items()
-            }
-        )
-    return _finish(CheckOutcome(report, prop, log, files), out)
 
 
 def _finish(outcome: CheckOutcome, out: Path | None) -> CheckOutcome:

@@ -1,80 +1,62 @@
-"""``check`` on a Parquet log read as partitions (DESIGN §8): never the whole log in one place.
+"""``check`` on a log as a set of partitions (DESIGN §8); a log in memory is one partition.
 
-Each partition (one Parquet row group, :func:`poem.io.partitions.log_partitions`) goes through
-the same stages as a whole log (:mod:`data_checks.stages`: front door, GX suite + row rules,
-quarantine, :class:`~poem.data.LoggedBandit`) in :func:`check_partition`, which writes its
-quarantined rows to ``quarantine/part-NNNNN.parquet`` and returns only small results: the
-partition's :class:`~data_checks.report.DataCheckReport` (without the per-row reasons) and its
-:class:`~poem.diagnostics.propensity_summary.PropensitySummary`. The client adds them up
-(:func:`~data_checks.report.merge_reports`, :func:`~poem.diagnostics.propensity_summary.
-merge_summaries`) into the same reports as the in-memory check; reconciliation
-(kept + quarantined = input) stays exact.
+Every check runs here, once, whatever the layout: :func:`check_pieces` maps
+:func:`~data_checks.partition.check_partition` (the stages of :mod:`data_checks.stages`:
+front door, GX suite + row rules, quarantine, :class:`~poem.data.LoggedBandit`, propensity
+summary) over a partition set (:class:`~poem.io.partitions.LocalPartitions`, or
+:class:`~poem._dask.ClusterPartitions` on a Dask cluster) and adds up the small results: the
+partitions' :class:`~data_checks.report.DataCheckReport`
+(:func:`~data_checks.report.merge_reports`) and
+:class:`~poem.diagnostics.propensity_summary.PropensitySummary` (merged, then one
+:class:`~poem.diagnostics.propensity.PropensityReport`). A partition is a Parquet row group
+(:class:`~poem.io.partitions.LogPartition`, read where it is checked) or a
+:class:`~poem.io.logs.LogTable` already read (``check`` in memory: one partition). So k
+partitions give the report of one: the same counts, quarantined rows, reasons and messages.
 
-Event ids unique *across* partitions cannot be checked per partition: every partition writes
-its ids, bucketed by a 64-bit hash, to a scratch folder, and one task per bucket (about
-``rows_per_bucket`` rows) finds the ids that occur in more than one partition. Those rows are
-reported as a dataset-level (hard) failure naming the count and the first ids; they are not
-quarantined, because the partitions' quarantine is already written (duplicates *within* a
-partition are quarantined as in memory).
-
-Differences from the in-memory check: the propensity quantiles, the suggested clip and the
-clipped fraction come from a sketch (error bound in :mod:`poem.diagnostics.propensity_summary`);
-no Data Docs and no plots (they need the whole log); the row-count minimum is checked on the
-total.
-
-The scheduler is any ``map``: :func:`map_partitions` runs in this process without a client, or
-on a Dask ``distributed.Client`` (a ``LocalCluster`` or a scheduler address, see
-:func:`open_client`).
+Checks of the whole log are done on the totals: the row count, the partitions' resolved
+metadata agreeing, and event ids unique *across* partitions (:mod:`data_checks.event_ids`:
+those rows are quarantined as duplicated, as in one partition). Quarantined rows go to
+``quarantine.parquet`` (one partition) or ``quarantine/part-NNNNN.parquet``; Data Docs only
+for one partition (they need every row).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import tempfile
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from data_checks.quarantine import write_quarantine
+from data_checks.event_ids import rows_elsewhere
+from data_checks.partition import PartitionResult, check_partition, describe, kept_partitions
 from data_checks.report import DataCheckReport, ExpectationFailure, merge_reports
-from data_checks.stages import CheckSettings, failed_report, quarantine_stage, validate_stage
+from data_checks.runner import row_count_failure
+from data_checks.stages import (
+    CheckSettings,
+    failed_report,
+    read_stage,
+)
+from poem.diagnostics.propensity import PropensityReport
 from poem.diagnostics.propensity_summary import (
-    PropensitySummary,
     merge_summaries,
-    propensity_summary,
     summary_report,
 )
 from poem.exceptions import InvalidLogError
-from poem.io.logs import log_files, table_from_frame
+from poem.io.logs import log_files
 from poem.io.parquet import skipped_log_files
-from poem.io.partitions import (
-    LocalPartitions,
-    LogPartition,
-    log_partitions,
-    read_partition_frame,
-)
+from poem.io.partitions import LocalPartitions, log_partitions
 
 __all__ = [
     "PartitionOptions",
-    "PartitionResult",
-    "check_partition",
     "check_partitioned",
-    "duplicate_ids_in_bucket",
-    "load_kept_partition",
-    "map_partitions",
+    "check_pieces",
     "open_client",
     "partition_set",
     "use_partitions",
 ]
-
-_N_EXAMPLES = 5
 
 
 @dataclass(frozen=True)
@@ -140,288 +122,6 @@ def open_client(options: PartitionOptions) -> Any:
     return Client(options.scheduler)
 
 
-def map_partitions(fn: Callable, items: Iterable, client: Any = None, **kwargs: Any) -> list:
-    """``[fn(item, **kwargs) for item in items]``, on the cluster of ``client`` when given."""
-    items = list(items)
-    if client is None:
-        return [fn(item, **kwargs) for item in items]
-    return client.gather(client.map(fn, items, pure=False, **kwargs))
-
-
-@dataclass(frozen=True)
-class PartitionResult:
-    """What one partition sends back to the client (small whatever its size).
-
-    Attributes
-    ----------
-    index : int
-        Partition number (read order).
-    n_rows : int
-        Rows read.
-    report : DataCheckReport or None
-        Its data-check report without per-row reasons (None for an empty partition).
-    summary : PropensitySummary or None
-        Its propensity summary (None when empty or when a dataset-level check failed).
-    n_quarantine_written : int
-        Rows written to its quarantine file.
-    metadata : str
-        The resolved metadata (JSON), to check the partitions agree.
-    quarantined_rows : ndarray of int
-        Positions (in the partition) of the rows it quarantined.
-    """
-
-    index: int
-    n_rows: int
-    report: DataCheckReport | None
-    summary: PropensitySummary | None = None
-    n_quarantine_written: int = 0
-    metadata: str = ""
-    quarantined_rows: Any = None
-
-
-def _name(piece: LogPartition) -> str:
-    return f"{piece.path} (row group {piece.row_group})"
-
-
-def check_partition(
-    job: tuple[int, LogPartition],
-    *,
-    settings: CheckSettings,
-    quarantine_dir: str | None,
-    ids_dir: str | None,
-    n_buckets: int,
-    target_policy: Any = None,
-    keep_empty: bool = False,
-) -> PartitionResult:
-    """Read, validate, quarantine, build and summarise one partition (runs on a worker).
-
-    Parameters
-    ----------
-    job : tuple of (int, LogPartition)
-        Partition number and piece.
-    settings : CheckSettings
-        The check's settings (``min_rows`` is checked on the total, not here).
-    quarantine_dir : str or None
-        Folder for ``part-NNNNN.parquet`` of the quarantined rows (not written when None).
-    ids_dir : str or None
-        Scratch folder for the event-id buckets (no cross-partition check when None).
-    n_buckets : int
-        Number of hash buckets.
-    target_policy : StochasticPolicy or None, default=None
-        For the ESS and clipping checks.
-    keep_empty : bool, default=False
-        Validate even when the partition has no rows (for a log whose partitions are all
-        empty).
-
-    Returns
-    -------
-    PartitionResult
-    """
-    index, piece = job
-    if piece.n_rows == 0 and not keep_empty:
-        return PartitionResult(index, 0, None)
-    try:
-        table = _read_table(piece, settings)
-    except (InvalidLogError, ValueError, OSError, pa.ArrowException) as exc:
-        return PartitionResult(index, piece.n_rows, failed_report(_name(piece), exc))
-    # a fresh GX context per partition: a reused one keeps every validation's data (RSS grows)
-    report = validate_stage(table, replace(settings, min_rows=0))
-    kept, quarantined = quarantine_stage(table, report)
-    written = 0
-    if quarantined is not None and quarantine_dir is not None:
-        write_quarantine(quarantined, Path(quarantine_dir) / f"part-{index:05d}.parquet")
-        written = len(quarantined)
-    if ids_dir is not None and "event_id" in table.frame.columns:
-        _write_id_buckets(table.frame["event_id"], index, Path(ids_dir), n_buckets)
-    summary = None
-    if kept is not None and kept.n_rows and not any(f.level == "dataset" for f in report.failures):
-        try:
-            summary = propensity_summary(
-                kept.to_log(), target_policy=target_policy, thresholds=settings.thresholds
-            )
-        except (InvalidLogError, ValueError) as exc:
-            extra = failed_report(report.source, exc, "LoggedBandit").failures
-            report = replace(report, failures=report.failures + extra)
-    reasons, names = report.row_reasons if report.row_reasons is not None else (None, ())
-    dropped = np.zeros(0, np.int64) if quarantined is None else np.flatnonzero(reasons >= 0)
-    report = replace(report, row_reasons=(np.zeros(0, np.int64), names))  # keep it small
-    return PartitionResult(
-        index, table.n_rows, report, summary, written, table.meta.to_json(), dropped
-    )
-
-
-def _read_table(piece: LogPartition, settings: CheckSettings) -> Any:
-    """The partition through the front door (the table the checks validate)."""
-    return table_from_frame(
-        read_partition_frame(piece),
-        family=settings.family,
-        window=settings.window,
-        source=_name(piece),
-        files=(piece.path,),
-        **settings.overrides,
-    )
-
-
-def load_kept_partition(
-    piece: LogPartition, quarantined_rows: np.ndarray, *, settings: CheckSettings
-) -> Any:
-    """The kept rows of a checked partition as a :class:`~poem.data.LoggedBandit` (or None).
-
-    Reads the partition again through the same front door as :func:`check_partition` and
-    drops the rows it quarantined (``PartitionResult.quarantined_rows``), so the kept rows
-    equal the check's without its memory (the GX validation) and the log's rows coexisting.
-    Event ids are dropped: they serve the checks only, and as Python strings they cost about
-    as much memory as 8 float features a row.
-    """
-    if piece.n_rows == 0:
-        return None
-    table = _read_table(piece, settings)
-    keep = np.ones(table.n_rows, dtype=bool)
-    keep[quarantined_rows] = False
-    if not keep.any():
-        return None
-    frame = table.frame.loc[keep] if not keep.all() else table.frame
-    return replace(table, frame=frame.drop(columns="event_id", errors="ignore")).to_log()
-
-
-def _write_id_buckets(ids: pd.Series, index: int, folder: Path, n_buckets: int) -> None:
-    """Write the partition's non-null event ids, with their row, into one file per hash bucket."""
-    rows = np.flatnonzero(ids.notna().to_numpy())
-    values = ids.iloc[rows]
-    bucket = pd.util.hash_pandas_object(values, index=False).to_numpy() % np.uint64(n_buckets)
-    for b in np.unique(bucket):
-        sel = bucket == b
-        out = folder / f"bucket={int(b):05d}"
-        out.mkdir(parents=True, exist_ok=True)
-        frame = pd.DataFrame({"event_id": values.to_numpy()[sel], "part": index, "row": rows[sel]})
-        pq.write_table(
-            pa.Table.from_pandas(frame, preserve_index=False), out / f"part-{index:05d}.parquet"
-        )
-
-
-def duplicate_ids_in_bucket(folder: str) -> tuple[int, list[tuple[int, int, Any]]]:
-    """Rows of one hash bucket whose event id occurs in more than one partition.
-
-    Returns
-    -------
-    count : int
-        Such rows (every occurrence counts, as in GX's uniqueness expectation).
-    examples : list of (part, row, event_id)
-        The first five such rows in read order.
-    """
-    frame = pq.read_table(folder).to_pandas()
-    n_parts = frame.groupby("event_id", sort=False)["part"].transform("nunique")
-    dup = frame.loc[n_parts.to_numpy() > 1].sort_values(["part", "row"])
-    examples = [
-        (int(p), int(r), e.item() if hasattr(e, "item") else e)
-        for p, r, e in dup[["part", "row", "event_id"]].head(_N_EXAMPLES).itertuples(index=False)
-    ]
-    return len(dup), examples
-
-
-def check_partitioned(
-    path: str | Path,
-    settings: CheckSettings,
-    *,
-    out_dir: str | Path | None = None,
-    client: Any = None,
-    target_policy: Any = None,
-    rows_per_bucket: int = 1_000_000,
-    keep: bool = False,
-    restart: bool = False,
-) -> tuple:
-    """Check a Parquet log partition by partition (see the module docstring).
-
-    Parameters
-    ----------
-    path : str or Path
-        Parquet file or folder of them.
-    settings : CheckSettings
-        As for the in-memory check.
-    out_dir : str or Path or None, default=None
-        When given, quarantined rows go to ``out_dir/quarantine/part-NNNNN.parquet``.
-    client : distributed.Client or None, default=None
-        Cluster to run on; None runs the partitions one after the other in this process.
-    target_policy : StochasticPolicy or None, default=None
-        For the ESS and clipping checks.
-    rows_per_bucket : int, default=1,000,000
-        Rows per hash bucket of the cross-partition event-id check.
-    keep : bool, default=False
-        Also return the kept rows, one :class:`~poem.data.LoggedBandit` per partition, held
-        in the workers' memory on a cluster (:func:`load_kept_partition`, after the check):
-        the partitioned flow's log.
-    restart : bool, default=False
-        With ``keep`` and a client: restart the workers between the check and the load (only
-        for a cluster started for this run: it drops everything the workers hold).
-
-    Returns
-    -------
-    report : DataCheckReport
-        Merged report (``row_reasons`` not kept: the quarantine is already written).
-    propensity : PropensityReport or None
-        None when the report failed.
-    files : dict
-        ``quarantine`` (the folder) when rows were quarantined.
-    kept : LocalPartitions or ClusterPartitions or None
-        Only with ``keep=True`` (None when the report failed).
-    """
-    source = str(path)
-    try:
-        pieces = log_partitions(path)
-    except (InvalidLogError, OSError, pa.ArrowException) as exc:
-        report = replace(
-            failed_report(source, exc),
-            skipped_files=tuple(str(f) for f in skipped_log_files(path)),
-        )
-        return (report, None, {}) + ((None,) if keep else ())
-    n_total = sum(p.n_rows for p in pieces)
-    qdir = None if out_dir is None else Path(out_dir) / "quarantine"
-    if qdir is not None and qdir.exists():
-        shutil.rmtree(qdir)  # a previous run's files would break the reconciliation
-    n_buckets = max(1, -(-n_total // rows_per_bucket))
-    if out_dir is not None:
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-    # workers write the id buckets here: on a remote cluster, out_dir must be on a shared disk
-    scratch = Path(tempfile.mkdtemp(prefix="poem-ids-", dir=out_dir))
-    try:
-        jobs = list(enumerate(pieces))
-        kwargs = dict(
-            settings=settings,
-            quarantine_dir=None if qdir is None else str(qdir),
-            ids_dir=str(scratch),
-            n_buckets=n_buckets,
-            target_policy=target_policy,
-        )
-        results = map_partitions(check_partition, jobs, client, **kwargs)
-        if all(r.report is None for r in results) and jobs:
-            results = [check_partition(jobs[0], **kwargs, keep_empty=True)]
-        buckets = sorted(str(b) for b in scratch.glob("bucket=*"))
-        duplicates = map_partitions(duplicate_ids_in_bucket, buckets, client)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    report = _merge(results, source, settings, duplicates, pieces)
-    report = replace(report, skipped_files=tuple(str(f) for f in skipped_log_files(path)))
-    files = {}
-    if qdir is not None and qdir.exists():
-        files["quarantine"] = str(qdir)
-    prop = kept = None
-    if report.passed:
-        summaries = [r.summary for r in results if r.summary is not None]
-        prop = summary_report(merge_summaries(summaries), thresholds=settings.thresholds)
-        if keep:  # after the check: its memory and the kept rows never coexist
-            if client is not None and restart:
-                client.restart()  # fresh workers: the check's leftovers (GX) are not kept
-            dropped = {r.index: r.quarantined_rows for r in results}
-            none = np.zeros(0, np.int64)
-            rows = [none if dropped.get(i) is None else dropped[i] for i, _ in jobs]
-            kept = partition_set(pieces, client).map(load_kept_partition, rows, settings=settings)
-            if client is not None:
-                from distributed import wait
-
-                wait(kept.items)  # loaded when the check returns
-    return (report, prop, files) + ((kept,) if keep else ())
-
-
 def partition_set(items: list, client: Any = None) -> Any:
     """The items as a partition set: in this process, or on the cluster of ``client``."""
     if client is None:
@@ -438,63 +138,196 @@ def _comparable(metadata: str) -> str:
     return json.dumps(meta, sort_keys=True)
 
 
-def _merge(
-    results: list[PartitionResult],
-    source: str,
-    settings: CheckSettings,
-    duplicates: list[tuple[int, list]],
-    pieces: list[LogPartition],
-) -> DataCheckReport:
-    reports = [r.report for r in results if r.report is not None]
-    merged = merge_reports(reports, source=source)
-    n = merged.n_rows
-    # a row-level expectation is evaluated on every row: its element count is the total
-    failures = [
-        replace(f, element_count=n) if f.level in ("row", "warning") else f for f in merged.failures
+def _metadata_failure(results: list[PartitionResult], names: list[str], n: int) -> list:
+    metas = [_comparable(r.metadata) if r.metadata else None for r in results]
+    if len(set(metas) - {None}) < 2:
+        return []
+    first = sorted(set(metas) - {None})[0]
+    bad = [name for m, name in zip(metas, names, strict=True) if m is not None and m != first]
+    return [
+        ExpectationFailure(
+            "metadata",
+            "partitions_agree",
+            "dataset",
+            f"{len(bad)} partitions resolve to different metadata than the first "
+            f"(e.g. {bad[0]}); declare n_actions / loss_bounds for the whole log",
+            0,
+            n,
+        )
     ]
-    metas = {_comparable(r.metadata) for r in results if r.metadata}
-    if len(metas) > 1:
-        first = sorted(metas)[0]
-        bad = [
-            _name(pieces[r.index])
-            for r in results
-            if r.metadata and _comparable(r.metadata) != first
-        ]
-        failures.append(
-            ExpectationFailure(
-                "metadata",
-                "partitions_agree",
-                "dataset",
-                f"{len(bad)} partitions resolve to different metadata than the first "
-                f"(e.g. {bad[0]}); declare n_actions / loss_bounds for the whole log",
-                0,
-                n,
-            )
+
+
+def check_pieces(
+    pieces: Any,
+    settings: CheckSettings,
+    *,
+    source: str,
+    skipped: tuple = (),
+    out_dir: str | Path | None = None,
+    target_policy: Any = None,
+    rows_per_bucket: int = 1_000_000,
+    docs: bool = False,
+    context: Any = None,
+) -> tuple[DataCheckReport, PropensityReport | None, dict, list[PartitionResult]]:
+    """Check a log given as a partition set of pieces (see the module docstring).
+
+    Parameters
+    ----------
+    pieces : LocalPartitions or ClusterPartitions
+        Its items: :class:`~poem.io.partitions.LogPartition` or
+        :class:`~poem.io.logs.LogTable`, in read order. Only ``map`` is used.
+    settings : CheckSettings
+        The check's settings.
+    source : str
+        The log's name.
+    skipped : tuple of str, default=()
+        Files skipped as not data (named in the report).
+    out_dir : str or Path or None, default=None
+        Quarantined rows go to ``out_dir/quarantine.parquet`` (one partition) or
+        ``out_dir/quarantine/part-NNNNN.parquet``; Data Docs to ``out_dir/data_docs``.
+    target_policy : StochasticPolicy or None, default=None
+        For the ESS and clipping checks.
+    rows_per_bucket : int, default=1,000,000
+        Rows per hash bucket of the cross-partition event-id check.
+    docs : bool, default=False
+        Write GX Data Docs (one partition and ``out_dir`` only).
+    context : GX context or None, default=None
+        Reused GX context (a local set only).
+
+    Returns
+    -------
+    report : DataCheckReport
+        Merged report (``row_reasons`` not kept: the quarantine is already written).
+    propensity : PropensityReport or None
+        None when the report failed.
+    files : dict
+        ``quarantine`` (file or folder) when rows were quarantined; ``data_docs``.
+    results : list of PartitionResult
+        One per partition (for :func:`kept_partitions`).
+    """
+    described = pieces.map(describe, gather=True)
+    sizes, names = [n for n, _ in described], [name for _, name in described]
+    k, one = len(sizes), len(sizes) == 1
+    out = None if out_dir is None else Path(out_dir)
+    quarantine = None if out is None else out / ("quarantine.parquet" if one else "quarantine")
+    if quarantine is not None and quarantine.is_dir():
+        shutil.rmtree(quarantine)  # a previous run's files would break the reconciliation
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    elsewhere = rows_elsewhere(pieces, sizes, out, rows_per_bucket)
+    paths = [
+        None
+        if quarantine is None
+        else str(quarantine if one else quarantine / f"part-{j:05d}.parquet")
+        for j in range(k)
+    ]
+    empty = [sum(sizes) == 0 and j == 0 for j in range(k)]
+    docs_dir = str(out / "data_docs") if docs and one and out is not None else None
+    results = pieces.map(
+        check_partition,
+        elsewhere,
+        paths,
+        empty,
+        gather=True,
+        settings=settings,
+        target_policy=target_policy,
+        docs_dir=docs_dir,
+        one=one,
+        context=context,
+    )
+    reports = [r.report for r in results if r.report is not None]
+    merged = (
+        merge_reports(reports, source=source)
+        if reports
+        else failed_report(
+            source, ValueError("the log has no partitions (no row group in any file)")
         )
-    if n < settings.min_rows:
-        failures.append(
-            ExpectationFailure(
-                "(table)",
-                "expect_table_row_count_to_be_between",
-                "dataset",
-                f"{n:,} rows, fewer than min_rows = {settings.min_rows:,}",
-                0,
-                n,
-            )
-        )
-    n_dup = sum(c for c, _ in duplicates)
-    if n_dup:
-        examples = sorted(e for _, ex in duplicates for e in ex)[:_N_EXAMPLES]
-        failures.append(
-            ExpectationFailure(
-                "event_id",
-                "expect_column_values_to_be_unique_across_partitions",
-                "dataset",
-                f"{n_dup:,} rows have an event_id that occurs in more than one partition "
-                "(not quarantined: deduplicate the log)",
-                n_dup,
-                n,
-                tuple(e for _, _, e in examples),
-            )
-        )
-    return replace(merged, failures=tuple(failures), row_reasons=None)
+    )
+    n = merged.n_rows
+    count = [] if one else [f for f in [row_count_failure(n, max(1, settings.min_rows))] if f]
+    failures = (*count, *merged.failures, *_metadata_failure(results, names, n))
+    report = replace(merged, failures=failures, row_reasons=None, skipped_files=tuple(skipped))
+    files = {} if report.docs_path is None else {"data_docs": report.docs_path}
+    if quarantine is not None and quarantine.exists():
+        files["quarantine"] = str(quarantine)
+    prop = None
+    if report.passed:
+        summaries = [r.summary for r in results if r.summary is not None]
+        prop = summary_report(merge_summaries(summaries), thresholds=settings.thresholds)
+    return report, prop, files, results
+
+
+def check_partitioned(
+    path: str | Path,
+    settings: CheckSettings,
+    *,
+    out_dir: str | Path | None = None,
+    client: Any = None,
+    target_policy: Any = None,
+    rows_per_bucket: int = 1_000_000,
+    keep: bool = False,
+    restart: bool = False,
+    in_memory: bool = False,
+    context: Any = None,
+) -> tuple:
+    """Check a log: one partition per Parquet row group, or (``in_memory``) the whole log.
+
+    Parameters
+    ----------
+    path : str or Path
+        Parquet file or folder of them (``in_memory``: also a CSV file).
+    settings : CheckSettings
+        The check's settings.
+    out_dir, target_policy, rows_per_bucket, context
+        As in :func:`check_pieces` (Data Docs when ``in_memory``).
+    client : distributed.Client or None, default=None
+        Cluster to run on; None runs the partitions one after the other in this process.
+    keep : bool, default=False
+        Also return the kept rows, one :class:`~poem.data.LoggedBandit` per partition, held
+        in the workers' memory on a cluster (:func:`load_kept_partition`, after the check).
+    restart : bool, default=False
+        With ``keep`` and a client: restart the workers between the check and the load (only
+        for a cluster started for this run: it drops everything the workers hold).
+    in_memory : bool, default=False
+        Read the whole log through :func:`~data_checks.stages.read_stage`: one partition.
+
+    Returns
+    -------
+    report, propensity, files
+        As in :func:`check_pieces`.
+    kept : LocalPartitions or ClusterPartitions or None
+        Only with ``keep=True`` (None when the report failed).
+    """
+    if in_memory:
+        table, failure = read_stage(path, settings)
+        found, skipped = [table], () if table is None else table.skipped
+    else:
+        failure, skipped = None, tuple(str(f) for f in skipped_log_files(path))
+        try:
+            found = log_partitions(path)
+        except (InvalidLogError, OSError, pa.ArrowException) as exc:
+            failure = replace(failed_report(str(path), exc), skipped_files=skipped)
+    if failure is not None:
+        return (failure, None, {}) + ((None,) if keep else ())
+    pieces = partition_set(found, client)
+    report, prop, files, results = check_pieces(
+        pieces,
+        settings,
+        source=str(path),
+        skipped=skipped,
+        out_dir=out_dir,
+        target_policy=target_policy,
+        rows_per_bucket=rows_per_bucket,
+        docs=in_memory,
+        context=context,
+    )
+    kept = None
+    if keep and report.passed:  # after the check: its memory and the kept rows never coexist
+        if client is not None and restart:
+            client.restart()  # fresh workers: the check's leftovers (GX) are not kept
+        kept = kept_partitions(pieces, results, settings)
+        if client is not None:
+            from distributed import wait
+
+            wait(kept.items)  # loaded when the check returns
+    return (report, prop, files) + ((kept,) if keep else ())

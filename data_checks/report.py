@@ -14,11 +14,15 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-import numpy as np
-
 from poem.exceptions import InvalidLogError, Violation
 
-__all__ = ["DataCheckReport", "ExpectationFailure", "merge_reports", "raise_for_failures"]
+__all__ = [
+    "DataCheckReport",
+    "ExpectationFailure",
+    "merge_reports",
+    "mistyped_reason",
+    "raise_for_failures",
+]
 
 
 @dataclass(frozen=True)
@@ -264,14 +268,48 @@ def raise_for_failures(report: DataCheckReport, *, quarantine: bool = True) -> D
     return report
 
 
+# findings about one file (counted on its rows), not about every row of the log
+FILE_SCOPED = frozenset({"timestamp_in_partition_folder"})
+_MISTYPED = "expect_column_values_to_be_in_type_list"
+
+
+def mistyped_reason(reason: str, count: int) -> str:
+    """The wrong-type reason with the number of values that are not numbers."""
+    return f"{reason}: {count:,} values are not numbers" if count else reason
+
+
+def _key(f: ExpectationFailure) -> tuple:
+    reason = f.reason.rsplit(": ", 1)[0] if f.expectation == _MISTYPED else f.reason
+    return (f.column, f.expectation, f.level, reason)
+
+
+def _in_order(lists: list[list]) -> list:
+    """The items of ``lists`` in the order every list has them (each a subsequence of it).
+
+    Each partition lists its failures in the one order of the checks (suite order, then the
+    row rules); items no list orders relative to each other keep their first appearance.
+    """
+    seen = list(dict.fromkeys(x for items in lists for x in items))
+    before = {x: set() for x in seen}
+    for items in lists:
+        for a, b in zip(items[:-1], items[1:], strict=True):
+            before[b].add(a)
+    out: list = []
+    while seen:
+        x = next((x for x in seen if before[x] <= set(out)), seen[0])  # seen[0]: a cycle
+        out.append(x)
+        seen.remove(x)
+    return out
+
+
 def merge_reports(reports: Sequence[DataCheckReport], *, source: str = "") -> DataCheckReport:
     """Add up the reports of the partitions of one log, checked one partition at a time.
 
     Counts (rows, quarantined rows, per reason, per failure) are summed, failures of the same
-    column, expectation and reason become one with the first five examples, and the per-row
-    reasons are concatenated in partition order, so :func:`data_checks.quarantine.split_quarantine`
-    works on the concatenated partitions. Checks that need every row at once (event ids unique
-    *across* partitions) are not covered by per-partition reports.
+    column, expectation and reason become one with the first five examples (in the order of
+    the checks) and a row-level check counts every row of the log (``element_count``). Checks
+    of the whole log (event ids unique across partitions, the row count) and the per-row
+    reasons are :func:`data_checks.partitioned.check_pieces`'s.
 
     Parameters
     ----------
@@ -286,11 +324,11 @@ def merge_reports(reports: Sequence[DataCheckReport], *, source: str = "") -> Da
     """
     if not reports:
         raise ValueError("merge_reports needs at least one report")
+    n = sum(r.n_rows for r in reports)
     merged: dict[tuple, ExpectationFailure] = {}
     for f in (f for r in reports for f in r.failures):
-        key = (f.column, f.expectation, f.level, f.reason)
-        old = merged.get(key)
-        merged[key] = (
+        old = merged.get(_key(f))
+        merged[_key(f)] = (
             f
             if old is None
             else replace(
@@ -300,32 +338,33 @@ def merge_reports(reports: Sequence[DataCheckReport], *, source: str = "") -> Da
                 examples=(old.examples + f.examples)[:5],
             )
         )
-    reasons: list[str] = []
-    by_reason: dict[str, int] = {}
-    codes = []
-    for r in reports:
-        for reason, count in r.quarantined_by_reason.items():
-            by_reason[reason] = by_reason.get(reason, 0) + count
-        row_reason, names = r.row_reasons if r.row_reasons is not None else (None, ())
-        for name in names:
-            if name not in reasons:
-                reasons.append(name)
-        if row_reason is None:
-            row_reason = np.full(r.n_rows, -1, dtype=np.int64)
-        remap = np.array([reasons.index(n) for n in names] + [-1], dtype=np.int64)
-        codes.append(remap[row_reason])  # -1 indexes the trailing -1
-    extra = tuple(dict.fromkeys(c for r in reports for c in r.extra_columns))
+    failures = [
+        replace(merged[k], reason=mistyped_reason(k[3], merged[k].unexpected_count))
+        if k[1] == _MISTYPED
+        else replace(merged[k], element_count=n)
+        if k[2] != "dataset" and k[1] not in FILE_SCOPED
+        else merged[k]
+        for k in _in_order([[_key(f) for f in r.failures] for r in reports])
+    ]
+    order = [f.reason for f in failures if f.level == "row"]
+    by_reason = {
+        reason: sum(r.quarantined_by_reason.get(reason, 0) for r in reports)
+        for reason in sorted(
+            {k for r in reports for k in r.quarantined_by_reason},
+            key=lambda reason: order.index(reason) if reason in order else len(order),
+        )
+    }
     first = reports[0]
     return DataCheckReport(
         suite=first.suite,
-        n_rows=sum(r.n_rows for r in reports),
+        n_rows=n,
         n_expectations=first.n_expectations,
-        failures=tuple(merged.values()),
+        failures=tuple(failures),
         n_quarantined=sum(r.n_quarantined for r in reports),
         quarantined_by_reason=by_reason,
         max_quarantine_fraction=first.max_quarantine_fraction,
-        extra_columns=extra,
+        extra_columns=tuple(dict.fromkeys(c for r in reports for c in r.extra_columns)),
         source=source,
-        row_reasons=(np.concatenate(codes), tuple(reasons)),
+        docs_path=first.docs_path,
         skipped_files=tuple(dict.fromkeys(f for r in reports for f in r.skipped_files)),
     )

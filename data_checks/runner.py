@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from data_checks.report import DataCheckReport, ExpectationFailure
+from data_checks.report import DataCheckReport, ExpectationFailure, mistyped_reason
 from data_checks.suites import KNOWN_COLUMNS, suite_columns
 
-__all__ = ["ROW", "make_context", "validate_frame"]
+__all__ = ["ROW", "make_context", "row_count_failure", "validate_frame"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +49,7 @@ def validate_frame(
     event_id: str = "event_id",
     source: str = "",
     row_failures: list[tuple[ExpectationFailure, np.ndarray]] = (),
+    duplicates: np.ndarray | None = None,
 ) -> DataCheckReport:
     """Validate a log table against a suite and summarise the result.
 
@@ -74,6 +75,10 @@ def validate_frame(
     row_failures : list of (ExpectationFailure, ndarray), default=()
         Row-level failures found outside GX (e.g. list columns) with the offending row
         positions; quarantined like the suite's row-level failures.
+    duplicates : ndarray of int or None, default=None
+        Positions of the rows whose ``event_id`` occurs elsewhere in the whole log (of which
+        ``frame`` may be one partition): the result of the suite's uniqueness expectation,
+        in place of GX's (which sees this frame only).
 
     Returns
     -------
@@ -136,7 +141,7 @@ def validate_frame(
     )
     run = checkpoint.run(batch_parameters={"dataframe": data}, expectation_parameters=params)
     result = next(iter(run.run_results.values()))
-    failures, positions = _failures(result.results, params, n, event_id)
+    failures, positions = _failures(result.results, params, n, event_id, data, duplicates)
     failures = [_count_mistyped(f, data) for f in failures] + _label_width_failures(frame, suite, n)
     failures += [f for f, _ in row_failures]
     positions = [*positions, *(pos for _, pos in row_failures)]
@@ -179,16 +184,11 @@ def _count_mistyped(failure: ExpectationFailure, data: pd.DataFrame) -> Expectat
     bad = (pd.to_numeric(values, errors="coerce").isna() & values.notna()).to_numpy()
     ids = data["event_id"] if "event_id" in data.columns else data[ROW]
     examples = tuple(_plain(v) for v in ids[bad][:_N_EXAMPLES])
-    reason = (
-        f"{failure.reason}: {int(bad.sum()):,} values are not numbers"
-        if bad.any()
-        else failure.reason
-    )
     return ExpectationFailure(
         failure.column,
         failure.expectation,
         "dataset",
-        reason,
+        mistyped_reason(failure.reason, int(bad.sum())),
         int(bad.sum()),
         failure.element_count,
         examples,
@@ -224,7 +224,34 @@ def _label_width_failures(frame: pd.DataFrame, suite: Any, n: int) -> list[Expec
     ]
 
 
-def _failures(results: Any, params: dict[str, Any], n: int, event_id: str) -> tuple[list, list]:
+def row_count_failure(n: int, min_rows: int) -> ExpectationFailure | None:
+    """The row-count expectation's failure for a log of ``n`` rows (None when enough)."""
+    if n >= min_rows:
+        return None
+    return ExpectationFailure(
+        "rows",
+        "expect_table_row_count_to_be_between",
+        "dataset",
+        f"the table has {n} rows; at least {min_rows} needed",
+        0,
+        n,
+    )
+
+
+def _unique_result(res: dict, data: pd.DataFrame, pos: np.ndarray, event_id: str) -> dict:
+    """The uniqueness expectation's result for the given duplicated positions."""
+    index = [{event_id: data[event_id].iat[p], ROW: int(p)} for p in pos[:_N_EXAMPLES]]
+    return {**res, "unexpected_index_list": index, "unexpected_count": int(pos.size)}
+
+
+def _failures(
+    results: Any,
+    params: dict[str, Any],
+    n: int,
+    event_id: str,
+    data: pd.DataFrame,
+    duplicates: np.ndarray | None,
+) -> tuple[list, list]:
     """ExpectationFailures (suite order) and, for row-level ones, the offending positions."""
     failures, positions, dead = [], [], set()
     results = sorted(
@@ -236,7 +263,11 @@ def _failures(results: Any, params: dict[str, Any], n: int, event_id: str) -> tu
         column = cfg.kwargs.get("column") or cfg.kwargs.get("column_B") or "table"
         if cfg.type == "expect_table_row_count_to_be_between":
             column = "rows"
-        if r.success:
+        res = r.result or {}
+        success = r.success
+        if cfg.type == "expect_column_values_to_be_unique" and duplicates is not None and res:
+            res, success = _unique_result(res, data, duplicates, event_id), not duplicates.size
+        if success:
             continue
         level = meta.get("level", "row")
         raised = (
@@ -247,21 +278,20 @@ def _failures(results: Any, params: dict[str, Any], n: int, event_id: str) -> tu
         if column in dead and (level == "row" or raised or not r.result):
             continue  # the column is missing or mistyped: already reported once
         reason = meta.get("reason", cfg.type).format(**params)
-        res = r.result or {}
+        if cfg.type == "expect_table_row_count_to_be_between":
+            failures += [f for f in [row_count_failure(n, params.get("min_rows", 1))] if f]
+            continue
         if level == "dataset" or raised or "unexpected_index_list" not in res:
-            observed = res.get("observed_value", "")
-            if cfg.type == "expect_table_row_count_to_be_between":
-                reason = (
-                    f"the table has {observed} rows; at least {params.get('min_rows', 1)} needed"
-                )
-                observed = ""
             dead.add(column)
+            observed = str(res.get("observed_value", ""))
             failures.append(
-                ExpectationFailure(column, cfg.type, "dataset", reason, 0, n, (), str(observed))
+                ExpectationFailure(column, cfg.type, "dataset", reason, 0, n, (), observed)
             )
             continue
         index = res.get("unexpected_index_list") or []
         pos = np.fromiter((d[ROW] for d in index), dtype=np.int64, count=len(index))
+        if cfg.type == "expect_column_values_to_be_unique" and duplicates is not None:
+            pos = duplicates
         examples = tuple(_plain(d.get(event_id, d[ROW])) for d in index[:_N_EXAMPLES])
         failures.append(
             ExpectationFailure(

@@ -1,11 +1,11 @@
 """The stages of checking a log, wired once: read → validate → quarantine → build → propensity.
 
-``poem-pipeline check`` (:func:`data_checks.check.check_logs`) and the ``retrain`` flow's
-tasks (``flows/tasks/{load,validate,propensity}.py``) call these same functions, so a log is
-read, converted, validated and quarantined identically on both paths (STYLE §13). Stages are
-pure functions of one table (one file or one partition of a larger log): they never raise for
-bad data, they return a :class:`~data_checks.report.DataCheckReport`; the reports of a log's
-partitions, checked one at a time, add up with :func:`data_checks.report.merge_reports`.
+``poem-pipeline check`` and the partitioned flow (both through
+:func:`data_checks.partitioned.check_pieces`, which maps them over a log's partitions) and the
+in-memory ``retrain`` flow's tasks (``flows/tasks/{load,validate,propensity}.py``) call these
+same functions, so a log is read, converted, validated and quarantined identically on every
+path (STYLE §13). Stages are pure functions of one table (a whole log, or one partition of
+it): they never raise for bad data, they return a :class:`~data_checks.report.DataCheckReport`.
 """
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from data_checks.quarantine import split_quarantine
 from data_checks.report import DataCheckReport, ExpectationFailure
 from data_checks.runner import validate_frame
 from data_checks.suites import build_log_suite, default_parameters
 from poem.data import LoggedBandit
-from poem.diagnostics.propensity import PropensityReport, PropensityThresholds, propensity_report
+from poem.diagnostics.propensity import PropensityReport, PropensityThresholds
+from poem.diagnostics.propensity_summary import propensity_summary, summary_report
 from poem.exceptions import InvalidLogError
 from poem.io._row_checks import RowProblem, row_problems
 from poem.io.logs import LogTable, read_log_table
@@ -31,6 +33,7 @@ __all__ = [
     "FUTURE_ACTIONS",
     "CheckSettings",
     "build_stage",
+    "duplicated_rows",
     "failed_report",
     "propensity_stage",
     "quarantine_stage",
@@ -40,6 +43,7 @@ __all__ = [
 
 
 FUTURE_ACTIONS = ("warn", "quarantine")
+FUTURE = "timestamp_not_after_run_clock"
 
 
 @dataclass(frozen=True)
@@ -155,23 +159,25 @@ def _below_declared_floor(table: LogTable) -> list[RowProblem]:
     ]
 
 
-def _row_failures(table: LogTable) -> list[tuple[ExpectationFailure, np.ndarray]]:
-    """The front door's row rules (:func:`poem.io._row_checks.row_problems`) as failures."""
+def _failures_of(
+    table: LogTable, problems: list[RowProblem], expectation: str, level: str = "row"
+) -> list[tuple[ExpectationFailure, np.ndarray]]:
+    """Row problems as failures (count, first event ids) with the offending positions."""
     n = table.n_rows
     ids = table.frame["event_id"].to_numpy() if "event_id" in table.frame.columns else np.arange(n)
     out = []
-    for problem in [*row_problems(table.frame, table.meta), *_below_declared_floor(table)]:
+    for problem in problems:
         pos = np.flatnonzero(problem.mask)
-        examples = tuple(v.item() if hasattr(v, "item") else v for v in ids[pos[:5]])
+        examples = tuple(_plain(v) for v in ids[pos[:5]])
         failure = ExpectationFailure(
-            problem.column, "poem_row_check", "row", problem.reason, int(pos.size), n, examples
+            problem.column, expectation, level, problem.reason, int(pos.size), n, examples
         )
         out.append((failure, pos))
     return out
 
 
-def _future_rows(table: LogTable, settings: CheckSettings) -> list[tuple]:
-    """Rows dated later than the run's clock: a warning, or row failures to quarantine."""
+def _future_rows(table: LogTable, settings: CheckSettings) -> list[RowProblem]:
+    """Rows dated later than the run's clock (a warning, or quarantined)."""
     if "timestamp" not in table.frame.columns:
         return []
     stamps = table.frame["timestamp"]
@@ -180,23 +186,11 @@ def _future_rows(table: LogTable, settings: CheckSettings) -> list[tuple]:
     now = pd.Timestamp.now(tz="UTC") if settings.now is None else pd.Timestamp(settings.now)
     now = now.tz_convert("UTC").tz_localize(None) if now.tzinfo is not None else now
     mask = (stamps > now).to_numpy()
-    if not mask.any():
-        return []
-    pos = np.flatnonzero(mask)
-    ids = table.frame["event_id"] if "event_id" in table.frame.columns else None
-    examples = tuple(_plain(v) for v in (ids.iloc[pos[:5]] if ids is not None else pos[:5]))
-    level = "row" if settings.future_timestamps == "quarantine" else "warning"
-    failure = ExpectationFailure(
-        "timestamp",
-        "timestamp_not_after_run_clock",
-        level,
+    reason = (
         f"dated later than the run's clock {now.isoformat()} UTC "
-        f"(checks.future_timestamps: {settings.future_timestamps})",
-        int(pos.size),
-        table.n_rows,
-        examples,
+        f"(checks.future_timestamps: {settings.future_timestamps})"
     )
-    return [(failure, pos)]
+    return [RowProblem("timestamp", reason, mask)] if mask.any() else []
 
 
 def _plain(value: Any) -> Any:
@@ -219,19 +213,41 @@ def _reader_warnings(table: LogTable) -> tuple[ExpectationFailure, ...]:
     )
 
 
+def duplicated_rows(table: LogTable, elsewhere: Any = None) -> np.ndarray | None:
+    """Positions of the rows whose (non-null) ``event_id`` occurs in another row of the log.
+
+    ``elsewhere``: positions of rows whose id occurs in another partition of the log (from
+    :func:`data_checks.partitioned.check_partitioned`'s id buckets). None without ids.
+    """
+    if "event_id" not in table.frame.columns:
+        return None
+    ids = table.frame["event_id"]
+    mask = np.array(ids.notna() & ids.duplicated(keep=False), dtype=bool)
+    if elsewhere is not None and len(elsewhere):
+        mask[np.asarray(elsewhere, dtype=np.int64)] = True
+    return np.flatnonzero(mask)
+
+
 def validate_stage(
     table: LogTable,
     settings: CheckSettings,
     *,
     context: Any = None,
     docs_dir: str | Path | None = None,
+    elsewhere: Any = None,
+    partition: bool = False,
 ) -> DataCheckReport:
     """Run the family's GX suite plus the front door's row rules on one table.
 
     Also: rows dated later than the run's clock (``settings.future_timestamps``), rows dated
     outside their ``date=`` folder (a warning) and the files skipped as not data (named).
+    ``elsewhere`` (see :func:`duplicated_rows`) and ``partition`` (the row count is checked on
+    the log's total, by :func:`data_checks.partitioned.check_pieces`) when ``table`` is one
+    partition of a log.
     """
-    future = _future_rows(table, settings)
+    rules = [*row_problems(table.frame, table.meta), *_below_declared_floor(table)]
+    level = "row" if settings.future_timestamps == "quarantine" else "warning"
+    future = _failures_of(table, _future_rows(table, settings), FUTURE, level)
     quarantined = [(f, pos) for f, pos in future if f.level == "row"]
     warnings = _reader_warnings(table) + tuple(f for f, _ in future if f.level == "warning")
     meta = table.meta
@@ -244,7 +260,7 @@ def validate_stage(
         meta,
         window=settings.window,
         min_propensity=settings.min_propensity,
-        min_rows=settings.min_rows,
+        min_rows=0 if partition else max(1, settings.min_rows),
     )
     report = validate_frame(
         table.frame,
@@ -254,7 +270,8 @@ def validate_stage(
         max_quarantine_fraction=settings.max_quarantine_fraction,
         docs_dir=docs_dir,
         source=table.source,
-        row_failures=_row_failures(table) + quarantined,
+        row_failures=_failures_of(table, rules, "poem_row_check") + quarantined,
+        duplicates=duplicated_rows(table, elsewhere),
     )
     return replace(report, failures=report.failures + warnings, skipped_files=tuple(table.skipped))
 
@@ -271,8 +288,6 @@ def quarantine_stage(
     quarantined : DataFrame or None
         The quarantined rows with a ``reason`` column (None when there are none).
     """
-    from data_checks.quarantine import split_quarantine
-
     if table is None or any(f.level == "dataset" for f in report.failures):
         return table, None
     kept, quarantined = split_quarantine(table.frame, report)
@@ -282,16 +297,19 @@ def quarantine_stage(
 def build_stage(
     kept: LogTable | None, report: DataCheckReport
 ) -> tuple[LoggedBandit | None, DataCheckReport]:
-    """Build the :class:`~poem.data.LoggedBandit` of the kept rows when the report passed.
+    """Build the :class:`~poem.data.LoggedBandit` of the kept rows (no dataset-level failure).
+
+    The fraction of quarantined rows is not looked at: for a partition it is judged on the
+    log's total.
 
     Returns
     -------
     log : LoggedBandit or None
-        None when the report failed or the log breaks an invariant.
+        None when a dataset-level check failed, no row is kept or the log breaks an invariant.
     report : DataCheckReport
         The report, plus one dataset-level failure per broken invariant.
     """
-    if kept is None or not report.passed:
+    if kept is None or not kept.n_rows or any(f.level == "dataset" for f in report.failures):
         return None, report
     try:
         return kept.to_log(), report
@@ -303,5 +321,11 @@ def build_stage(
 def propensity_stage(
     log: LoggedBandit, settings: CheckSettings, target_policy: Any = None
 ) -> PropensityReport:
-    """The propensity sanity checks (DESIGN §4.6) of the built log."""
-    return propensity_report(log, target_policy=target_policy, thresholds=settings.thresholds)
+    """The propensity sanity checks (DESIGN §4.6) of the built log.
+
+    Through the same summary as a log checked partition by partition
+    (:mod:`poem.diagnostics.propensity_summary`), so one log gives one report however it is
+    split: quantiles and the suggested clip within that module's sketch error.
+    """
+    summary = propensity_summary(log, target_policy=target_policy, thresholds=settings.thresholds)
+    return summary_report(summary, thresholds=settings.thresholds)

@@ -259,7 +259,7 @@ def default_parameters(
     min_propensity : float, default=0.0
         Propensities must be strictly greater than this.
     min_rows : int, default=1
-        Minimum number of rows (an empty table always fails).
+        Minimum number of rows (0: a partition of a log, whose total is checked).
 
     Returns
     -------
@@ -281,7 +281,7 @@ def default_parameters(
     end = datetime(2262, 4, 11) if end is None else end
     lo, hi = meta.loss_bounds
     return {
-        "min_rows": max(1, int(min_rows)),
+        "min_rows": max(0, int(min_rows)),
         "min_propensity": float(min_propensity),
         "max_propensity": 1.0,
         "loss_min": float(lo),

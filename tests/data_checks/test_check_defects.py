@@ -187,11 +187,12 @@ def test_list_column_that_holds_text_fails_with_a_report(tmp_path, clean_logs):
 
 def test_unexpected_errors_end_as_a_report(tmp_path, clean_logs, monkeypatch):
     import data_checks.check as check
+    import data_checks.partition as partition
 
     def broken(*args, **kwargs):
         raise KeyError("boom")
 
-    monkeypatch.setattr(check, "validate_stage", broken)
+    monkeypatch.setattr(partition, "validate_stage", broken)
     path = write_log(clean_logs["discrete"], tmp_path / "log")
     outcome = check.check_logs(path, out_dir=tmp_path / "out")
     assert outcome.exit_code == 1
@@ -219,38 +220,6 @@ def test_symlinked_partition_is_checked(tmp_path, gx_context, clean_logs):
     last.symlink_to(moved, target_is_directory=True)
     outcome = check_logs(path, context=gx_context, plots=False)
     assert outcome.report.n_rows == N and outcome.log.n_rows == N, outcome.to_text()
-
-
-def test_partition_reports_add_up_to_the_whole(tmp_path, gx_context, clean_logs):
-    from data_checks.quarantine import split_quarantine
-    from data_checks.report import merge_reports
-    from data_checks.stages import CheckSettings, read_stage, validate_stage
-
-    frame = log_to_frame(clean_logs["discrete"])
-    frame.loc[[3, 150], "propensity"] = 0.0
-    frame.loc[[200], "x_1"] = np.nan
-    table, _ = read_stage(_write(frame, tmp_path / "log.parquet"), CheckSettings())
-    settings = CheckSettings()
-    whole = validate_stage(table, settings, context=gx_context)
-    first = np.arange(N) < 120
-    parts = [validate_stage(table.take(m), settings, context=gx_context) for m in (first, ~first)]
-    merged = merge_reports(parts, source="log")
-
-    def counts(report):
-        return sorted((f.column, f.reason, f.unexpected_count) for f in report.failures)
-
-    assert (
-        counts(merged)
-        == counts(whole)
-        == [
-            ("propensity", "propensity outside (0, 1]", 2),
-            ("x_1", "not finite (NaN or inf)", 1),
-        ]
-    )
-    assert merged.quarantined_by_reason == whole.quarantined_by_reason
-    assert (merged.n_rows, merged.n_quarantined) == (whole.n_rows, whole.n_quarantined) == (N, 3)
-    kept, quarantined = split_quarantine(table.frame, merged)
-    assert sorted(quarantined["event_id"]) == ["e150", "e200", "e3"] and len(kept) == N - 3
 
 
 def test_rows_below_the_declared_min_propensity_are_reported(tmp_path, gx_context, clean_logs):

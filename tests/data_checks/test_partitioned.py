@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -9,7 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from data_checks.check import check_logs
-from data_checks.partitioned import PartitionOptions, use_partitions
+from data_checks.partitioned import PartitionOptions, check_pieces, use_partitions
+from data_checks.stages import CheckSettings, read_stage
 from poem.diagnostics.propensity import propensity_report
 from poem.diagnostics.propensity_summary import (
     SKETCH_RELATIVE_ERROR,
@@ -20,7 +23,7 @@ from poem.diagnostics.propensity_summary import (
     summary_report,
 )
 from poem.io.parquet import write_log
-from poem.io.partitions import log_partitions
+from poem.io.partitions import LocalPartitions, log_partitions
 
 SIZES = (150, 0, 37, 300, 113)  # uneven row groups, one empty
 
@@ -65,6 +68,103 @@ def test_row_groups_are_uneven_with_an_empty_one(parts_log):
     assert [p.n_rows for p in log_partitions(parts_log)] == list(SIZES)
 
 
+def _quarantined(folder) -> pd.DataFrame:
+    files = [folder / "quarantine.parquet"] + sorted(folder.glob("quarantine/part-*.parquet"))
+    frames = [pd.read_parquet(f) for f in files if f.exists()]
+    return pd.concat(frames, ignore_index=True)[["event_id", "reason"]]
+
+
+def _same_propensity_report(a, b) -> None:
+    """Equal statuses and explanations; values equal up to the moments' merge rounding."""
+    assert (a is None) == (b is None)
+    if a is None:
+        return
+    assert (a.n_rows, a.family, a.status) == (b.n_rows, b.family, b.status)
+    assert (a.quantiles, a.suggested_clip) == (b.quantiles, b.suggested_clip)
+    for ca, cb in zip(a.checks, b.checks, strict=True):
+        assert (ca.name, ca.status, ca.explanation) == (cb.name, cb.status, cb.explanation)
+        assert cb.value == pytest.approx(ca.value, rel=1e-10, abs=1e-12), ca.name
+        assert set(cb.details) == set(ca.details), ca.name
+        for key, value in ca.details.items():
+            if isinstance(value, float):
+                assert cb.details[key] == pytest.approx(value, rel=1e-10, abs=1e-12), key
+            else:
+                assert cb.details[key] == value, key
+
+
+def _check_slices(table, cuts, settings, out):
+    """check_pieces on the table cut at ``cuts`` (k = len(cuts) + 1 local partitions)."""
+    bounds = [0, *cuts, table.n_rows]
+    rows = np.arange(table.n_rows)
+    tables = [
+        table.take((rows >= lo) & (rows < hi))
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)
+    ]
+    return check_pieces(LocalPartitions(tables), settings, source="log", out_dir=out)
+
+
+def _mistyped(frame):
+    return frame.assign(loss=frame["loss"].map(lambda v: "x" if v > 0 else v)), {}
+
+
+def _many_bad(frame):
+    frame.loc[::9, "propensity"] = 2.0
+    return frame, {}
+
+
+CASES = {
+    "row-defects-and-duplicates": lambda f: (f, {}),
+    "future-rows-quarantined": lambda f: (
+        f,
+        {
+            "future_timestamps": "quarantine",
+            "now": "2026-11-03T00:00:00Z",
+            "max_quarantine_fraction": 0.5,
+        },
+    ),
+    "mistyped-column": _mistyped,
+    "too-many-quarantined": _many_bad,
+    "too-few-rows": lambda f: (f, {"min_rows": 1000}),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("cuts", [(150, 150, 187, 487), (1, 599)], ids=["5-uneven", "3-tiny"])
+def test_k_partitions_give_the_report_of_one(tmp_path, log_factory, case, cuts):
+    """Property: k local partitions (uneven, one empty) report exactly what one partition does.
+
+    Counts, failures (column, reason, counts, examples), quarantined rows and reasons,
+    pass/fail and the propensity report; duplicated event ids across and within partitions.
+    """
+    path = tmp_path / "log.parquet"
+    pq.write_table(_defective_table(tmp_path, log_factory, cross_duplicate=True), path)
+    table, _ = read_stage(path, CheckSettings())
+    frame, over = CASES[case](table.frame.copy())
+    frame.attrs = dict(table.frame.attrs)
+    settings = CheckSettings(**{"now": "2030-01-01", **over})
+    table = replace(table, frame=frame)
+    one = check_pieces(LocalPartitions([table]), settings, source="log", out_dir=tmp_path / "1")
+    many = _check_slices(table, list(cuts), settings, tmp_path / "k")
+    assert _core(many[0]) == _core(one[0])
+    _same_propensity_report(one[1], many[1])
+    if one[0].n_quarantined and not any(f.level == "dataset" for f in one[0].failures):
+        pd.testing.assert_frame_equal(_quarantined(tmp_path / "k"), _quarantined(tmp_path / "1"))
+    if case == "row-defects-and-duplicates":  # 2 + 3 + 2 within + 2 across
+        assert one[0].quarantined_by_reason == {
+            "event_id duplicated": 4,
+            "propensity outside (0, 1]": 2,
+            "loss outside the declared bounds [0, 1] (or infinite)": 3,
+        }
+        assert one[0].passed and one[1] is not None
+    if case == "mistyped-column":
+        (f,) = [f for f in many[0].failures if f.column == "loss"]
+        assert f.reason.endswith(f"{(frame['loss'] == 'x').sum():,} values are not numbers")
+    if case == "too-few-rows":
+        assert "rows: the table has 600 rows; at least 1000 needed" in map(
+            str, many[0].hard_failures
+        )
+
+
 def test_partitioned_check_equals_in_memory(parts_log, tmp_path, gx_context):
     memory = check_logs(parts_log, out_dir=tmp_path / "mem", context=gx_context, plots=False)
     parts = check_logs(
@@ -74,7 +174,7 @@ def test_partitioned_check_equals_in_memory(parts_log, tmp_path, gx_context):
     )
     assert memory.report.n_quarantined == 7  # 2 propensity + 3 loss + 2 duplicated ids
     assert _core(parts.report) == _core(memory.report)
-    assert parts.report.n_kept + parts.report.n_quarantined == sum(SIZES)
+    _same_propensity_report(memory.propensity, parts.propensity)
     # quarantine: one file per partition with bad rows; together the in-memory file
     files = sorted((tmp_path / "parts" / "quarantine").glob("part-*.parquet"))
     assert [f.name for f in files] == ["part-00000.parquet", "part-00003.parquet"]
@@ -82,42 +182,24 @@ def test_partitioned_check_equals_in_memory(parts_log, tmp_path, gx_context):
     pd.testing.assert_frame_equal(
         together, pd.read_parquet(tmp_path / "mem" / "quarantine.parquet")
     )
-    # propensity report: exact but for the sketched quantiles, clip and clipped fraction
-    a, b = memory.propensity, parts.propensity
-    assert (a.n_rows, a.family, a.status) == (b.n_rows, b.family, b.status)
-    rho = SKETCH_RELATIVE_ERROR
-    for key, value in a.quantiles.items():
-        tol = 0.0 if key in ("min", "max") else rho
-        assert b.quantiles[key] == pytest.approx(value, rel=tol, abs=0), key
-    assert b.suggested_clip == pytest.approx(a.suggested_clip, rel=2.1 * rho)
-    assert [c.name for c in a.checks] == [c.name for c in b.checks]
-    for ca, cb in zip(a.checks, b.checks, strict=True):
-        assert ca.status == cb.status, ca.name
-        if ca.name == "clipping":
-            continue
-        assert cb.value == pytest.approx(ca.value, rel=1e-9), ca.name
-        assert set(cb.details) == set(ca.details)
-        for k, v in ca.details.items():
-            assert cb.details[k] == pytest.approx(v, rel=1e-9), (ca.name, k)
-        if ca.name != "uniform_weight":
-            assert cb.explanation == ca.explanation
-    clip = memory.propensity.suggested_clip
-    w = 0.25 / memory.log.propensities  # K = 4: the uniform reference weights
-    near = np.mean(np.abs(w / clip - 1.0) <= 3 * rho)  # the sketch's stated tolerance
-    assert abs(b.check("clipping").value - a.check("clipping").value) <= near + 1e-12
 
 
-def test_cross_partition_duplicate_ids_fail_hard(tmp_path, log_factory):
+def test_cross_partition_duplicate_ids_are_quarantined(tmp_path, log_factory):
     path = tmp_path / "dup.parquet"
     table = _defective_table(tmp_path, log_factory, cross_duplicate=True)
     _write_groups(table, path)
     opts = PartitionOptions(mode="always", scheduler="sync", rows_per_bucket=7)  # 86 buckets
-    out = check_logs(path, partitions=opts)
-    (f,) = [f for f in out.report.hard_failures if f.column == "event_id"]
-    assert f.unexpected_count == 2 and f.element_count == sum(SIZES)
-    assert f.examples == (table["event_id"][10].as_py(),) * 2  # one per row, as in memory
-    assert "2 rows have an event_id that occurs in more than one partition" in f.reason
-    assert out.exit_code == 1 and out.propensity is None
+    out = check_logs(path, partitions=opts, out_dir=tmp_path / "o")
+    (f,) = [f for f in out.report.failures if f.column == "event_id"]
+    assert (f.level, f.unexpected_count, f.element_count) == ("row", 4, sum(SIZES))
+    ids = table["event_id"].to_pylist()
+    assert f.examples == (ids[10], ids[50], ids[51], ids[10])  # rows 10, 50, 51; 400
+    assert str(f).startswith("event_id: 4 of 600 rows: event_id duplicated")
+    assert out.exit_code == 0 and out.report.quarantined_by_reason["event_id duplicated"] == 4
+    q = _quarantined(tmp_path / "o")
+    assert sorted(q.loc[q["reason"] == "event_id duplicated", "event_id"]) == sorted(
+        [ids[10], ids[50], ids[51], ids[400]]
+    )
 
 
 @pytest.mark.parametrize("family", ["discrete", "multilabel", "candidates"])

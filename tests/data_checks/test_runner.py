@@ -275,3 +275,21 @@ def test_rows_failing_two_checks_are_counted_once(gx_context, clean_logs):
     assert report.n_quarantined == 2 and sum(report.quarantined_by_reason.values()) == 2
     kept, quarantined = split_quarantine(frame, report)
     assert list(quarantined["event_id"]) == ["e3", "e4"] and len(kept) == 238
+
+
+def test_duplicates_given_equal_the_suites_uniqueness_on_one_frame(gx_context, clean_logs):
+    # the partitioned check replaces GX's per-frame uniqueness by the whole log's duplicated
+    # rows (data_checks.stages.duplicated_rows): on one frame both agree, null ids included
+    frame = log_to_frame(clean_logs["discrete"])
+    frame["event_id"] = frame["event_id"].astype(object)
+    frame.loc[[3, 7, 9], "event_id"] = None
+    frame.loc[20, "event_id"] = frame.loc[30, "event_id"]
+    frame.loc[[40, 41, 42], "event_id"] = "e99"
+    ids = frame["event_id"]
+    dups = np.flatnonzero(np.array(ids.notna() & ids.duplicated(keep=False), dtype=bool))
+    gx = _validate(gx_context, frame, "discrete")
+    given = _validate(gx_context, frame, "discrete", duplicates=dups)
+    assert gx.failures == given.failures and gx.quarantined_by_reason == given.quarantined_by_reason
+    (f,) = [f for f in given.failures if f.reason == "event_id duplicated"]
+    assert (f.unexpected_count, f.examples) == (6, ("e30", "e30", "e99", "e99", "e99"))
+    np.testing.assert_array_equal(gx.row_reasons[0], given.row_reasons[0])
