@@ -131,7 +131,7 @@ class LogHistogram:
 
 @dataclass(frozen=True)
 class Moments:
-    """Count, mean and central sums M₂ = Σ(w − w̄)², M₃ = Σ(w − w̄)³ of values, mergeable.
+    """Count, mean and central sums Mₖ = Σ(w − w̄)ᵏ, k = 2, 3, 4, of values, mergeable.
 
     Also Σw² (for Kong's ESS) and the number of non-zero values.
     """
@@ -141,6 +141,7 @@ class Moments:
     m2: float = 0.0
     m3: float = 0.0
     nonzero: int = 0
+    m4: float = 0.0
 
     @classmethod
     def of(cls, values: np.ndarray) -> Moments:
@@ -150,7 +151,15 @@ class Moments:
             return cls()
         mean = float(w.mean())
         c = w - mean
-        return cls(w.size, mean, float(c @ c), float(np.sum(c**3)), int(np.count_nonzero(w)))
+        c2 = c * c
+        return cls(
+            w.size,
+            mean,
+            float(c2.sum()),
+            float(np.sum(c2 * c)),
+            int(np.count_nonzero(w)),
+            float(c2 @ c2),
+        )
 
     def merge(self, other: Moments) -> Moments:
         r"""Pairwise update of the central sums (Pébay 2008, Eq. 2.1 and 2.2).
@@ -159,7 +168,11 @@ class Moments:
 
             M_2 = M_{2,a} + M_{2,b} + \delta^2 \frac{n_a n_b}{n},\quad
             M_3 = M_{3,a} + M_{3,b} + \delta^3 \frac{n_a n_b (n_a - n_b)}{n^2}
-                  + 3\delta \frac{n_a M_{2,b} - n_b M_{2,a}}{n}
+                  + 3\delta \frac{n_a M_{2,b} - n_b M_{2,a}}{n},
+
+            M_4 = M_{4,a} + M_{4,b} + \delta^4 \frac{n_a n_b (n_a^2 - n_a n_b + n_b^2)}{n^3}
+                  + 6\delta^2 \frac{n_a^2 M_{2,b} + n_b^2 M_{2,a}}{n^2}
+                  + 4\delta \frac{n_a M_{3,b} - n_b M_{3,a}}{n}
 
         where δ = w̄_b − w̄_a and n = n_a + n_b.
         """
@@ -177,7 +190,15 @@ class Moments:
             + d**3 * na * nb * (na - nb) / n**2
             + 3.0 * d * (na * other.m2 - nb * self.m2) / n
         )
-        return Moments(n, self.mean + d * nb / n, m2, m3, self.nonzero + other.nonzero)
+        m4 = (
+            self.m4
+            + other.m4
+            + d**4 * na * nb * (na * na - na * nb + nb * nb) / n**3
+            + 6.0 * d * d * (na * na * other.m2 + nb * nb * self.m2) / n**2
+            + 4.0 * d * (na * other.m3 - nb * self.m3) / n
+        )
+        mean = self.mean + d * nb / n
+        return Moments(n, mean, m2, m3, self.nonzero + other.nonzero, m4)
 
     @property
     def sum(self) -> float:
@@ -194,6 +215,12 @@ class Moments:
     def standard_error(self) -> float:
         """√(V̂/n) with the unbiased sample variance V̂ = M₂/(n − 1)."""
         return float(np.sqrt(self.m2 / (self.n - 1) / self.n))
+
+    @property
+    def kurtosis(self) -> float | None:
+        """m₄ / m₂² with mₖ = Mₖ/n (None when the values are constant, as in ``interval_flags``)."""
+        m2, m4 = self.m2 / self.n, self.m4 / self.n
+        return m4 / m2**2 if m2**2 > 0 and m4 > 0 else None
 
     @property
     def skewness(self) -> float:
@@ -349,7 +376,7 @@ def summary_report(
         uniform = (
             m.standard_error,
             m.ess,
-            flags_from_moments(m.n, m.ess, m.nonzero, m.skewness),
+            flags_from_moments(m.n, m.ess, m.nonzero, m.skewness, kurtosis=m.kurtosis),
         )
     return report_from_statistics(
         t,

@@ -216,6 +216,18 @@ def test_merged_summaries_give_the_in_memory_report(family, log_factory):
         a.check("uniform_weight").details, rel=1e-9
     )
     assert b.quantiles["p50"] == pytest.approx(a.quantiles["p50"], rel=SKETCH_RELATIVE_ERROR)
+    # the same caveats, the kurtosis one included (it needs the merged fourth moment)
+    assert b.check("uniform_weight").explanation == a.check("uniform_weight").explanation
+
+
+def test_a_heavy_weight_tail_is_named_in_the_merged_report(log_factory):
+    log = log_factory("discrete", n=500, seed=1)
+    p = np.array(log.propensities, dtype=np.float64)
+    p[:3] /= 5  # a few heavier weights; 500 rows: n/kurtosis < 300 for any kurtosis > 1.7
+    log = replace(log, propensities=p)
+    parts = [propensity_summary(log.take(r)) for r in np.split(np.arange(500), [2, 250])]
+    report = summary_report(merge_summaries(parts))
+    assert "few rows carry the variance" in report.check("uniform_weight").explanation
 
 
 def test_moments_merge_equals_numpy():
@@ -230,7 +242,9 @@ def test_moments_merge_equals_numpy():
     assert m.standard_error == pytest.approx(w.std(ddof=1) / np.sqrt(w.size), rel=1e-12)
     assert m.ess == pytest.approx(w.sum() ** 2 / (w @ w), rel=1e-12)
     assert m.skewness == pytest.approx(np.mean(c**3) / np.mean(c**2) ** 1.5, rel=1e-10)
+    assert m.kurtosis == pytest.approx(np.mean(c**4) / np.mean(c**2) ** 2, rel=1e-10)
     assert Moments.of(np.ones(7)).merge(Moments.of(np.ones(3))).skewness == 0.0
+    assert Moments.of(np.ones(7)).merge(Moments.of(np.ones(3))).kurtosis is None
 
 
 def test_sketch_quantiles_within_stated_error():
