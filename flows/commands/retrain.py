@@ -207,7 +207,7 @@ def _run_flow(
     import prefect.main  # noqa: F401 - configures Prefect's loggers: before quiet(), not after
 
     import flows.retrain  # noqa: F401 - imports MLflow, which configures its loggers
-    from flows.dask_runner import run_retrain as retrain  # threads, or Dask by config.dask
+    from flows.retrain import run_retrain as retrain  # threads, or Dask by config.dask
 
     quiet(libraries=not verbose)
     if server is None:

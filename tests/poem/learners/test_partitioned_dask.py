@@ -5,17 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-
-from poem.io.log_format import log_to_table
-from poem.io.partitions import log_partitions, read_partition
-from poem.learners._lbfgs import lbfgs, lbfgs_statistics
-from poem.learners.objective import crm_objective_from_statistics, crm_statistics
 from poem.learners.partitioned import (
     CRMPartition,
     adagrad_partitioned,
     partitions_statistics,
     sequential_epoch,
 )
+
+from poem.io.log_format import log_to_table
+from poem.io.partitions import log_partitions, read_partition
+from poem.learners._lbfgs import lbfgs, lbfgs_statistics
+from poem.learners.objective import crm_objective_from_statistics, crm_statistics
 from poem.policies import family_from_log
 
 distributed = pytest.importorskip("distributed", reason="the dask extra is not installed")
