@@ -9,7 +9,7 @@ partition (:func:`as_partitions`), a Parquet log on a cluster one per row group
   (8 bytes a row); the client applies :func:`poem.splits.split_rows` — the rule of
   :func:`~poem.splits.split_log` — to the concatenation and keeps each partition's local row
   positions. Same rows as in memory.
-- **scores and gate** (:func:`policy_rows`, :func:`counterfactual_ab_test_partitioned`): the
+- **scores and gate** (:func:`policy_rows`): the
   policies' probabilities of the logged actions are computed where the rows live (the
   O(n·d·K) part); the client receives, per row, the loss, the propensity and one
   probability per policy (24–32 bytes a row, in log order) and runs the in-memory functions
@@ -34,7 +34,6 @@ import numpy as np
 import scipy.sparse as sp
 
 from poem.data import CandidateSets, LoggedBandit
-from poem.gate import counterfactual_ab_test
 from poem.io.partitions import LocalPartitions
 from poem.splits import split_rows, split_summary
 
@@ -45,7 +44,6 @@ __all__ = [
     "RowsView",
     "as_partitions",
     "concat_logs",
-    "counterfactual_ab_test_partitioned",
     "kept_rows",
     "log_header",
     "policy_rows",
@@ -299,35 +297,6 @@ def policy_rows(
         FixedProbabilities(np.concatenate([p[3][j] for p in pieces])) for j in range(len(policies))
     ]
     return view, probs
-
-
-def counterfactual_ab_test_partitioned(
-    challenger: Any, champion: Any, split: PartitionedSplit, **kwargs: Any
-) -> Any:
-    """:func:`poem.gate.counterfactual_ab_test` on the test rows of a partitioned split.
-
-    The probabilities are computed on the workers; the decision rule (betting bound,
-    estimates, ESS, failed checks) runs unchanged on the gathered per-row vectors, so the
-    comparison equals the in-memory one on the same rows (module docstring).
-
-    Parameters
-    ----------
-    challenger : StochasticPolicy
-        The newly trained policy.
-    champion : StochasticPolicy or None
-        The production policy; None for the logging policy.
-    split : PartitionedSplit
-        The split whose ``test`` rows the gate uses.
-    **kwargs
-        Passed to :func:`~poem.gate.counterfactual_ab_test` (estimator, clip, levels, ...).
-
-    Returns
-    -------
-    PolicyComparison
-    """
-    policies = (challenger,) if champion is None else (challenger, champion)
-    view, probs = policy_rows(split.source, split.rows_for("test"), policies)
-    return counterfactual_ab_test(probs[0], None if champion is None else probs[1], view, **kwargs)
 
 
 def kept_rows(split: PartitionedSplit, part: str) -> list[np.ndarray]:
