@@ -14,14 +14,14 @@ through the library functions the ``retrain`` flow calls on its Dask path:
    and row rules per partition, merged report, quarantine per partition; then the workers
    restart and read the kept rows into their memory, the log of the next stages);
 2. ``split``: :func:`poem.partitioned_log.split_partitioned` (by time, 50/25/25);
-3. ``search``: :func:`~poem.learners.prepared.training_rows` (standardized
+3. ``search``: :func:`~poem.learners.training_rows.training_rows` (standardized
    training rows kept on the workers) and one
    :func:`~poem.learners.search.run_trial` per grid point
    (``variance_scale``; the raw training rows are replaced by the prepared ones in the same
    pass, ``release=True``, so each row is held once; POEM with L-BFGS, ``--max-iter`` iterations, calibrated λ, clip
    p90/p10, intercept, standardization — the shipped ``training:`` defaults otherwise),
    selection by SNIPS (:func:`poem.learners.search.select_trial`);
-4. ``train``: the refit of the selected point (:func:`~poem.learners.prepared.
+4. ``train``: the refit of the selected point (:func:`~poem.learners.training_rows.
    fit_on_rows` on the prepared training rows, ``refit_on: train``);
 5. ``gate``: :func:`poem.gate.counterfactual_ab_test` on :func:`poem.partitioned_log.policy_rows`
    against the logging policy (IPS terms, betting bound, 95 %).
@@ -52,8 +52,8 @@ from poem.diagnostics.propensity import PropensityThresholds
 from poem.gate import counterfactual_ab_test
 from poem.io.partitions import log_partitions
 from poem.learners.poem import POEM
-from poem.learners.prepared import fit_on_rows, training_rows
 from poem.learners.search import run_trial, select_trial
+from poem.learners.training_rows import fit_on_rows, training_rows
 from poem.partitioned_log import policy_rows, split_partitioned
 
 GIB = 2**30

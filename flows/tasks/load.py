@@ -96,4 +96,3 @@ def validate_partitions(
             task_logger().warning("quarantined %d of %d rows", report.n_quarantined, report.n_rows)
     header = log_header(kept) if report.passed else None
     return report, propensity, kept, header
-

@@ -11,7 +11,7 @@ from flows.config import TrainingConfig
 from flows.learners import build_learner
 from flows.tasks import stage_done, task_logger
 from flows.tracking import TrackedRun, log_metrics, log_params
-from poem.learners.prepared import TrainingRows, fit_on_rows, training_rows
+from poem.learners.training_rows import TrainingRows, fit_on_rows, training_rows
 
 _FITTED = ("objective_", "n_iter_", "converged_", "clip_", "variance_penalty_", "clipped_fraction_")
 

@@ -33,7 +33,7 @@ from poem.learners._trials import (
     trial_from_model,
     validation_scores,
 )
-from poem.learners.prepared import TrainingRows, fit_on_rows
+from poem.learners.training_rows import TrainingRows, fit_on_rows
 from poem.partitioned_log import policy_rows
 
 __all__ = [

@@ -35,7 +35,7 @@ from flows.tasks.validate import enforce_checks, quarantine_rows, record_check_r
 from flows.tracking import TrackedRun, client_for, ensure_experiment, start_run
 from poem.exceptions import InvalidLogError
 from poem.gate import decision_coin
-from poem.learners.prepared import TrainingRows
+from poem.learners.training_rows import TrainingRows
 from poem.partitioned_log import as_partitions, log_header, split_partitioned, take_log
 
 PARAMS = {"solver": "lbfgs", "variance_penalty": "calibrated", "max_iter": 30, "random_state": 0}
