@@ -14,16 +14,16 @@ through the library functions the ``retrain`` flow calls on its Dask path:
    and row rules per partition, merged report, quarantine per partition; then the workers
    restart and read the kept rows into their memory, the log of the next stages);
 2. ``split``: :func:`poem.partitioned_log.split_partitioned` (by time, 50/25/25);
-3. ``search``: :func:`~poem.learners.partitioned_poem.prepare_training` (standardized
+3. ``search``: :func:`~poem.learners.training_rows.training_rows` (standardized
    training rows kept on the workers) and one
-   :func:`~poem.learners.partitioned_poem.run_trial_partitioned` per grid point
+   :func:`~poem.learners.search.run_trial` per grid point
    (``variance_scale``; the raw training rows are replaced by the prepared ones in the same
    pass, ``release=True``, so each row is held once; POEM with L-BFGS, ``--max-iter`` iterations, calibrated λ, clip
    p90/p10, intercept, standardization — the shipped ``training:`` defaults otherwise),
    selection by SNIPS (:func:`poem.learners.search.select_trial`);
-4. ``train``: the refit of the selected point (:func:`~poem.learners.partitioned_poem.
-   fit_prepared` on the prepared training rows, ``refit_on: train``);
-5. ``gate``: :func:`poem.partitioned_log.counterfactual_ab_test_partitioned`
+4. ``train``: the refit of the selected point (:func:`~poem.learners.training_rows.
+   fit_on_rows` on the prepared training rows, ``refit_on: train``);
+5. ``gate``: :func:`poem.gate.counterfactual_ab_test` on :func:`poem.partitioned_log.policy_rows`
    against the logging policy (IPS terms, betting bound, 95 %).
 
 Memory: a thread samples, every 0.2 s, the resident set size of this process and every
@@ -49,11 +49,12 @@ from check_partitioned import tree_rss  # benchmarks/ is this script's folder
 from data_checks.partitioned import check_partitioned
 from data_checks.stages import CheckSettings
 from poem.diagnostics.propensity import PropensityThresholds
+from poem.gate import counterfactual_ab_test
 from poem.io.partitions import log_partitions
-from poem.learners.partitioned_poem import fit_prepared, prepare_training, run_trial_partitioned
 from poem.learners.poem import POEM
-from poem.learners.search import select_trial
-from poem.partitioned_log import counterfactual_ab_test_partitioned, split_partitioned
+from poem.learners.search import run_trial, select_trial
+from poem.learners.training_rows import fit_on_rows, training_rows
+from poem.partitioned_log import policy_rows, split_partitioned
 
 GIB = 2**30
 # memory freed by the workers goes back to the system (not kept by Arrow's mimalloc pool)
@@ -184,11 +185,12 @@ def main() -> None:
         done("split", t, str(split.summary()))
         t = time.perf_counter()
         template = POEM(**TRAINING, max_iter=args.max_iter)
-        prepared, split = prepare_training(split, release=True)  # refit_on: train
+        rows, split = training_rows(split, template, release=True)  # refit_on: train
         del kept  # the split holds the remaining (validation, test) rows
+        validation = (split.source, split.rows_for("validation"))
         trials = []
         for scale in args.grid:
-            trial = run_trial_partitioned(template, {"variance_scale": scale}, prepared, split)
+            trial = run_trial(template, {"variance_scale": scale}, rows, validation)
             trials.append(trial)
             print(
                 f"  trial variance_scale={scale:g}: {trial.n_iter} it, {trial.seconds:6.1f} s, "
@@ -200,13 +202,12 @@ def main() -> None:
         )
         done("search", t, f"{len(trials)} trials, selected {trials[best].params}")
         t = time.perf_counter()
-        model = fit_prepared(
-            POEM(**TRAINING, max_iter=args.max_iter, **trials[best].params), prepared
-        )
+        model = fit_on_rows(POEM(**TRAINING, max_iter=args.max_iter, **trials[best].params), rows)
         done("train", t, f"{model.n_iter_} iterations, J = {model.objective_:.6f}")
         t = time.perf_counter()
-        gate = counterfactual_ab_test_partitioned(
-            model.policy_, None, split, estimator="ips", confidence_level=0.95, min_ess=100.0
+        view, (probabilities,) = policy_rows(split.source, split.rows_for("test"), (model.policy_,))
+        gate = counterfactual_ab_test(
+            probabilities, None, view, estimator="ips", confidence_level=0.95, min_ess=100.0
         )
         done(
             "gate",

@@ -9,8 +9,10 @@ Usage::
 
 For each row count (a prefix of the log's ``part-*.parquet`` partitions) and worker count, it
 starts a ``LocalCluster`` (processes, one thread each), reads the partitions on the workers
-(:func:`poem._dask.load_partitions`), and times one objective + gradient pass at a random w
-(:func:`poem._dask.dask_statistics` + reduce + J, ∇J; median of ``--repeats``). Then L-BFGS
+(:class:`poem._dask.ClusterPartitions`, prepared there by
+:func:`poem.learners.prepared.prepare_training`), and times one objective + gradient pass at a
+random w (:meth:`~poem.learners.prepared.PreparedTraining.statistics`: map, reduce, then J,
+∇J; median of ``--repeats``). Then L-BFGS
 (``--lbfgs-iter`` iterations, λ = 0.1, M = 100) on ``--train-rows`` rows with
 ``--train-workers`` workers. Each worker's Dask memory limit is ``--memory-budget-gib`` divided
 by the number of workers. Memory: peak RSS (``VmHWM``) of every worker process plus the
@@ -32,11 +34,12 @@ from pathlib import Path
 
 import numpy as np
 
-from poem._dask import dask_statistics, load_partitions
+from poem._dask import ClusterPartitions
 from poem.io.partitions import log_partitions, read_partition
 from poem.learners._lbfgs import lbfgs_statistics
 from poem.learners.objective import crm_objective_from_statistics, crm_statistics
-from poem.learners.partitioned import CRMPartition
+from poem.learners.prepared import prepare_training
+from poem.partitioned_log import PartitionedSplit
 
 CLIP, LAM, MU = 100.0, 0.1, 1e-6
 
@@ -86,6 +89,15 @@ def _footprint(client) -> float:
     return sum(workers.values()) + _peak_mib()
 
 
+def load_partitions(client, pieces):
+    """Every row of the pieces, read and prepared (no standardization) on the workers."""
+    source = ClusterPartitions(client, client.map(read_partition, pieces, pure=False))
+    everything = {"train": [np.arange(p.n_rows) for p in pieces]}
+    everything.update({k: [np.zeros(0, np.int64)] * len(pieces) for k in ("validation", "test")})
+    split = PartitionedSplit(source, everything, "all", {})
+    return prepare_training(split, fit_intercept=False, standardize=False)[0]
+
+
 def time_pass(path, pieces, rows, workers, repeats, memory_limit):
     sub, n = _pieces_for(pieces, rows)
     cluster, client = _cluster(workers, memory_limit)
@@ -94,10 +106,13 @@ def time_pass(path, pieces, rows, workers, repeats, memory_limit):
         data = load_partitions(client, sub)
         from distributed import wait
 
-        wait(data.partitions)
+        wait(data.partitions.items)
         t_load = time.perf_counter() - t0
         w = 0.01 * np.random.default_rng(0).normal(size=data.family.coef_shape)
-        provider = dask_statistics(data, CLIP)
+
+        def provider(coef):
+            return data.statistics(coef, CLIP)
+
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
@@ -124,9 +139,8 @@ def train(pieces, rows, workers, max_iter, memory_limit):
     try:
         t0 = time.perf_counter()
         data = load_partitions(client, sub)
-        provider = dask_statistics(data, CLIP)
         res = lbfgs_statistics(
-            provider,
+            lambda coef: data.statistics(coef, CLIP),
             np.zeros(data.family.coef_shape),
             variance_penalty=LAM,
             l2_penalty=MU,
@@ -151,12 +165,12 @@ def in_memory_pass(pieces, rows, repeats):
     sub, n = _pieces_for(pieces, rows)
     logs = [read_partition(p) for p in sub]
     family = family_from_log(logs[0])
-    parts = [CRMPartition.from_log(log, family) for log in logs]
-    X = np.concatenate([p.inputs for p in parts])
+    X = np.concatenate([family.inputs_from_log(log) for log in logs])
     a, d, p = (
-        np.concatenate([getattr(q, f) for q in parts])
-        for f in ("actions", "scaled_losses", "propensities")
+        np.concatenate([np.asarray(getattr(log, f)) for log in logs])
+        for f in ("actions", "losses", "propensities")
     )
+    d = np.concatenate([log.scaled_losses() for log in logs])
     w = 0.01 * np.random.default_rng(0).normal(size=family.coef_shape)
     times = []
     for _ in range(repeats):

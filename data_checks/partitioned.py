@@ -39,6 +39,7 @@ from data_checks.stages import (
     failed_report,
     read_stage,
 )
+from poem._dask import ClusterPartitions
 from poem.diagnostics.propensity import PropensityReport
 from poem.diagnostics.propensity_summary import (
     merge_summaries,
@@ -126,8 +127,6 @@ def partition_set(items: list, client: Any = None) -> Any:
     """The items as a partition set: in this process, or on the cluster of ``client``."""
     if client is None:
         return LocalPartitions(list(items))
-    from poem._dask import ClusterPartitions
-
     return ClusterPartitions(client, list(items))
 
 

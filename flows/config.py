@@ -442,10 +442,10 @@ class DaskConfig(_Section):
     ``min_log_mib`` MiB, ``always`` always does, ``never`` keeps the thread pool. A
     ``scheduler_address`` (``tcp://host:8786``) uses that cluster instead of starting one.
     With ``partitioned`` (and a Parquet log) the log is checked, split, trained on and gated
-    as partitions held in the workers' memory (:mod:`flows.tasks.partitioned`); otherwise
+    as partitions held in the workers' memory (:mod:`flows.cluster`); otherwise
     only the search trials run on the cluster, as Prefect tasks — then Dask workers report
     to Prefect's API, so a cluster needs a Prefect server (``PREFECT_API_URL``), not the
-    ephemeral one (:mod:`flows.dask_runner`).
+    ephemeral one (:mod:`flows.cluster`).
     """
 
     mode: Literal["auto", "always", "never"] = "auto"

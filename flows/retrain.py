@@ -2,6 +2,10 @@
 
 load → validate → propensity checks → split → search → train → gate → register → promote.
 
+One stage sequence (:func:`_stages`) on the log as a partition set (:mod:`poem.io.partitions`):
+one partition in this process, or its partitions on a Dask cluster (chosen in
+:mod:`flows.cluster`); only the load-and-check stage differs by layout.
+
 The flow only orchestrates: it loads ``mlflow.yml`` once, hands each task its config section,
 and records everything under one parent MLflow run (nested runs for the trials). Bad logs
 raise :class:`poem.InvalidLogError` before any training, after the check report has been
@@ -22,8 +26,8 @@ from prefect.futures import wait
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from flows.cluster import flow_task_runner, open_data_client, use_partitions
 from flows.config import load_config
-from flows.dask_runner import open_data_client, use_partitions
 from flows.registry import version_tags
 from flows.store_faults import discard_unfinished_models
 from flows.tasks.gate import (
@@ -35,21 +39,17 @@ from flows.tasks.gate import (
     open_attempt,
     report_gate,
 )
-from flows.tasks.load import build_log, fingerprint_logs, load_logs
-from flows.tasks.partitioned import (
-    gate_inputs,
-    prepare_partitions,
-    record_propensities,
-    search_trial_partitioned,
-    split_partitions,
-    train_policy_partitioned,
+from flows.tasks.load import (
+    build_log,
+    fingerprint_logs,
+    load_logs,
+    partition_set,
     validate_partitions,
 )
-from flows.tasks.propensity import diagnose_propensities
+from flows.tasks.propensity import diagnose_propensities, record_propensities
 from flows.tasks.register import check_champion, promote_policy, register_policy
 from flows.tasks.search import (
     champion_candidates,
-    champion_candidates_partitioned,
     code_fingerprint,
     record_search,
     retempered_policy,
@@ -57,14 +57,14 @@ from flows.tasks.search import (
     select_best,
     serving_choice,
 )
-from flows.tasks.split import split_logs
+from flows.tasks.split import gate_inputs, split_logs
 from flows.tasks.track import finish_tracking, start_tracking
-from flows.tasks.train import train_policy
+from flows.tasks.train import prepare_rows, train_policy
 from flows.tasks.validate import enforce_checks, quarantine_rows, record_check_report, validate_logs
 from poem.learners.champion_candidates import KIND_KEY, LEARNED, RETEMPERED, challenger_kind
 from poem.learners.search import expand_grid
 
-__all__ = ["RetrainInterrupted", "RetrainResult", "retrain"]
+__all__ = ["RetrainInterrupted", "RetrainResult", "retrain", "run_retrain"]
 
 
 class RetrainInterrupted(KeyboardInterrupt):
@@ -173,17 +173,20 @@ class RetrainResult:
         )
 
 
-def _search(parts: Any, cfg: Any, data_key: str, champion: Any, champion_key: Any) -> list[Any]:
+def _search(training: Any, parts: Any, header: Any, cfg: Any, keys: tuple, champion: Any):
     """Submit every grid point, at most ``search.max_workers`` at a time."""
     trial = search_trial.with_options(
         cache_expiration=timedelta(hours=cfg.search.cache_expiration_hours)
     )
+    data_key, champion_key = keys
+    serving = serving_choice(cfg.search, parts.n_rows("validation"))
     grid, trials = expand_grid(cfg.search.grid), []
     for start in range(0, len(grid), cfg.search.max_workers):
         futures = [
             trial.submit(
-                parts.train,
-                parts.validation,
+                training,
+                parts,
+                header,
                 cfg.training.learner,
                 dict(cfg.training.params),
                 params,
@@ -192,7 +195,7 @@ def _search(parts: Any, cfg: Any, data_key: str, champion: Any, champion_key: An
                 code_fingerprint(),
                 champion,
                 champion_key,
-                serving_choice(cfg.search, parts.validation.n_rows),
+                serving,
             )
             for params in grid[start : start + cfg.search.max_workers]
         ]
@@ -201,101 +204,73 @@ def _search(parts: Any, cfg: Any, data_key: str, champion: Any, champion_key: An
     return trials
 
 
-def _stages(cfg: Any, run: Any, fingerprint: str) -> tuple:
-    """Validate → ... → gate with the log in this process (trials on the flow's task runner)."""
-    loaded = load_logs(cfg.data)  # the stages of data_checks.stages, as `check` runs them
-    report = validate_logs(loaded, cfg.data, cfg.checks)
-    log, report = build_log(quarantine_rows(loaded, report, run), report)
+def _checked_log(cfg: Any, run: Any, client: Any) -> tuple:
+    """Load and check the log: ``(partition set, header, propensity report)``.
+
+    In this process (``client`` None) the log becomes one partition; on a cluster the check
+    keeps its partitions on the workers. The only stage that differs by layout.
+    """
+    if client is None:
+        loaded = load_logs(cfg.data)  # the stages of data_checks.stages, as `check` runs them
+        report = validate_logs(loaded, cfg.data, cfg.checks)
+        log, report = build_log(quarantine_rows(loaded, report, run), report)
+    else:
+        own = cfg.dask.scheduler_address is None  # a LocalCluster started for this run
+        report, merged, source, header = validate_partitions(
+            cfg.data, cfg.checks, client, run, restart=own
+        )
     record_check_report(report, run)  # logged before enforcing: a failed run keeps its report
     enforce_checks(report, cfg.checks)
-    check_champion(log, cfg.tracking)  # an incompatible champion fails before training
-    propensity = diagnose_propensities(log, cfg.checks, run)
-    parts = split_logs(log, cfg.data.split, run)
-    # trial cache key: same files, same reading/check settings => same train/validation logs
+    if client is None:
+        source, header = partition_set(log)
+    check_champion(header, cfg.tracking)  # an incompatible champion fails before training
+    if client is None:
+        return source, header, diagnose_propensities(log, cfg.checks, run)  # with plots
+    return source, header, record_propensities(merged, run)
+
+
+def _stages(cfg: Any, run: Any, fingerprint: str, client: Any = None) -> tuple:
+    """Check → split → search → train → gate, on the log's partitions wherever they live."""
+    source, header, propensity = _checked_log(cfg, run, client)
+    parts = split_logs(source, cfg.data.split, run)
+    del source  # the split holds the partitions (and releases the training rows below)
+    # trial cache key: same files, same reading/check settings => same train/validation rows
     data_key = f"{fingerprint}:{cfg.data.model_dump_json()}:{cfg.checks.model_dump_json()}"
     champion_version, champion = load_champion(cfg.tracking)  # also warm_start: champion
-    trials = _search(parts, cfg, data_key, champion, champion_version)
-    serving = serving_choice(cfg.search, parts.validation.n_rows)
+    training, parts = prepare_rows(parts, cfg.training)
+    trials = _search(training, parts, header, cfg, (data_key, champion_version), champion)
+    serving = serving_choice(cfg.search, parts.n_rows("validation"))
     serve_floor = cfg.training.params.get("exploration_floor")  # challengers' ε, candidates too
     trials += champion_candidates(
-        champion, parts.validation, serving, cfg.search.confidence_level, serve_floor
+        champion, parts, serving, cfg.search.confidence_level, serve_floor
     )  # the champion re-tempered, no refit (none before a promotion)
     best = select_best(trials, cfg.search)
     record_search(trials, best, run)
     if challenger_kind(trials[best].params) == RETEMPERED:
         policy = retempered_policy(trials[best].params, champion, serve_floor, run)
     else:
-        policy = train_policy(parts, cfg.training, trials[best].params, run, champion)
+        policy = train_policy(training, header, cfg.training, trials[best].params, run, champion)
     blocking = [c.name for c in propensity.warnings] if cfg.checks.block_on_warnings else []
+    challenger_rows, champion_rows, test_rows = gate_inputs(policy, champion, parts)
     coin = gate_coin(policy, cfg.gate)
     floor = declared_floor(cfg.data, cfg.checks)
-    attempt = open_attempt(cfg.tracking, champion_version, parts.test, cfg.gate, run)
+    attempt = open_attempt(cfg.tracking, champion_version, test_rows, cfg.gate, run)
     comparison = gate_candidate(
-        policy, champion, parts.test, cfg.gate, blocking, coin, floor, attempt
+        challenger_rows, champion_rows, test_rows, cfg.gate, blocking, coin, floor, attempt
     )
     report_gate(comparison, champion_version, run)
-    return comparison, trials, best, policy, log.n_rows, champion_version
+    return comparison, trials, best, policy, header.n_rows, champion_version
 
 
-def _partitioned_stages(cfg: Any, run: Any, _fingerprint: str) -> tuple:
-    """The same stages with the log as partitions in a Dask cluster's memory (DESIGN §8)."""
+def _run_stages(cfg: Any, run: Any, fingerprint: str) -> tuple:
+    """:func:`_stages` in this process, or with the log's partitions on a Dask cluster."""
+    if not use_partitions(cfg.dask, cfg.data.path):
+        return _stages(cfg, run, fingerprint)
     client = open_data_client(cfg.dask)
     try:
-        own = cfg.dask.scheduler_address is None  # a LocalCluster started for this run
-        report, propensity_report, kept, header = validate_partitions(
-            cfg.data, cfg.checks, client, run, restart=own
-        )
-        record_check_report(report, run)
-        enforce_checks(report, cfg.checks)
-        check_champion(header, cfg.tracking)
-        propensity = record_propensities(propensity_report, run)
-        parts = split_partitions(kept, cfg.data.split, run)
-        del kept  # the split holds the partitions (and releases the training rows below)
-        champion_version, champion = load_champion(cfg.tracking)
-        prepared, parts = prepare_partitions(parts, cfg.training)
-        grid, trials = expand_grid(cfg.search.grid), []
-        serving = serving_choice(cfg.search, parts.n_rows("validation"))
-        for start in range(0, len(grid), cfg.search.max_workers):
-            futures = [
-                search_trial_partitioned.submit(
-                    prepared,
-                    parts,
-                    header,
-                    cfg.training.learner,
-                    dict(cfg.training.params),
-                    params,
-                    cfg.search.confidence_level,
-                    champion,
-                    serving,
-                )
-                for params in grid[start : start + cfg.search.max_workers]
-            ]
-            wait(futures)
-            trials += [f.result() for f in futures]
-        serve_floor = cfg.training.params.get("exploration_floor")  # as in memory
-        trials += champion_candidates_partitioned(
-            champion, parts, header, serving, cfg.search.confidence_level, serve_floor
-        )
-        best = select_best(trials, cfg.search)
-        record_search(trials, best, run)
-        if challenger_kind(trials[best].params) == RETEMPERED:
-            policy = retempered_policy(trials[best].params, champion, serve_floor, run)
-        else:
-            policy = train_policy_partitioned(
-                prepared, parts, header, cfg.training, trials[best].params, run, champion
-            )
-        blocking = [c.name for c in propensity.warnings] if cfg.checks.block_on_warnings else []
-        challenger_rows, champion_rows, test_rows = gate_inputs(policy, champion, parts)
-        coin = gate_coin(policy, cfg.gate)
-        floor = declared_floor(cfg.data, cfg.checks)
-        attempt = open_attempt(cfg.tracking, champion_version, test_rows, cfg.gate, run)
-        comparison = gate_candidate(
-            challenger_rows, champion_rows, test_rows, cfg.gate, blocking, coin, floor, attempt
-        )
-        report_gate(comparison, champion_version, run)
+        return _stages(cfg, run, fingerprint, client)
     finally:
         client.close()
-    return comparison, trials, best, policy, header.n_rows, champion_version
 
 
 def _close_failed_run(run: Any, data_path: str, exc: BaseException) -> None:
@@ -353,8 +328,8 @@ def retrain(
     fingerprint = fingerprint_logs(cfg.data)
     run = start_tracking(cfg, fingerprint, flow_run_id)
     try:
-        stages = _partitioned_stages if use_partitions(cfg.dask, cfg.data.path) else _stages
-        comparison, trials, best, policy, n_rows, champion_version = stages(cfg, run, fingerprint)
+        outcome = _run_stages(cfg, run, fingerprint)
+        comparison, trials, best, policy, n_rows, champion_version = outcome
         kind = challenger_kind(trials[best].params)
         tags = version_tags(
             comparison,
@@ -397,3 +372,20 @@ def retrain(
         estimator=comparison.estimator,
         challenger_kind=kind,
     )
+
+
+def run_retrain(
+    config_path: str | Path,
+    logs: str | Path | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> RetrainResult:
+    """Run :func:`retrain` on the task runner the config's ``dask`` section selects.
+
+    (:func:`flows.cluster.flow_task_runner`: the flow's thread pool, or Prefect's
+    ``DaskTaskRunner``; with partitions on a cluster the flow opens its own data cluster.)
+    ``overrides`` are the CLI's ``--set`` values (dotted keys), as :func:`retrain` takes them.
+    """
+    cfg = load_config(config_path, overrides)
+    runner = flow_task_runner(cfg.dask, logs if logs is not None else cfg.data.path)
+    flow_ = retrain if runner is None else retrain.with_options(task_runner=runner)
+    return flow_(config_path, logs, overrides)

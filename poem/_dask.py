@@ -1,185 +1,19 @@
-"""Dask glue for the map-reduce training of :mod:`poem.learners.partitioned` (DESIGN §8).
+"""The Dask partition set (DESIGN §8): :class:`ClusterPartitions`.
 
 Optional heavy dependency: ``pip install 'poem-pipeline[dask]'``; nothing else in ``poem``
-imports this module, and it imports ``distributed`` only when a function is called.
-
-The partitions of a Parquet log (:func:`poem.io.partitions.log_partitions`, one per row group)
-are read *on the workers* and kept there as prepared :class:`CRMPartition` objects
-(:func:`load_partitions`); each L-BFGS evaluation then ships only w to the workers and the
-per-partition :class:`~poem.learners.objective.CRMStatistics` back (:func:`dask_statistics`),
-reduced on the client — the same J(w) and ∇J(w) as in memory. The minibatch path
-(:func:`dask_epoch`) chains one task per partition, so each runs where its rows live and only
-the AdaGrad state (w, h) travels.
+imports this module, and it never imports ``distributed`` itself (the caller's client does).
+It implements the partition-set protocol of :mod:`poem.io.partitions` (``map``, ``fold``) for
+objects held in the workers' memory, so every stage of :mod:`poem.partitioned_log` and
+:mod:`poem.learners.prepared` runs on a cluster unchanged.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from poem.io.partitions import LogPartition, log_partitions, read_partition
-from poem.learners.objective import CRMStatistics
-from poem.learners.partitioned import (
-    AdaGradState,
-    CRMPartition,
-    StatisticsProvider,
-    adagrad_partition_pass,
-    epoch_plan,
-    partition_statistics,
-    reduce_statistics,
-)
-from poem.policies._base import PolicyFamily
-from poem.policies.stochastic import family_from_log
-
-__all__ = [
-    "ClusterPartitions",
-    "DaskPartitions",
-    "dask_epoch",
-    "dask_statistics",
-    "load_partitions",
-]
-
-
-@dataclass(frozen=True)
-class DaskPartitions:
-    """A log's prepared partitions held in the memory of a Dask cluster's workers.
-
-    Attributes
-    ----------
-    client : distributed.Client
-        Client of the cluster.
-    family : PolicyFamily
-        Policy family of the log (from its first non-empty partition).
-    partitions : list of distributed.Future
-        One future per partition, resolving to a :class:`CRMPartition` or None (no rows).
-    n_rows : int
-        Rows over all partitions.
-    """
-
-    client: Any
-    family: PolicyFamily
-    partitions: list
-    n_rows: int
-
-
-def _prepare(log: Any, family: PolicyFamily) -> CRMPartition | None:
-    return None if log is None else CRMPartition.from_log(log, family)
-
-
-def _family(log: Any, fit_intercept: bool) -> PolicyFamily | None:
-    return None if log is None else family_from_log(log, fit_intercept)
-
-
-def load_partitions(
-    client: Any,
-    path: str | Path | list[LogPartition],
-    *,
-    fit_intercept: bool = False,
-    family: str | None = None,
-    **overrides: Any,
-) -> DaskPartitions:
-    """Read a Parquet log's partitions on the workers and keep them there, prepared.
-
-    Parameters
-    ----------
-    client : distributed.Client
-        Client of the cluster.
-    path : str, Path or list of LogPartition
-        The log (file or directory), or its pieces from
-        :func:`~poem.io.partitions.log_partitions`.
-    fit_intercept : bool, default=False
-        Passed to :func:`~poem.policies.family_from_log`.
-    family : str or None, default=None
-        Expected family.
-    **overrides
-        Passed to :func:`~poem.io.partitions.read_partition`.
-
-    Returns
-    -------
-    DaskPartitions
-
-    Raises
-    ------
-    ValueError
-        If every partition is empty.
-    """
-    pieces = path if isinstance(path, list) else log_partitions(path)
-    logs = client.map(read_partition, pieces, family=family, pure=False, **overrides)
-    nonempty = [k for k, p in enumerate(pieces) if p.n_rows > 0]
-    if not nonempty:
-        raise ValueError(f"all {len(pieces)} partitions of the log are empty (0 rows)")
-    fam = client.submit(_family, logs[nonempty[0]], fit_intercept).result()
-    parts = client.map(_prepare, logs, family=fam, pure=False)
-    del logs  # the prepared partitions replace the raw logs in the workers' memory
-    return DaskPartitions(client, fam, parts, int(sum(p.n_rows for p in pieces)))
-
-
-def dask_statistics(
-    data: DaskPartitions, clip: float, *, chunk_size: int | None = None
-) -> StatisticsProvider:
-    """Statistics provider over a cluster: map per partition, reduce on the client."""
-
-    def statistics(coef: np.ndarray) -> CRMStatistics:
-        futures = [
-            data.client.submit(
-                partition_statistics,
-                coef,
-                data.family,
-                part,
-                clip,
-                chunk_size=chunk_size,
-                pure=False,
-            )
-            for part in data.partitions
-        ]
-        return reduce_statistics(data.client.gather(futures))
-
-    return statistics
-
-
-def dask_epoch(
-    data: DaskPartitions,
-    clip: float,
-    *,
-    variance_penalty: float,
-    l2_penalty: float,
-    batch_size: int,
-    random_state: int,
-) -> Callable[[AdaGradState, tuple[float, float, float], float, int], AdaGradState]:
-    """``epoch`` for :func:`~poem.learners.partitioned.adagrad_partitioned` on a cluster.
-
-    One chained task per partition, in the order of
-    :func:`~poem.learners.partitioned.epoch_plan` (the in-process order), each scheduled where
-    its partition lives.
-    """
-
-    def epoch(
-        state: AdaGradState, coefficients: tuple[float, float, float], eta: float, number: int
-    ) -> AdaGradState:
-        current: Any = state
-        for k, seed in epoch_plan(len(data.partitions), random_state, number):
-            current = data.client.submit(
-                adagrad_partition_pass,
-                current,
-                data.family,
-                data.partitions[k],
-                clip,
-                coefficients,
-                n_total=data.n_rows,
-                variance_penalty=variance_penalty,
-                l2_penalty=l2_penalty,
-                learning_rate=eta,
-                batch_size=batch_size,
-                seed=seed,
-                pure=False,
-            )
-        return current.result() if hasattr(current, "result") else current
-
-    return epoch
+__all__ = ["ClusterPartitions"]
 
 
 @dataclass(frozen=True)

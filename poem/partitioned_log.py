@@ -1,15 +1,15 @@
-r"""A log held as partitions: its train/validation/test split, per-row views and the gate.
+r"""A log as a partition set: its train/validation/test split, per-row views, taken rows.
 
-The partitions form a *partition set* — :class:`poem.io.partitions.LocalPartitions` in this
-process, :class:`poem._dask.ClusterPartitions` on a Dask cluster — of
-:class:`~poem.data.LoggedBandit` partitions (None when empty), used only through ``map``.
-What travels to the client, and why the result is the in-memory one:
+Every stage sees a log as a *partition set* (:mod:`poem.io.partitions`) of
+:class:`~poem.data.LoggedBandit` partitions (None when empty): a log in memory is one
+partition (:func:`as_partitions`), a Parquet log on a cluster one per row group
+(:class:`poem._dask.ClusterPartitions`). What travels to the client:
 
 - **split** (:func:`split_partitioned`): each partition sends its row count and timestamps
   (8 bytes a row); the client applies :func:`poem.splits.split_rows` — the rule of
   :func:`~poem.splits.split_log` — to the concatenation and keeps each partition's local row
   positions. Same rows as in memory.
-- **scores and gate** (:func:`policy_rows`, :func:`counterfactual_ab_test_partitioned`): the
+- **scores and gate** (:func:`policy_rows`): the
   policies' probabilities of the logged actions are computed where the rows live (the
   O(n·d·K) part); the client receives, per row, the loss, the propensity and one
   probability per policy (24–32 bytes a row, in log order) and runs the in-memory functions
@@ -18,7 +18,11 @@ What travels to the client, and why the result is the in-memory one:
   not a sum over partitions; it runs on the client over those per-row vectors, in the
   in-memory order, hence the same decision and metrics.
 
-Training on the split's rows is :mod:`poem.learners.partitioned_poem`.
+- **take** (:func:`take_log`): the rows themselves, concatenated into one in-memory log, for
+  the learners without an additive form (BanditNet, hybrid, a doubly robust fit on several
+  partitions): they fit on it as on any log.
+
+Training on the split's rows is :mod:`poem.learners.prepared`.
 """
 
 from __future__ import annotations
@@ -27,8 +31,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
-from poem.gate import counterfactual_ab_test, policy_total_variation
+from poem.data import CandidateSets, LoggedBandit
+from poem.gate import policy_total_variation
+from poem.io.partitions import LocalPartitions
 from poem.splits import split_rows, split_summary
 
 __all__ = [
@@ -36,12 +43,14 @@ __all__ = [
     "LogHeader",
     "PartitionedSplit",
     "RowsView",
-    "counterfactual_ab_test_partitioned",
+    "as_partitions",
+    "concat_logs",
     "kept_rows",
     "log_header",
     "policy_rows",
     "release_rows",
     "split_partitioned",
+    "take_log",
     "take_rows",
 ]
 
@@ -66,6 +75,8 @@ class PartitionedSplit:
         Row counts, method and time boundaries (returned by :meth:`summary`).
     released : tuple of str, default=()
         Parts whose rows the partitions no longer hold (:func:`release_rows`).
+    family : str or None, default=None
+        The log's policy family.
     """
 
     source: Any
@@ -73,6 +84,7 @@ class PartitionedSplit:
     method: str
     counts: dict
     released: tuple = ()
+    family: str | None = None
 
     def summary(self) -> dict[str, Any]:
         """As :meth:`poem.splits.LogSplit.summary` (the same keys and values)."""
@@ -104,8 +116,8 @@ class PartitionedSplit:
         return int(sum(r.size for r in self.rows_for(part)))
 
 
-def _split_key(log: Any) -> tuple[int, Any]:
-    return (0, None) if log is None else (log.n_rows, log.timestamps)
+def _split_key(log: Any) -> tuple[int, Any, Any]:
+    return (0, None, None) if log is None else (log.n_rows, log.timestamps, log.family)
 
 
 def split_partitioned(
@@ -152,7 +164,9 @@ def split_partitioned(
     for name, global_rows in zip(PARTS, parts, strict=True):
         cut = np.searchsorted(global_rows, offsets)
         rows[name] = [global_rows[cut[k] : cut[k + 1]] - offsets[k] for k in range(len(sizes))]
-    return PartitionedSplit(source, rows, method, split_summary(method, parts, timestamps))
+    family = next((k[2] for k in keys if k[0]), None)
+    summary = split_summary(method, parts, timestamps)
+    return PartitionedSplit(source, rows, method, summary, family=family)
 
 
 @dataclass(frozen=True)
@@ -207,6 +221,8 @@ class RowsView:
     losses: np.ndarray
     propensities: np.ndarray
     loss_bounds: tuple[float, float]
+    timestamps: Any = None
+    event_ids: Any = None
     total_variation: np.ndarray | None = None  # of the first two policies (the gate's pair)
 
     @property
@@ -236,7 +252,13 @@ def _policy_rows(log: Any, rows: np.ndarray, *, policies: tuple) -> tuple | None
     part = log.take(rows)
     probs = tuple(p.log_action_probability_on(part) for p in policies)
     tv = policy_total_variation(*policies[:2], part) if len(policies) == 2 else None
-    return np.asarray(part.losses), part.propensities, part.loss_bounds, probs, tv
+    ids = (part.timestamps, part.event_ids, tv)
+    return np.asarray(part.losses), part.propensities, part.loss_bounds, probs, ids
+
+
+def _joined(pieces: list, j: int) -> Any:
+    values = [p[4][j] for p in pieces]
+    return None if any(v is None for v in values) else np.concatenate(values)
 
 
 def policy_rows(
@@ -271,41 +293,14 @@ def policy_rows(
         np.concatenate([p[0] for p in pieces]),
         np.concatenate([p[1] for p in pieces]),
         pieces[0][2],
-        None if any(p[4] is None for p in pieces) else np.concatenate([p[4] for p in pieces]),
+        _joined(pieces, 0),
+        _joined(pieces, 1),
+        _joined(pieces, 2),
     )
     probs = [
         FixedProbabilities(np.concatenate([p[3][j] for p in pieces])) for j in range(len(policies))
     ]
     return view, probs
-
-
-def counterfactual_ab_test_partitioned(
-    challenger: Any, champion: Any, split: PartitionedSplit, **kwargs: Any
-) -> Any:
-    """:func:`poem.gate.counterfactual_ab_test` on the test rows of a partitioned split.
-
-    The probabilities are computed on the workers; the decision rule (betting bound,
-    estimates, ESS, failed checks) runs unchanged on the gathered per-row vectors, so the
-    comparison equals the in-memory one on the same rows (module docstring).
-
-    Parameters
-    ----------
-    challenger : StochasticPolicy
-        The newly trained policy.
-    champion : StochasticPolicy or None
-        The production policy; None for the logging policy.
-    split : PartitionedSplit
-        The split whose ``test`` rows the gate uses.
-    **kwargs
-        Passed to :func:`~poem.gate.counterfactual_ab_test` (estimator, clip, levels, ...).
-
-    Returns
-    -------
-    PolicyComparison
-    """
-    policies = (challenger,) if champion is None else (challenger, champion)
-    view, probs = policy_rows(split.source, split.rows_for("test"), policies)
-    return counterfactual_ab_test(probs[0], None if champion is None else probs[1], view, **kwargs)
 
 
 def kept_rows(split: PartitionedSplit, part: str) -> list[np.ndarray]:
@@ -353,3 +348,66 @@ def release_rows(split: PartitionedSplit, part: str, source: Any = None) -> Part
         for p in PARTS
     }
     return replace(split, source=source, rows=rows, released=(*split.released, part))
+
+
+def as_partitions(log: LoggedBandit) -> LocalPartitions:
+    """A log in memory as a partition set: one partition."""
+    return LocalPartitions([log])
+
+
+def _take(log: Any, rows: np.ndarray) -> Any:
+    return take_rows(log, rows)
+
+
+def concat_logs(logs: list) -> LoggedBandit:
+    """One :class:`~poem.data.LoggedBandit` of partitions' logs, in order (None skipped).
+
+    Raises
+    ------
+    ValueError
+        When every log is None (no rows).
+    """
+    logs = [log for log in logs if log is not None]
+    if not logs:
+        raise ValueError("no rows selected in any of the partitions (0 rows)")
+    if len(logs) == 1:
+        return logs[0]
+
+    def join(name: str) -> Any:
+        values = [getattr(log, name) for log in logs]
+        if any(v is None for v in values):
+            return None
+        if sp.issparse(values[0]):
+            return sp.vstack(values, format="csr")
+        return np.concatenate([np.asarray(v) for v in values])
+
+    first = logs[0]
+    candidates = None
+    if first.candidates is not None:
+        sets = [log.candidates for log in logs]
+        features = [c.features for c in sets]
+        stacked = (
+            sp.vstack(features, format="csr")
+            if sp.issparse(features[0])
+            else np.concatenate(features)
+        )
+        candidates = CandidateSets.from_sizes(stacked, np.concatenate([c.sizes for c in sets]))
+    return replace(
+        first,
+        contexts=join("contexts"),
+        actions=join("actions"),
+        losses=join("losses"),
+        propensities=join("propensities"),
+        candidates=candidates,
+        timestamps=join("timestamps"),
+        event_ids=join("event_ids"),
+        logging_distribution=join("logging_distribution"),
+    )
+
+
+def take_log(source: Any, rows: list[np.ndarray]) -> LoggedBandit:
+    """The given rows of a partition set as one in-memory log, in log order.
+
+    For the learners without an additive form: they fit on it as on any log.
+    """
+    return concat_logs(source.map(_take, rows, gather=True))

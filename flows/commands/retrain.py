@@ -51,7 +51,6 @@ from flows.prefect_server import (
 from flows.store_faults import StoreError, check_store
 
 # imported when the flow runs: Prefect, MLflow and GX take seconds to import and configure logging
-dask_runner = Deferred("flows.dask_runner")
 exceptions = Deferred("poem.exceptions")
 retrain_flow = Deferred("flows.retrain")
 tracking = Deferred("flows.tracking")
@@ -254,7 +253,7 @@ def _run_flow(
     import prefect.main  # noqa: F401 - configures Prefect's loggers: before quiet(), not after
 
     retrain_flow.load()  # imports MLflow, which configures its loggers
-    retrain = dask_runner.run_retrain  # threads, or Dask by config.dask
+    retrain = retrain_flow.run_retrain  # threads, or Dask by config.dask
 
     quiet(libraries=not verbose)
     if server is None:

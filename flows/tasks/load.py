@@ -2,21 +2,28 @@
 
 The stages are :mod:`data_checks.stages`, shared with ``poem-pipeline check``; these tasks only
 turn ``cfg.data`` / ``cfg.checks`` into :class:`~data_checks.stages.CheckSettings` and call them.
+Either way the checked log leaves here as a partition set (:mod:`poem.io.partitions`): one
+partition in memory (:func:`partition_set`), or the partitions the check kept on a cluster
+(:func:`validate_partitions`); every later stage is the same code for both.
 """
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from data_checks.partitioned import check_partitioned
 from data_checks.stages import CheckSettings, build_stage, read_stage
 from flows.config import ChecksConfig, DataConfig
 from flows.tasks import IO_RETRIES, stage_done, task_logger
+from flows.tracking import TrackedRun, log_artifact
 from poem.diagnostics.propensity import PropensityThresholds
 from poem.io.logs import log_fingerprint
+from poem.partitioned_log import as_partitions, log_header
 
 
 def check_settings(checks: ChecksConfig, data: DataConfig | None = None) -> CheckSettings:
@@ -54,3 +61,38 @@ def load_logs(data: DataConfig) -> tuple[Any, Any]:
 def build_log(kept: Any, report: Any) -> tuple[Any, Any]:
     """Build the :class:`poem.data.LoggedBandit` of the kept rows: ``(log, report)``."""
     return build_stage(kept, report)
+
+
+@task(name="partition-set", cache_policy=NO_CACHE)
+def partition_set(log: Any) -> tuple[Any, Any]:
+    """The checked log in memory as a one-partition set, and its shape: ``(source, header)``."""
+    source = as_partitions(log)
+    return source, log_header(source)
+
+
+@task(name="validate-logs", cache_policy=NO_CACHE, on_completion=[stage_done])
+def validate_partitions(
+    data: DataConfig, checks: ChecksConfig, client: Any, run: TrackedRun, restart: bool = False
+):
+    """Check the log partition by partition; log the quarantine; keep the rows on the workers.
+
+    ``restart`` restarts the workers between the check and the load (a cluster of this run).
+
+    Returns ``(report, propensity_report, kept, header)``: the merged check report, the
+    merged propensity report (None when the check failed), the kept rows as a partition set
+    and their :class:`~poem.partitioned_log.LogHeader` (None when the check failed).
+    """
+    with tempfile.TemporaryDirectory(prefix="poem-partitions-") as tmp:
+        report, propensity, files, kept = check_partitioned(
+            data.path,
+            check_settings(checks, data),
+            out_dir=tmp,
+            client=client,
+            keep=True,
+            restart=restart,
+        )
+        if "quarantine" in files:
+            log_artifact(run.client(), run.run_id, files["quarantine"], "checks/quarantine")
+            task_logger().warning("quarantined %d of %d rows", report.n_quarantined, report.n_rows)
+    header = log_header(kept) if report.passed else None
+    return report, propensity, kept, header

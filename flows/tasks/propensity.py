@@ -54,3 +54,9 @@ def record_propensity_report(report: Any, run: TrackedRun) -> Any:
             [Violation(c.name, 0, report.n_rows, (), c.explanation) for c in report.failed]
         )
     return report
+
+
+@task(name="diagnose-propensities", cache_policy=NO_CACHE, on_completion=[stage_done])
+def record_propensities(report: Any, run: TrackedRun) -> Any:
+    """Log the merged propensity report of a log checked on a cluster (no plots); raise on fail."""
+    return record_propensity_report(report, run)

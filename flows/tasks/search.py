@@ -43,12 +43,11 @@ from poem.learners.champion_candidates import (
     KIND_KEY,
     challenger_kind,
     champion_trials,
-    champion_trials_partitioned,
     selected_champion_policy,
 )
 from poem.learners.search import Trial, run_trial, select_trial
 
-TRIAL_CACHE = (INPUTS - "train_log" - "validation_log" - "champion") + TASK_SOURCE
+TRIAL_CACHE = (INPUTS - "training" - "split" - "header" - "champion") + TASK_SOURCE
 
 
 @cache
@@ -67,8 +66,9 @@ def code_fingerprint() -> str:
     name="search-trial", cache_policy=TRIAL_CACHE, persist_result=True, on_completion=[stage_done]
 )
 def search_trial(
-    train_log: Any,
-    validation_log: Any,
+    training: Any,
+    split: Any,
+    header: Any,
     learner: str,
     fixed_params: dict,
     params: dict,
@@ -79,24 +79,31 @@ def search_trial(
     champion_key: str | None = None,
     serving: dict | None = None,
 ) -> Trial:
-    """Fit one configuration on train, score it on validation (``run_trial``).
+    """Fit one configuration on the training rows, score it on validation (``run_trial``).
 
+    ``training`` is :func:`~flows.tasks.train.prepare_rows`'s rows, ``split`` the split whose
+    validation rows score the fit, ``header`` the log's shape (the warm start's check).
     ``serving`` is :func:`serving_choice` (the temperatures each fit is scored at). ``data_key``,
     ``code_key`` and ``champion_key`` are unused in the body: they are the cache key's
-    stand-ins for the logs, the learning code (:func:`code_fingerprint`) and the champion
+    stand-ins for the rows, the learning code (:func:`code_fingerprint`) and the champion
     policy (a ``warm_start: champion`` start), which are excluded from it.
     """
-    estimator = build_learner(learner, fixed_params, champion=champion, log=train_log)
-    resolved = resolve_warm_start(params, champion, train_log)  # a grid of warm starts
+    estimator = build_learner(learner, fixed_params, champion=champion, log=header)
+    resolved = resolve_warm_start(params, champion, header)  # a grid of warm starts
     trial = run_trial(
         estimator,
         resolved,
-        train_log,
-        validation_log,
+        training,
+        validation_rows(split),
         confidence_level=confidence_level,
         **(serving or {}),
     )
     return recorded(trial, params)
+
+
+def validation_rows(split: Any) -> tuple:
+    """``(partition set, rows)`` of the split's validation part (``run_trial``'s validation)."""
+    return split.source, split.rows_for("validation")
 
 
 def serving_choice(search: SearchConfig, n_validation: int) -> dict:
@@ -122,7 +129,7 @@ def recorded(trial: Trial, params: dict) -> Trial:
 
 @task(name="champion-candidates", cache_policy=NO_CACHE, on_completion=[stage_done])
 def champion_candidates(
-    champion: Any, validation_log: Any, serving: dict, confidence_level: float, floor: Any = None
+    champion: Any, split: Any, serving: dict, confidence_level: float, floor: Any = None
 ) -> list[Trial]:
     """The champion at each of ``serving``'s temperatures, scored on validation (no fit).
 
@@ -131,27 +138,7 @@ def champion_candidates(
     """
     return champion_trials(
         champion,
-        validation_log,
-        serving.get("temperatures"),
-        confidence_level=confidence_level,
-        exploration_floor=floor,
-    )
-
-
-@task(name="champion-candidates", cache_policy=NO_CACHE, on_completion=[stage_done])
-def champion_candidates_partitioned(
-    champion: Any,
-    split: Any,
-    header: Any,
-    serving: dict,
-    confidence_level: float,
-    floor: Any = None,
-) -> list[Trial]:
-    """:func:`champion_candidates` on the validation partitions (one pass on the workers)."""
-    return champion_trials_partitioned(
-        champion,
-        split,
-        header,
+        validation_rows(split),
         serving.get("temperatures"),
         confidence_level=confidence_level,
         exploration_floor=floor,

@@ -1,4 +1,4 @@
-"""Refit the selected configuration and return the learned stochastic policy."""
+"""Prepare the training rows once, refit the selected configuration, return its policy."""
 
 from __future__ import annotations
 
@@ -11,23 +11,44 @@ from flows.config import TrainingConfig
 from flows.learners import build_learner
 from flows.tasks import stage_done, task_logger
 from flows.tracking import TrackedRun, log_metrics, log_params
-from poem.splits import LogSplit
+from poem.learners.training_rows import TrainingRows, fit_on_rows, training_rows
 
 _FITTED = ("objective_", "n_iter_", "converged_", "clip_", "variance_penalty_", "clipped_fraction_")
 
 
+@task(name="prepare-training", cache_policy=NO_CACHE, on_completion=[stage_done])
+def prepare_rows(split: Any, training: TrainingConfig) -> tuple[TrainingRows, Any]:
+    """The training rows of every trial (:func:`poem.learners.prepared.training_rows`).
+
+    With ``refit_on: train`` raw training rows held in several partitions are released once
+    prepared (each row held once). Returns ``(rows, split)``.
+    """
+    estimator = build_learner(training.learner, training.params)
+    release = training.refit_on == "train"
+    return training_rows(split, estimator, release=release)
+
+
 @task(name="train-policy", cache_policy=NO_CACHE, on_completion=[stage_done])
 def train_policy(
-    parts: LogSplit, training: TrainingConfig, params: dict, run: TrackedRun, champion: Any = None
+    rows: TrainingRows,
+    header: Any,
+    training: TrainingConfig,
+    params: dict,
+    run: TrackedRun,
+    champion: Any = None,
 ) -> Any:
     """Fit the learner with ``params`` on ``training.refit_on``; log the fitted diagnostics.
 
-    ``champion`` (the registry's champion policy or None) is the start of
-    ``warm_start: champion``.
+    ``rows`` are the search's training rows; ``header`` the log's shape
+    (:class:`~poem.partitioned_log.LogHeader`); ``champion`` (the registry's champion policy
+    or None) is the start of ``warm_start: champion``.
     """
-    log = parts.refit_log(training.refit_on)
-    estimator = build_learner(training.learner, training.params, params, champion=champion, log=log)
-    estimator.fit(log)
+    if training.refit_on != rows.part:
+        rows = TrainingRows(rows.split, training.refit_on)
+    estimator = build_learner(
+        training.learner, training.params, params, champion=champion, log=header
+    )
+    fit_on_rows(estimator, rows)
     return record_fit(estimator, training, params, run)
 
 

@@ -6,12 +6,22 @@
 declared metadata. Any scheduler can map :func:`read_partition` over the pieces (a Dask
 cluster does, in :mod:`poem._dask`); concatenating the pieces gives the whole log.
 
-:class:`LocalPartitions` is the in-process *partition set*: a list of per-partition objects
-with ``map`` (run a function on every partition, keep the results as a new set or gather
-them) and ``fold`` (hand a small state from partition to partition). The partitioned fit,
-split, search and gate (:mod:`poem.learners.partitioned_poem`) only use these two methods, so
-they run unchanged on :class:`poem._dask.ClusterPartitions` (the objects stay in the
-workers' memory).
+**The partition-set protocol: "the rows of a log, wherever they live".** Every stage after the
+check sees a log only through an object with
+
+- ``len(parts)``: the number of partitions;
+- ``parts.map(fn, *per_partition_args, gather=False, consume=False, **kwargs)``: ``fn`` on
+  every partition where it lives; the results stay there as a new set, or (``gather``) come
+  back as a list in partition order — additive statistics are reduced from that list
+  (:meth:`poem.learners.prepared.PreparedTraining.statistics`), per-row vectors are
+  concatenated in log order (:func:`poem.partitioned_log.policy_rows`), rows are taken into
+  one in-memory log (:func:`poem.partitioned_log.take_log`);
+- ``parts.fold(fn, state, plan, **kwargs)``: a small state handed from partition to partition
+  (AdaGrad's epoch, :mod:`poem.learners._adagrad`).
+
+:class:`LocalPartitions` holds the objects in this process; a log in memory is one partition
+(:func:`poem.partitioned_log.as_partitions`). :class:`poem._dask.ClusterPartitions` holds them
+in a Dask cluster's workers. Nothing else distinguishes the two.
 """
 
 from __future__ import annotations

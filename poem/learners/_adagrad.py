@@ -11,6 +11,18 @@ majorization point w₀ by a function that *is* a sum over rows,
 so each epoch minimises the majorized objective by AdaGrad (Duchi et al., 2011) and then
 re-majorizes at the new w. Both the majorizer and the convergence check use
 :mod:`poem.learners.objective`; nothing here re-derives the objective.
+
+**The minibatch order (one decision for every layout).** The training rows are a partition
+set (:class:`~poem.learners.prepared.PreparedTraining`). An epoch visits the partitions in log
+order and hands a small state from one to the next (``fold``): w, the AdaGrad history h, the
+majorizer coefficients and the shuffling generator. Each partition draws its rows' order from
+that generator (``rng.permutation(n_k)``) and takes its minibatches of b rows in that order.
+A log in memory is one partition, so its epoch is ``rng.permutation(n)`` cut into
+minibatches: exactly the order of the in-memory solver before the partitioned twin was
+folded in (coefficients equal to 1e-10 from the same seed, pinned by a test), and every
+learning figure of the README stands. With k partitions an epoch is a valid Alg. 1 epoch with
+other minibatches (none spans two partitions), so AdaGrad's iterates depend on the layout;
+the full-batch passes (J, ∇J, the majorizer at each epoch, the MM safeguard) do not.
 """
 
 from __future__ import annotations
@@ -31,7 +43,7 @@ from poem.learners.objective import (
 )
 from poem.policies._base import PolicyFamily
 
-__all__ = ["SolverResult", "adagrad"]
+__all__ = ["EpochState", "SolverResult", "adagrad", "partition_epoch"]
 
 _BACKTRACK = (0.5, 0.25)  # fractions of a rejected epoch's displacement tried, in order
 
@@ -71,12 +83,103 @@ def _rows(inputs: Any, start: int, stop: int, family: PolicyFamily) -> Any:
     return family.subset(inputs, np.arange(start, stop))
 
 
-def adagrad(
+@dataclass(frozen=True)
+class EpochState:
+    """What an epoch hands from one partition to the next (a few coef-sized arrays).
+
+    Attributes
+    ----------
+    coef : ndarray
+        Current parameters w.
+    accumulator : ndarray
+        AdaGrad history h (element-wise sum of squared gradients).
+    coefficients : tuple of float
+        Majorizer (A, B, C) in use.
+    rng : numpy.random.Generator
+        Source of the partitions' shuffles.
+    batches : int
+        Minibatches taken so far in this epoch.
+    progressive : CRMStatistics or None
+        Sum of this epoch's minibatch statistics, each at the w it was evaluated at (Alg. 1's
+        progressive validation); None before the first minibatch or when not kept.
+    """
+
+    coef: np.ndarray
+    accumulator: np.ndarray
+    coefficients: tuple
+    rng: Any
+    batches: int = 0
+    progressive: CRMStatistics | None = None
+
+
+def partition_epoch(
+    state: EpochState,
+    partition: Any,
+    *,
     family: PolicyFamily,
-    inputs: Any,
-    actions: np.ndarray,
-    scaled_losses: np.ndarray,
-    propensities: np.ndarray,
+    clip: float,
+    n_total: int,
+    batch_size: int,
+    variance_penalty: float,
+    l2_penalty: float,
+    learning_rate: float,
+    majorize_every: int | None,
+    progressive: bool,
+    chunk_size: int | None,
+) -> EpochState:
+    r"""Majorized AdaGrad steps over one partition's rows in shuffled minibatches (Alg. 1).
+
+    .. math::
+
+        g_t = \frac{1}{b}\sum_{i \in B_t}\left[\nabla u_i + \lambda\sqrt{n}
+              (A \nabla u_i + 2 B u_i \nabla u_i)\right] + 2\mu w, \quad
+        h_t = h_{t-1} + g_t^2, \quad w_{t+1} = w_t - \eta\, g_t / \sqrt{h_t}
+
+    where B_t is a minibatch of b rows, n the training-set size (all partitions), (A, B) the
+    majorizer coefficients of Prop. 4, λ the variance penalty, μ the L2 penalty and η the
+    learning rate. ``partition`` is a :class:`~poem.learners.prepared.CRMPartition` (None or
+    empty: the state is returned unchanged, no random number drawn). ``majorize_every``
+    re-majorizes on the partition's own rows (the whole log when it is one partition).
+    """
+    if partition is None or partition.n_rows == 0:
+        return state
+    n = partition.n_rows
+    perm = state.rng.permutation(n)
+    X = family.subset(partition.inputs, perm)
+    a, d = partition.actions[perm], partition.scaled_losses[perm]
+    p = partition.propensities[perm]
+    m = None if partition.loss_model is None else partition.loss_model[perm]
+    w, h, coefficients = state.coef, state.accumulator, state.coefficients
+    k, seen = state.batches, state.progressive
+    b = max(1, min(int(batch_size), n_total))
+    penalties = dict(n_total=n_total, variance_penalty=variance_penalty, l2_penalty=l2_penalty)
+    for start in range(0, n, b):
+        if majorize_every and k and k % majorize_every == 0 and variance_penalty:
+            whole = crm_statistics(
+                w, family, partition.inputs, partition.actions, partition.scaled_losses,
+                partition.propensities, clip, chunk_size=chunk_size,
+                loss_model=partition.loss_model,
+            )  # fmt: skip
+            coefficients = majorizer_coefficients(whole)
+        stop = min(n, start + b)
+        rows = (_rows(X, start, stop, family), a[start:stop], d[start:stop], p[start:stop])
+        m_rows = None if m is None else m[start:stop]
+        if progressive:  # the epoch's statistics are kept for the next majorizer
+            batch = crm_statistics(w, family, *rows, clip, loss_model=m_rows)
+            seen = batch if seen is None else seen + batch
+            g = majorized_gradient(batch, w, coefficients, **penalties)
+        else:  # one VJP of one vector per step
+            g = majorized_batch_gradient(
+                w, family, *rows, clip, coefficients, loss_model=m_rows, **penalties
+            )
+        h = h + g * g
+        w = w - learning_rate * g / np.sqrt(np.where(h > 0, h, 1.0))  # AdaGrad step (Alg. 1)
+        k += 1
+    return EpochState(w, h, coefficients, state.rng, k, seen)
+
+
+def adagrad(
+    data: Any,
     *,
     clip: float,
     variance_penalty: float,
@@ -92,7 +195,6 @@ def adagrad(
     initial_accumulator: float = 1.0,
     progressive: bool = False,
     initial_statistics: CRMStatistics | None = None,
-    loss_model: np.ndarray | None = None,
 ) -> SolverResult:
     r"""Minimise the CRM objective by minibatch AdaGrad on its variance majorizer (Alg. 1).
 
@@ -107,29 +209,21 @@ def adagrad(
     coefficients of Prop. 4 at the last majorization point, λ the variance penalty, μ the L2
     penalty, h the AdaGrad history (element-wise) and η the learning rate. Starts at w₀
     (``coef0``; default 0, the uniform policy). Re-majorizes on the full training set after
-    every epoch and, when ``majorize_every`` is set, every that many minibatches. The history
-    starts at h = 1 as in Alg. 1 (line 14), so early steps are plain SGD steps of size η. When
-    an epoch raises the full-batch objective J, ½ then ¼ of the epoch's displacement are
-    tried (one full pass each) and η is multiplied by the fraction that lowered J — the
-    displacement a proportionally shorter step would have made, so the next epoch does not
-    overshoot again; if neither lowers J the epoch is rejected and η is divided by 8 (the MM
-    descent property of Prop. 4 only holds inside the majorizer's region of validity);
-    rejected epochs do not count towards ``max_iter``. Stopping is on ‖∇J‖₂ ≤ tol, on the
-    relative decrease of J over an accepted epoch ≤ tol, or on η falling below 10⁻³ of its
-    initial value.
+    every epoch and, when ``majorize_every`` is set, every that many minibatches (a log in one
+    partition only). The history starts at h = 1 as in Alg. 1 (line 14), so early steps are
+    plain SGD steps of size η. When an epoch raises the full-batch objective J, ½ then ¼ of
+    the epoch's displacement are tried (one full pass each) and η is multiplied by the
+    fraction that lowered J; if neither lowers J the epoch is rejected and η is divided by 8
+    (the MM descent property of Prop. 4 only holds inside the majorizer's region of
+    validity); rejected epochs do not count towards ``max_iter``. Stopping is on
+    ‖∇J‖₂ ≤ tol, on the relative decrease of J over an accepted epoch ≤ tol, or on η falling
+    below 10⁻³ of its initial value. The minibatch order is the module docstring's.
 
     Parameters
     ----------
-    family : PolicyFamily
-        Policy family.
-    inputs : prepared inputs
-        ``family.inputs_from_log(log)``, i.e. the contexts xᵢ.
-    actions : ndarray
-        Logged actions yᵢ.
-    scaled_losses : ndarray of shape (n_samples,)
-        Scaled losses δ'ᵢ ∈ [−1, 0].
-    propensities : ndarray of shape (n_samples,)
-        Logging propensities pᵢ.
+    data : PreparedTraining
+        The training rows as a partition set (:mod:`poem.learners.prepared`), i.e. the
+        contexts xᵢ, actions yᵢ, scaled losses δ'ᵢ ∈ [−1, 0] and propensities pᵢ.
     clip : float
         Weight cap M (``np.inf`` for none).
     variance_penalty : float
@@ -157,21 +251,22 @@ def adagrad(
         Initial AdaGrad history h₀ (Alg. 1 line 14 uses 1; 0 gives the textbook AdaGrad).
     progressive : bool, default=False
         Skip the full-batch pass after each epoch: the next majorizer and the stopping rule
-        use the epoch's progressive statistics (each minibatch's statistics at the w it was
-        evaluated at, summed over the epoch — Alg. 1's progressive validation), and an epoch
-        whose progressive objective rose halves η instead of being rejected. About half the
-        cost per epoch; J(w) and ∇J(w) are computed exactly once, at the end.
+        use the epoch's progressive statistics (Alg. 1's progressive validation), and an epoch
+        whose progressive objective rose halves η instead of being rejected. J(w) and ∇J(w)
+        are computed exactly once, at the end.
     initial_statistics : CRMStatistics or None, default=None
         The statistics at w₀ when already known (e.g. shared by a search's trials); None
         computes them.
-    loss_model : ndarray of shape (n_samples, q + 1) or None, default=None
-        Per-row additive loss model: the doubly robust objective
-        (:func:`~poem.learners.objective.crm_statistics`); None: IPS.
 
     Returns
     -------
     SolverResult
         Final w, epochs, J(w), ‖∇J(w)‖, convergence flag and clipped-row count.
+
+    Raises
+    ------
+    ValueError
+        For ``majorize_every`` on rows held in more than one partition.
 
     References
     ----------
@@ -179,15 +274,29 @@ def adagrad(
     counterfactual risk minimization. JMLR 16, arXiv:1502.02362, §5.3, Prop. 4, Alg. 1.
     Duchi, J., Hazan, E. & Singer, Y. (2011). Adaptive subgradient methods. JMLR 12.
     """
-    rng = random_state if random_state is not None else np.random.default_rng()
-    n = family.n_rows(inputs)
-    b = max(1, min(int(batch_size), n))
-
-    def full(w: np.ndarray):
-        return crm_statistics(
-            w, family, inputs, actions, scaled_losses, propensities, clip, chunk_size=chunk_size
+    family, parts = data.family, data.partitions
+    if majorize_every and len(parts) > 1:
+        raise ValueError(
+            f"majorize_every needs the training rows in one partition, they are in {len(parts)}"
         )
+    rng = random_state if random_state is not None else np.random.default_rng()
+    n = int(data.n_rows)
 
+    def full(w: np.ndarray) -> CRMStatistics:
+        return data.statistics(w, clip, chunk_size)
+
+    plan = [(k, {}) for k in range(len(parts))]
+    step = dict(
+        family=family,
+        clip=clip,
+        n_total=n,
+        batch_size=int(batch_size),
+        variance_penalty=variance_penalty,
+        l2_penalty=l2_penalty,
+        majorize_every=majorize_every,
+        progressive=bool(progressive),
+        chunk_size=chunk_size,
+    )
     w = np.zeros(family.coef_shape) if coef0 is None else np.array(coef0, dtype=np.float64)
     h = np.full(family.coef_shape, float(initial_accumulator))  # Alg. 1 line 14: h ← 1
     stats = full(w) if initial_statistics is None else initial_statistics
@@ -198,45 +307,13 @@ def adagrad(
     epoch = accepted_epochs = 0
     while not converged and accepted_epochs < max_iter:
         epoch += 1
-        w_start, h_start = w, h.copy()
-        perm = rng.permutation(n)
-        X = family.subset(inputs, perm)
-        a, d, p = actions[perm], scaled_losses[perm], propensities[perm]
-        m = None if loss_model is None else loss_model[perm]
-        seen = []
-        for k, start in enumerate(range(0, n, b)):
-            if majorize_every and k and k % majorize_every == 0 and variance_penalty:
-                coefficients = majorizer_coefficients(full(w))
-            stop = min(n, start + b)
-            rows = (_rows(X, start, stop, family), a[start:stop], d[start:stop], p[start:stop])
-            m_rows = None if m is None else m[start:stop]
-            if progressive:  # the epoch's statistics are kept for the next majorizer
-                batch = crm_statistics(w, family, *rows, clip, loss_model=m_rows)
-                seen.append(batch)
-                g = majorized_gradient(
-                    batch,
-                    w,
-                    coefficients,
-                    n_total=n,
-                    variance_penalty=variance_penalty,
-                    l2_penalty=l2_penalty,
-                )
-            else:  # one VJP of one vector per step
-                g = majorized_batch_gradient(
-                    w,
-                    family,
-                    *rows,
-                    clip,
-                    coefficients,
-                    n_total=n,
-                    variance_penalty=variance_penalty,
-                    l2_penalty=l2_penalty,
-                    loss_model=m_rows,
-                )
-            h += g * g
-            w = w - eta * g / np.sqrt(np.where(h > 0, h, 1.0))  # AdaGrad step (Alg. 1)
+        w_start, h_start = w, h
+        state = parts.fold(
+            partition_epoch, EpochState(w, h, coefficients, rng), plan, learning_rate=eta, **step
+        )
+        w, h, coefficients, rng = state.coef, state.accumulator, state.coefficients, state.rng
         if progressive:
-            prog = sum(seen[1:], seen[0])  # progressive validation statistics of this epoch
+            prog = state.progressive  # progressive validation statistics of this epoch
             new_value, _ = crm_objective_from_statistics(prog, w, variance_penalty, l2_penalty)
             if not np.isfinite(new_value) or (epoch > 1 and new_value > value):
                 eta *= 0.5
@@ -254,9 +331,9 @@ def adagrad(
             # MM safeguard: the epoch raised the true objective (steps too long for the
             # majorizer's region of validity). Backtrack along the epoch's displacement and
             # shrink η by the fraction that worked (⅛ when none did: the epoch is rejected).
-            step, accepted = w - w_start, False
+            step_w, accepted = w - w_start, False
             for fraction in _BACKTRACK:
-                w_try = w_start + fraction * step
+                w_try = w_start + fraction * step_w
                 new_stats = full(w_try)
                 new_value, new_grad = crm_objective_from_statistics(
                     new_stats, w_try, variance_penalty, l2_penalty

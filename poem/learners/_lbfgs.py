@@ -128,7 +128,8 @@ def lbfgs_statistics(
     statistics : callable
         ``statistics(w)`` returns the :class:`~poem.learners.objective.CRMStatistics` of the
         whole training set at w — computed in memory, or as a sum of per-partition statistics
-        (:mod:`poem.learners.partitioned`); J(w) and ∇J(w) follow exactly (Eq. 10/12).
+        (:meth:`poem.learners.prepared.PreparedTraining.statistics`); J(w) and ∇J(w) follow
+        exactly (Eq. 10/12).
     coef0 : ndarray
         Starting point w₀; its shape is the parameters' shape.
     variance_penalty, l2_penalty, max_iter, tol

@@ -25,8 +25,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from poem.learners._trials import Trial, validation_scores
-from poem.partitioned_log import policy_rows
+from poem.learners._trials import Trial
+from poem.learners.search import policy_scores
+from poem.partitioned_log import log_header
 from poem.policies.stochastic import StochasticPolicy
 
 __all__ = [
@@ -34,7 +35,6 @@ __all__ = [
     "LEARNED",
     "RETEMPERED",
     "champion_trials",
-    "champion_trials_partitioned",
     "challenger_kind",
     "retempered_champion",
     "selected_champion_policy",
@@ -134,15 +134,16 @@ def champion_trials(
     confidence_level: float = 0.95,
     exploration_floor: float | None = None,
 ) -> list[Trial]:
-    """Score the champion at each serving temperature on the validation log (no fit).
+    """Score the champion at each serving temperature on the validation rows (no fit).
 
     Parameters
     ----------
     champion : StochasticPolicy or None
         The champion; None (the logging policy, whose coefficients are unknown) gives no
         candidates.
-    validation_log : LoggedBandit
-        The search's validation log.
+    validation_log : LoggedBandit or (partition set, rows)
+        The search's validation rows (as :func:`~poem.learners.search.run_trial`): every α
+        is scored in one pass where the rows live.
     temperatures : sequence of float or None, default=None
         The search's serving temperatures α (None: α = 1 only, the champion as served).
     confidence_level : float, default=0.95
@@ -154,7 +155,7 @@ def champion_trials(
     -------
     list of Trial
         One per temperature, in order (empty without a champion); ``seconds`` is the scoring
-        time.
+        time shared equally by the candidates.
 
     Raises
     ------
@@ -165,66 +166,11 @@ def champion_trials(
     if champion is None:
         return []
     values = _checked_temperatures(temperatures)
-    _check_fits(
-        champion, validation_log.family, validation_log.n_features, validation_log.n_actions
-    )
-    trials = []
-    for alpha in values:
-        start = time.perf_counter()
-        scores = validation_scores(
-            retempered_champion(champion, alpha, exploration_floor),
-            validation_log,
-            confidence_level,
-        )
-        trials.append(_trial(alpha, scores, time.perf_counter() - start))
-    return trials
-
-
-def champion_trials_partitioned(
-    champion: StochasticPolicy | None,
-    split: Any,
-    header: Any,
-    temperatures: Sequence[float] | None = None,
-    *,
-    confidence_level: float = 0.95,
-    exploration_floor: float | None = None,
-) -> list[Trial]:
-    """:func:`champion_trials` on a partitioned split: every α in one pass over the workers.
-
-    Parameters
-    ----------
-    champion : StochasticPolicy or None
-        The champion (None: no candidates).
-    split : PartitionedSplit
-        The split whose ``validation`` rows score the candidates.
-    header : LogHeader
-        The log's header (family, feature and action counts).
-    temperatures : sequence of float or None, default=None
-        As :func:`champion_trials`.
-    confidence_level : float, default=0.95
-        Level of the reported intervals.
-    exploration_floor : float or None, default=None
-        As :func:`champion_trials`.
-
-    Returns
-    -------
-    list of Trial
-        As :func:`champion_trials` (same scores up to round-off); ``seconds`` is the pass
-        time shared equally by the candidates.
-
-    Raises
-    ------
-    ValueError
-        As :func:`champion_trials`.
-    """
-    if champion is None:
-        return []
-    values = _checked_temperatures(temperatures)
-    _check_fits(champion, header.family, header.n_features, header.n_actions)
+    shape = log_header(validation_log[0]) if isinstance(validation_log, tuple) else validation_log
+    _check_fits(champion, shape.family, shape.n_features, shape.n_actions)
     start = time.perf_counter()
     policies = tuple(retempered_champion(champion, a, exploration_floor) for a in values)
-    view, probabilities = policy_rows(split.source, split.rows_for("validation"), policies)
-    scores = [validation_scores(p, view, confidence_level) for p in probabilities]
+    scores = policy_scores(policies, validation_log, confidence_level)
     seconds = (time.perf_counter() - start) / len(values)
     return [_trial(alpha, s, seconds) for alpha, s in zip(values, scores, strict=True)]
 

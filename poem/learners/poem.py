@@ -13,9 +13,9 @@ on scaled losses δ' ∈ [−1, 0], with either minibatch AdaGrad on the varianc
 
 from __future__ import annotations
 
-import hashlib
 import time
 import warnings
+from dataclasses import replace
 from numbers import Integral, Real
 from typing import Any
 
@@ -24,33 +24,23 @@ from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state, check_scalar
 
-from poem.data import LoggedBandit, check_logged_bandit
+from poem.data import LoggedBandit
 from poem.estimators.weights import suggested_clip
 from poem.learners._adagrad import SolverResult, adagrad
 from poem.learners._additive import fit_additive_loss_model
-from poem.learners._lbfgs import lbfgs
+from poem.learners._lbfgs import lbfgs_statistics
 from poem.learners._prediction import PolicyPredictionMixin, check_shared_params
-from poem.learners._scaling import standardize
-from poem.learners.objective import CRMStatistics, crm_statistics
+from poem.learners.prepared import CRMPartition, PreparedTraining, prepare_log
 from poem.policies._base import check_serving_params
-from poem.policies.stochastic import StochasticPolicy, family_from_log
+from poem.policies.stochastic import StochasticPolicy
 
-__all__ = [
-    "POEM",
-    "calibrated_variance_penalty",
-    "initial_coef",
-    "loss_model_of",
-    "prepared_log",
-    "resolve_clip",
-    "start_statistics",
-]
+__all__ = ["POEM", "calibrated_variance_penalty", "initial_coef", "resolve_clip"]
 
 POLICIES = ("discrete", "multilabel", "candidates")
 SOLVERS = ("adagrad", "lbfgs")
 CLIP_RULES = ("p90/p10", "max/min")
 OBJECTIVES = ("ips", "dr", "auto")
 _ADDITIVE_FAMILIES = ("multilabel",)  # families whose loss model is additive over action parts
-_MAX_STARTS = 8  # starting points whose statistics a log keeps (start_statistics)
 
 
 def resolve_clip(clip: Any, propensities: np.ndarray) -> float:
@@ -94,158 +84,6 @@ def resolve_clip(clip: Any, propensities: np.ndarray) -> float:
     if not clip > 0:  # also rejects NaN
         raise ValueError(f"clip must be > 0, got {clip!r}")
     return float(clip)
-
-
-def prepared_log(log: LoggedBandit, *, fit_intercept: bool, standardize_features: bool) -> tuple:
-    """Check a log and prepare its inputs for fitting, once per log and setting.
-
-    A hyperparameter search fits many estimators on one training log; the checks
-    (:func:`poem.data.check_logged_bandit`), the family's prepared inputs, the standardization
-    (:mod:`poem.learners._scaling`) and the scaled losses depend only on the log and on
-    (``fit_intercept``, ``standardize_features``), so they are computed on the first fit and
-    kept on the log, as :class:`functools.cached_property` does. A
-    :class:`~poem.data.LoggedBandit` is immutable (read-only arrays), and the kept arrays are
-    made read-only too, so no fit can change them for the next.
-
-    Parameters
-    ----------
-    log : LoggedBandit
-        The training log.
-    fit_intercept : bool
-        Whether the family adds an intercept input.
-    standardize_features : bool
-        Whether features are standardized (not for the candidates family).
-
-    Returns
-    -------
-    family : PolicyFamily
-        The log's policy family.
-    inputs : prepared inputs
-        ``family.inputs_from_log(log)``, standardized when asked.
-    scaling : FeatureScaling or None
-        The standardization (None when not standardized).
-    scaled_losses : ndarray of shape (n_samples,)
-        The losses mapped to [−1, 0].
-
-    Raises
-    ------
-    InvalidLogError
-        When the log has fewer than 2 rows or 2 distinct actions, or breaks an invariant.
-    """
-    cache = log.__dict__.setdefault("_prepared_for_fit", {})
-    key = (bool(fit_intercept), bool(standardize_features))
-    if key not in cache:
-        check_logged_bandit(log, min_rows=2, min_distinct_actions=2)
-        family = family_from_log(log, fit_intercept=key[0])
-        inputs = family.inputs_from_log(log)
-        scaling = None
-        if key[1] and family.name != "candidates":
-            inputs, scaling = standardize(inputs, family.n_features, family.fit_intercept)
-        scaled = log.scaled_losses()
-        for array in (inputs, getattr(inputs, "data", None), scaled):
-            if isinstance(array, np.ndarray):  # the log's own arrays already are
-                array.flags.writeable = False
-        cache[key] = (family, inputs, scaling, scaled)
-    return cache[key]
-
-
-def loss_model_of(log: LoggedBandit, prepared: tuple, objective: str) -> np.ndarray | None:
-    """The cross-fitted additive loss model of the doubly robust objective, once per log.
-
-    Parameters
-    ----------
-    log : LoggedBandit
-        The training log (holds the cache).
-    prepared : tuple
-        ``(family, inputs, scaled_losses)`` from :func:`prepared_log`.
-    objective : {"ips", "dr", "auto"}
-        ``"dr"``: the model (multilabel family only); ``"auto"``: the model for the families
-        whose loss is additive over the action's parts (multilabel), None otherwise;
-        ``"ips"``: None.
-
-    Returns
-    -------
-    ndarray of shape (n_samples, q + 1) or None
-        :func:`~poem.learners._additive.fit_additive_loss_model` of the log, or None (IPS).
-
-    Raises
-    ------
-    ValueError
-        For ``objective="dr"`` on a family without an additive loss model.
-    """
-    family, inputs, scaled = prepared
-    if objective == "ips" or (objective == "auto" and family.name not in _ADDITIVE_FAMILIES):
-        return None
-    if family.name not in _ADDITIVE_FAMILIES:
-        raise ValueError(
-            f"objective='dr' needs a family with an additive loss model "
-            f"{list(_ADDITIVE_FAMILIES)}, "
-            f"the log's family is {family.name!r}; use objective='ips' or 'auto'"
-        )
-    cache = log.__dict__.setdefault("_loss_model", {})
-    if id(inputs) not in cache:
-        start = time.perf_counter()
-        model = fit_additive_loss_model(inputs, np.asarray(log.actions), scaled)
-        model.flags.writeable = False
-        cache[id(inputs)] = model
-        log.__dict__["_loss_model_seconds"] = time.perf_counter() - start  # for benchmarks
-    return cache[id(inputs)]
-
-
-def start_statistics(
-    log: LoggedBandit,
-    prepared: tuple,
-    coef0: np.ndarray | None,
-    clip: float,
-    chunk_size,
-    loss_model: np.ndarray | None = None,
-) -> CRMStatistics:
-    """CRM statistics at the starting point w₀, once per log, w₀ and clip.
-
-    Every trial of a search that starts from the same w₀ (zeros, or the champion) with the
-    same clip begins with the same full pass (λ and μ do not enter the statistics), so it is
-    computed once and kept with the prepared log (:func:`prepared_log`).
-
-    Parameters
-    ----------
-    log : LoggedBandit
-        The training log (holds the cache).
-    prepared : tuple
-        ``(family, inputs, scaled_losses)`` from :func:`prepared_log`.
-    coef0 : ndarray or None
-        w₀ in the solver's (standardized) units; None is w₀ = 0.
-    clip : float
-        Weight cap M.
-    chunk_size : int or None
-        Row chunk of the pass.
-    loss_model : ndarray or None, default=None
-        :func:`loss_model_of` the log (doubly robust statistics), or None (IPS).
-
-    Returns
-    -------
-    CRMStatistics
-        The statistics at w₀.
-    """
-    family, inputs, scaled = prepared
-    w0 = np.zeros(family.coef_shape) if coef0 is None else np.asarray(coef0, dtype=np.float64)
-    digest = hashlib.blake2b(w0.tobytes(), digest_size=16).hexdigest()
-    cache = log.__dict__.setdefault("_start_statistics", {})
-    key = (id(inputs), float(clip), digest, loss_model is not None)
-    if key not in cache:
-        if len(cache) >= _MAX_STARTS:
-            cache.clear()
-        cache[key] = crm_statistics(
-            w0,
-            family,
-            inputs,
-            np.asarray(log.actions),
-            scaled,
-            log.propensities,
-            clip,
-            chunk_size=chunk_size,
-            loss_model=loss_model,
-        )
-    return cache[key]
 
 
 def calibrated_variance_penalty(scaled_losses: np.ndarray) -> float:
@@ -581,57 +419,118 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
                 f"policy={self.policy!r} but the log's family is {log.family!r}; "
                 f"set policy={log.family!r}"
             )
-        family, inputs, scaling, scaled = prepared_log(
+        prepared = prepare_log(
             log, fit_intercept=bool(self.fit_intercept), standardize_features=self.standardize
         )
+        self.fit_prepared(prepared)
+        if "loss_model_seconds" in prepared.cache:  # for benchmarks (the DR model's fit)
+            log.__dict__["_loss_model_seconds"] = prepared.cache["loss_model_seconds"]
+        return self
+
+    def fits_partitions(self, family: str) -> bool:
+        """Whether :meth:`fit_prepared` takes training rows in several partitions.
+
+        The IPS objective is additive over rows; the doubly robust one (``objective``
+        ``"dr"``, or ``"auto"`` on a multilabel log) cross-fits its loss model on the whole
+        training log, so it needs the rows as one partition.
+        """
+        return self.objective == "ips" or (
+            self.objective == "auto" and family not in _ADDITIVE_FAMILIES
+        )
+
+    def _with_loss_model(self, prepared: PreparedTraining) -> PreparedTraining:
+        """``prepared`` with the doubly robust loss model on its rows (once per preparation)."""
+        family = prepared.family.name
+        if self.fits_partitions(family):
+            return prepared
+        if family not in _ADDITIVE_FAMILIES:
+            raise ValueError(
+                f"objective='dr' needs a family with an additive loss model "
+                f"{list(_ADDITIVE_FAMILIES)}, "
+                f"the log's family is {family!r}; use objective='ips' or 'auto'"
+            )
+        if len(prepared.partitions) != 1:
+            raise ValueError(
+                f"objective={self.objective!r} cross-fits its loss model on the whole training "
+                f"log: the rows must be one partition, they are in {len(prepared.partitions)}"
+            )
+        if "dr" not in prepared.cache:
+            start = time.perf_counter()
+            parts = prepared.partitions.map(_attach_loss_model)
+            prepared.cache["loss_model_seconds"] = time.perf_counter() - start
+            prepared.cache["dr"] = replace(prepared, partitions=parts, cache={})
+        return prepared.cache["dr"]
+
+    def fit_prepared(self, prepared: PreparedTraining) -> POEM:
+        """Learn w from prepared training rows, in memory or in partitions (the one fit).
+
+        :meth:`fit` is this on :func:`~poem.learners.prepared.prepare_log` of the log;
+        :func:`~poem.learners.prepared.prepare_training` prepares a split's rows where they
+        live. Both solvers see the rows only through their statistics and, for AdaGrad, one
+        pass per partition (:mod:`poem.learners._adagrad`).
+
+        Parameters
+        ----------
+        prepared : PreparedTraining
+            The training rows (``fit_intercept`` and ``standardize`` as this estimator's).
+
+        Returns
+        -------
+        self : POEM
+            The fitted estimator.
+
+        Raises
+        ------
+        ValueError
+            For invalid hyperparameters, a family other than ``policy``, settings that differ
+            from the preparation's, or a doubly robust objective on several partitions.
+        """
+        self._validate_params()
+        family = prepared.family
+        if family.name != self.policy:
+            raise ValueError(
+                f"policy={self.policy!r} but the log's family is {family.name!r}; "
+                f"set policy={family.name!r}"
+            )
+        wanted = (bool(self.fit_intercept), bool(self.standardize) and family.name != "candidates")
+        if wanted != (prepared.fit_intercept, prepared.standardize):
+            raise ValueError(
+                f"fit_intercept={self.fit_intercept}, standardize={self.standardize} but the "
+                f"rows were prepared with {prepared.fit_intercept}, {prepared.standardize}"
+            )
         check_serving_params(self.temperature, self.exploration_floor, family.max_exploration_floor)
         coef0 = initial_coef(self.warm_start, family)
-        if coef0 is not None and scaling is not None:
-            coef0 = scaling.from_raw(coef0)
-        clip = resolve_clip(self.clip, log.propensities)
-        lam = self._resolved_variance_penalty(scaled)
-        loss_model = loss_model_of(log, (family, inputs, scaled), self.objective)
-        common = dict(
-            clip=clip,
-            variance_penalty=lam,
-            l2_penalty=float(self.l2_penalty),
-            tol=float(self.tol),
-            chunk_size=self.chunk_size,
-            coef0=coef0,
-            loss_model=loss_model,
-        )
-        epochs = self.max_iter if self.max_epochs is None else self.max_epochs
-        actions_arr = np.asarray(log.actions)
+        if coef0 is not None and prepared.scaling is not None:
+            coef0 = prepared.scaling.from_raw(coef0)
+        clip = resolve_clip(self.clip, prepared.propensities)
+        lam = self._resolved_variance_penalty(prepared.scaled_losses)
+        data = self._with_loss_model(prepared)
+        start = np.zeros(family.coef_shape) if coef0 is None else np.asarray(coef0, np.float64)
+        common = dict(variance_penalty=lam, l2_penalty=float(self.l2_penalty), tol=float(self.tol))
         if self.solver == "adagrad":
             seed = check_random_state(self.random_state).randint(2**31 - 1)
+            epochs = self.max_iter if self.max_epochs is None else self.max_epochs
             result: SolverResult = adagrad(
-                family,
-                inputs,
-                actions_arr,
-                scaled,
-                log.propensities,
-                learning_rate=self._step_size(log.n_rows),
+                data,
+                clip=clip,
+                learning_rate=self._step_size(prepared.n_rows),
                 batch_size=int(self.batch_size),
                 majorize_every=self.majorize_every,
                 progressive=bool(self.progressive),
                 random_state=np.random.default_rng(seed),
                 max_iter=int(epochs),
-                initial_statistics=start_statistics(
-                    log, (family, inputs, scaled), coef0, clip, self.chunk_size, loss_model
-                ),
+                chunk_size=self.chunk_size,
+                coef0=coef0,
+                initial_statistics=data.start_statistics(start, clip, self.chunk_size),
                 **common,
             )
         else:
-            result = lbfgs(
-                family,
-                inputs,
-                actions_arr,
-                scaled,
-                log.propensities,
-                max_iter=int(self.max_iter),
-                **common,
-            )
-        return self._store_fit(result, family, scaling, clip, lam, coef0, log)
+
+            def statistics(coef: np.ndarray):
+                return data.statistics(coef, clip, self.chunk_size)
+
+            result = lbfgs_statistics(statistics, start, max_iter=int(self.max_iter), **common)
+        return self._store_fit(result, prepared, clip, lam, coef0)
 
     def _resolved_variance_penalty(self, scaled_losses: np.ndarray) -> float:
         """λ: the given number, or ``variance_scale``·λ* for ``"calibrated"``."""
@@ -639,11 +538,9 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
             return float(self.variance_scale) * calibrated_variance_penalty(scaled_losses)
         return float(self.variance_penalty)
 
-    def _store_fit(self, result, family, scaling, clip, lam, coef0, log) -> POEM:
-        """Set the fitted attributes from a solver result (shared with the partitioned fit).
-
-        ``log`` needs only ``n_rows``, ``n_features`` and ``feature_names``.
-        """
+    def _store_fit(self, result, prepared, clip, lam, coef0) -> POEM:
+        """Set the fitted attributes from a solver result."""
+        family, scaling, log = prepared.family, prepared.scaling, prepared
         if not result.converged:
             remedy = (
                 f"increase {'max_iter' if self.max_epochs is None else 'max_epochs'}, raise tol "
@@ -684,3 +581,12 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
             },
         )
         return self
+
+
+def _attach_loss_model(part: CRMPartition | None) -> CRMPartition | None:
+    """The partition with its cross-fitted additive loss model (:mod:`poem.learners._additive`)."""
+    if part is None:
+        return None
+    model = fit_additive_loss_model(part.inputs, part.actions, part.scaled_losses)
+    model.flags.writeable = False
+    return replace(part, loss_model=model)

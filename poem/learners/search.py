@@ -33,6 +33,8 @@ from poem.learners._trials import (
     trial_from_model,
     validation_scores,
 )
+from poem.learners.training_rows import TrainingRows, fit_on_rows
+from poem.partitioned_log import policy_rows
 
 __all__ = [
     "SearchResult",
@@ -40,6 +42,7 @@ __all__ = [
     "baseline_wins",
     "Trial",
     "expand_grid",
+    "policy_scores",
     "run_trial",
     "search_hyperparameters",
     "select_temperature",
@@ -84,8 +87,8 @@ class SearchResult:
 def run_trial(
     estimator: Any,
     params: Mapping[str, Any],
-    train_log: LoggedBandit,
-    validation_log: LoggedBandit,
+    train_log: LoggedBandit | TrainingRows,
+    validation_log: LoggedBandit | tuple,
     *,
     confidence_level: float = 0.95,
     keep_estimator: bool = False,
@@ -93,7 +96,7 @@ def run_trial(
     scoring: str = "ips",
     min_effective_sample_size: float = 0.0,
 ) -> Trial:
-    r"""Fit ``clone(estimator).set_params(**params)`` on the training log and score it.
+    r"""Fit ``clone(estimator).set_params(**params)`` on the training rows and score it.
 
     .. math:: \hat R_{IPS} = \frac{1}{n_v}\sum_i \delta_i r_i, \quad
               \hat R_{SNIPS} = \frac{\sum_i \delta_i r_i}{\sum_i r_i}
@@ -108,10 +111,14 @@ def run_trial(
         Template estimator (not modified).
     params : dict
         Hyperparameters for this trial.
-    train_log : LoggedBandit
-        Log the policy is fitted on.
-    validation_log : LoggedBandit
-        Held-out log it is scored on.
+    train_log : LoggedBandit or TrainingRows
+        Rows the policy is fitted on: a log, or a split's rows wherever they live
+        (:func:`~poem.learners.prepared.fit_on_rows`).
+    validation_log : LoggedBandit or (partition set, rows)
+        Held-out rows it is scored on: a log, or a partition set and its local rows per
+        partition (:meth:`~poem.partitioned_log.PartitionedSplit.rows_for`); the policies'
+        probabilities are computed where the rows live
+        (:func:`~poem.partitioned_log.policy_rows`).
     confidence_level : float, default=0.95
         Level of the reported intervals.
     keep_estimator : bool, default=False
@@ -137,27 +144,40 @@ def run_trial(
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        model.fit(train_log)
+        if isinstance(train_log, TrainingRows):
+            fit_on_rows(model, train_log)
+        else:
+            model.fit(train_log)
     seconds = time.perf_counter() - start
-    if temperatures is not None:
-        scores = [
-            validation_scores(
-                model.policy_.with_serving(temperature=t), validation_log, confidence_level
-            )
-            for t in temperatures
-        ]
-        return select_temperature(
-            model,
-            params,
-            temperatures,
-            scores,
-            seconds=seconds,
-            scoring=scoring,
-            min_effective_sample_size=min_effective_sample_size,
-            keep_estimator=keep_estimator,
+    if temperatures is None:
+        scores = policy_scores((model.policy_,), validation_log, confidence_level)[0]
+        return trial_from_model(
+            model, params, scores, seconds=seconds, keep_estimator=keep_estimator
         )
-    scores = validation_scores(model.policy_, validation_log, confidence_level)
-    return trial_from_model(model, params, scores, seconds=seconds, keep_estimator=keep_estimator)
+    policies = tuple(model.policy_.with_serving(temperature=t) for t in temperatures)
+    return select_temperature(
+        model,
+        params,
+        temperatures,
+        policy_scores(policies, validation_log, confidence_level),
+        seconds=seconds,
+        scoring=scoring,
+        min_effective_sample_size=min_effective_sample_size,
+        keep_estimator=keep_estimator,
+    )
+
+
+def policy_scores(
+    policies: Sequence[Any], validation_log: Any, confidence_level: float = 0.95
+) -> list[tuple[Estimate, Estimate]]:
+    """:func:`validation_scores` of each policy, in one pass over the validation rows.
+
+    ``validation_log`` is a log, or ``(partition set, rows)`` (:func:`run_trial`).
+    """
+    if isinstance(validation_log, tuple):
+        view, probabilities = policy_rows(*validation_log, tuple(policies))
+        return [validation_scores(p, view, confidence_level) for p in probabilities]
+    return [validation_scores(p, validation_log, confidence_level) for p in policies]
 
 
 def _checked_temperatures(temperatures: Sequence[float]) -> list[float]:

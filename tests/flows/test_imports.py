@@ -26,17 +26,10 @@ ALLOWED = {
     "deploy": {"poem"},
     "flows": {"poem", "data_checks", "deploy"},
 }
-# The one cycle left to another branch: flows.retrain <-> flows.dask_runner.
-KNOWN_CYCLE_EDGES = {
-    ("flows.dask_runner", "flows.retrain"),  # removed by the unify branch
-}
-# Function-local project imports in files of other branches (path, imported module).
-KNOWN_LOCAL_IMPORTS = {
-    ("flows/dask_runner.py", "flows.retrain"),  # removed by the unify branch
-    ("data_checks/check.py", "poem.diagnostics.plots"),  # removed by the checks branch
-    ("data_checks/stages.py", "data_checks.quarantine"),  # removed by the checks branch
-    ("data_checks/partitioned.py", "poem._dask"),  # removed by the checks/unify branches
-}
+# Import-cycle edges allowed (none).
+KNOWN_CYCLE_EDGES: set[tuple[str, str]] = set()
+# Function-local project imports allowed (path, imported module): none.
+KNOWN_LOCAL_IMPORTS: set[tuple[str, str]] = set()
 
 
 def _imports(package: str) -> dict[str, set[str]]:

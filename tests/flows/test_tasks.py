@@ -35,6 +35,8 @@ from flows.tasks.validate import enforce_checks, quarantine_rows, record_check_r
 from flows.tracking import TrackedRun, client_for, ensure_experiment, start_run
 from poem.exceptions import InvalidLogError
 from poem.gate import decision_coin
+from poem.learners.training_rows import TrainingRows
+from poem.partitioned_log import as_partitions, log_header, split_partitioned, take_log
 
 PARAMS = {"solver": "lbfgs", "variance_penalty": "calibrated", "max_iter": 30, "random_state": 0}
 
@@ -59,11 +61,18 @@ def parts(digits_log):
 
 
 @pytest.fixture(scope="module")
-def trials(parts):
+def split(digits_log):
+    """The same split as ``parts``, as the flow holds it: row positions of a partition set."""
+    return split_partitioned(as_partitions(digits_log), random_state=0)
+
+
+@pytest.fixture(scope="module")
+def trials(split, digits_log):
     return [
         search_trial.fn(
-            parts.train,
-            parts.validation,
+            TrainingRows(split),
+            split,
+            log_header(as_partitions(digits_log)),
             "poem",
             PARAMS,
             {"variance_scale": c},
@@ -76,18 +85,15 @@ def trials(parts):
 
 
 def test_split_task_splits_by_time_and_logs_sizes(digits_log, run):
-    parts = split_logs.fn(digits_log, SplitConfig(validation_fraction=0.2, test_fraction=0.3), run)
-    assert (parts.method, parts.train.n_rows, parts.validation.n_rows, parts.test.n_rows) == (
-        "time",
-        450,
-        180,
-        270,
-    )
-    assert (
-        parts.train.timestamps.max()
-        < parts.validation.timestamps.min()
-        <= parts.test.timestamps.min()
-    )
+    config = SplitConfig(validation_fraction=0.2, test_fraction=0.3)
+    parts = split_logs.fn(as_partitions(digits_log), config, run)
+    sizes = [parts.n_rows(p) for p in ("train", "validation", "test")]
+    assert (parts.method, *sizes) == ("time", 450, 180, 270)
+    stamps = [
+        take_log(parts.source, parts.rows_for(p)).timestamps
+        for p in ("train", "validation", "test")
+    ]
+    assert stamps[0].max() < stamps[1].min() <= stamps[2].min()
     params = run.client().get_run(run.run_id).data.params
     assert params["split.n_test"] == "270" and params["split.split_method"] == "time"
 
@@ -109,19 +115,19 @@ def test_search_trial_and_selection(trials):
         assert guarded != best
 
 
-def test_champion_candidates_join_the_selection(parts, trials, run):
+def test_champion_candidates_join_the_selection(parts, split, trials, run):
     from flows.learners import build_learner
 
     champion = build_learner("poem", PARAMS).fit(parts.train).policy_.with_serving(temperature=0.5)
     search = SearchConfig(scoring="ips")
     serving = serving_choice(search, parts.validation.n_rows)
-    candidates = champion_candidates.fn(champion, parts.validation, serving, 0.95)
+    candidates = champion_candidates.fn(champion, split, serving, 0.95)
     assert [t.params for t in candidates] == [
         {"challenger_kind": "champion_retempered", "temperature": a}
         for a in (1.0, 0.5, 0.25, 0.125, 0.0625)
     ]
-    assert champion_candidates.fn(None, parts.validation, serving, 0.95) == []  # the logger
-    assert len(champion_candidates.fn(champion, parts.validation, {}, 0.95)) == 1  # as served
+    assert champion_candidates.fn(None, split, serving, 0.95) == []  # the logger
+    assert len(champion_candidates.fn(champion, split, {}, 0.95)) == 1  # as served
     everything = trials + candidates
     best = select_best.fn(everything, search)
     assert everything[best].ips.value == min(t.ips.value for t in everything)
@@ -235,14 +241,15 @@ def test_only_transient_io_errors_retry(exc, retry):
     assert is_transient_io_error(None, None, SimpleNamespace(data=exc)) is retry
 
 
-def test_trial_cache_key_includes_the_learning_code(prefect_harness, parts):
+def test_trial_cache_key_includes_the_learning_code(prefect_harness, split, digits_log):
     from prefect import flow
 
     from flows.tasks.search import code_fingerprint
 
     @flow
     def three_trials():
-        args = (parts.train, parts.validation, "poem", PARAMS, {"variance_scale": 0.1}, 0.95)
+        header = log_header(as_partitions(digits_log))
+        args = (TrainingRows(split), split, header, "poem", PARAMS, {"variance_scale": 0.1}, 0.95)
         return [
             search_trial(*args, "data-key", code, return_state=True)
             for code in ("code-a", "code-a", "code-b")

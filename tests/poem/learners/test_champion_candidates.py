@@ -15,13 +15,12 @@ from poem.learners.champion_candidates import (
     RETEMPERED,
     challenger_kind,
     champion_trials,
-    champion_trials_partitioned,
     retempered_champion,
     selected_champion_policy,
 )
 from poem.learners.poem import POEM
 from poem.learners.search import run_trial, select_trial, validation_scores
-from poem.partitioned_log import log_header, split_partitioned
+from poem.partitioned_log import split_partitioned
 from poem.policies import StochasticPolicy, make_family
 from poem.splits import split_log
 
@@ -151,10 +150,10 @@ def test_partitioned_candidates_equal_in_memory(champion, make_log):
     )
     split = split_partitioned(parts, random_state=0)
     ref = champion_trials(champion, split_log(log, random_state=0).validation, TEMPERATURES)
-    got = champion_trials_partitioned(champion, split, log_header(parts), TEMPERATURES)
+    got = champion_trials(champion, (split.source, split.rows_for("validation")), TEMPERATURES)
     assert [t.params for t in got] == [t.params for t in ref]
     for a, b in zip(got, ref, strict=True):
         for key, value in b.to_dict().items():
             if key not in ("fit_seconds", "objective", "clipped_fraction"):
                 assert a.to_dict()[key] == pytest.approx(value, rel=1e-10, abs=1e-12), key
-    assert champion_trials_partitioned(None, split, log_header(parts), TEMPERATURES) == []
+    assert champion_trials(None, (split.source, split.rows_for("validation")), TEMPERATURES) == []

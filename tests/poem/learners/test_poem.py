@@ -347,11 +347,11 @@ def test_fits_on_one_log_share_its_checked_and_standardized_inputs(synthetic_log
     first = _quiet_fit(POEM(variance_penalty=0.1, random_state=0, max_iter=3), synthetic_log)
     kept = synthetic_log.__dict__["_prepared_for_fit"]
     assert list(kept) == [(True, True)]
-    family, inputs, scaling, scaled = kept[(True, True)]
-    assert not inputs.flags.writeable and not scaled.flags.writeable
+    (part,) = kept[(True, True)].partitions.items  # a log in memory: one partition
+    assert not part.inputs.flags.writeable and not part.scaled_losses.flags.writeable
     second = _quiet_fit(POEM(variance_penalty=0.1, random_state=0, max_iter=3), synthetic_log)
     np.testing.assert_array_equal(first.coef_, second.coef_)
-    assert len(synthetic_log.__dict__["_start_statistics"]) == 1  # one w₀, one clip: one pass
+    assert len(kept[(True, True)].cache["starts"]) == 1  # one w₀, one clip: one pass
     fresh = LoggedBandit(
         synthetic_log.contexts,
         synthetic_log.actions,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from flows.cluster import log_size_mib, select_task_runner, use_partitions
 from flows.config import ConfigError, DaskConfig
-from flows.dask_runner import log_size_mib, run_retrain, select_task_runner, use_partitions
+from flows.retrain import run_retrain
 
 pytest.importorskip("prefect_dask", reason="the dask extra is not installed")
 

@@ -1,16 +1,17 @@
-"""Run the ``retrain`` flow on a Dask cluster (DESIGN §8).
+"""Where the log's partitions live: this process or a Dask cluster (DESIGN §8).
 
-The config's ``dask`` section (:class:`flows.config.DaskConfig`) decides whether a cluster is
-used (by size of the log, always, or an existing scheduler) and how:
+The one place that reads the config's ``dask`` section (:class:`flows.config.DaskConfig`);
+:mod:`flows.retrain` imports it, never the other way round. A cluster is used by size of the
+log, always, or an existing scheduler (:func:`dask_active`), and then:
 
 - ``partitioned: true`` with a Parquet log (:func:`use_partitions`): the flow opens a data
-  cluster (:func:`open_data_client`) and checks, splits, trains on and gates the log as
-  partitions held in the workers' memory (:mod:`flows.tasks.partitioned`); its Prefect tasks
-  stay in the flow's thread pool (the workers run plain functions, no Prefect API needed);
-- otherwise the search trials run on the cluster as Prefect tasks through Prefect's
-  ``DaskTaskRunner`` (:func:`select_task_runner`) and the log is held in this process.
+  cluster (:func:`open_data_client`) and the log's partitions stay in the workers' memory
+  (:class:`poem._dask.ClusterPartitions`); the flow's Prefect tasks stay in its thread pool
+  (the workers run plain functions, no Prefect API needed);
+- otherwise the log is one partition in this process and the search trials run on the
+  cluster as Prefect tasks through Prefect's ``DaskTaskRunner`` (:func:`select_task_runner`).
 
-The flow's outputs and MLflow records are the same on every path.
+Every stage after the check is the same code on each path (:mod:`flows.retrain`).
 
 Dask worker processes call Prefect's API themselves. With Prefect's ephemeral API (no
 ``PREFECT_API_URL``) each worker would start its own temporary server and the tasks fail
@@ -24,13 +25,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from flows.config import ConfigError, DaskConfig, load_config
+from flows.config import ConfigError, DaskConfig
 
 __all__ = [
     "dask_active",
+    "flow_task_runner",
     "log_size_mib",
     "open_data_client",
-    "run_retrain",
     "select_task_runner",
     "use_partitions",
     "worker_environment",
@@ -135,30 +136,12 @@ def select_task_runner(dask: DaskConfig, log_mib: float) -> Any | None:
     )
 
 
-def run_retrain(
-    config_path: str | Path,
-    logs: str | Path | None = None,
-    overrides: dict[str, Any] | None = None,
-) -> Any:
-    """Run the ``retrain`` flow on the path the config's ``dask`` section selects.
+def flow_task_runner(dask: DaskConfig, path: str | Path) -> Any | None:
+    """The ``retrain`` flow's task runner for the log at ``path`` (None: its thread pool).
 
-    On the partitioned path the flow opens its own data cluster; otherwise the trials run on
-    the task runner :func:`select_task_runner` picks.
-
-    ``overrides`` are the CLI's ``--set`` values (dotted keys), as :func:`flows.retrain.retrain`
-    takes them.
-
-    Returns
-    -------
-    flows.retrain.RetrainResult
-        As :func:`flows.retrain.retrain`.
+    With partitions on a cluster (:func:`use_partitions`) the flow's tasks stay in threads and
+    the data cluster does the work; otherwise :func:`select_task_runner`.
     """
-    from flows.retrain import retrain
-
-    cfg = load_config(config_path, overrides)
-    path = logs if logs is not None else cfg.data.path
-    runner = (
-        None if use_partitions(cfg.dask, path) else select_task_runner(cfg.dask, log_size_mib(path))
-    )
-    flow = retrain if runner is None else retrain.with_options(task_runner=runner)
-    return flow(config_path, logs, overrides)
+    if use_partitions(dask, path):
+        return None
+    return select_task_runner(dask, log_size_mib(path))

@@ -1,0 +1,133 @@
+"""The rows a learner fits on, and the one route every learner and layout takes to fit.
+
+:class:`TrainingRows` is a part of a split (:class:`~poem.partitioned_log.PartitionedSplit`)
+wherever its partitions live; :func:`fit_on_rows` fits POEM on the rows prepared in place
+(:meth:`~poem.learners.poem.POEM.fit_prepared`, :mod:`poem.learners.prepared`) and every
+other learner — BanditNet, the hybrid learner, POEM's doubly robust objective on several
+partitions — on the rows taken into one in-memory log
+(:func:`~poem.partitioned_log.take_log`). The search's trials and the refit share one
+:class:`TrainingRows` (:func:`training_rows`), so the rows are prepared or taken once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from poem.data import LoggedBandit
+from poem.learners.prepared import PreparedTraining, prepare_log, prepare_training
+from poem.partitioned_log import PartitionedSplit, take_log
+
+__all__ = ["TrainingRows", "fit_on_rows", "training_rows"]
+
+
+@dataclass(eq=False)
+class TrainingRows:
+    """The rows a learner fits on: a part of a split, wherever its partitions live.
+
+    Holds what every trial of a search shares: the preparation for POEM (one per
+    ``fit_intercept``/``standardize``) and, for learners without an additive form, the rows
+    taken into one in-memory log (:func:`~poem.partitioned_log.take_log`).
+
+    Attributes
+    ----------
+    split : PartitionedSplit
+        The split.
+    part : {"train", "train+validation"}, default="train"
+        The rows (``training.refit_on``).
+    prepared : dict
+        ``(fit_intercept, standardize)`` → :class:`PreparedTraining`, filled on first use
+        (or in advance by :func:`prepare_training` with ``release``).
+    """
+
+    split: PartitionedSplit
+    part: str = "train"
+    prepared: dict = field(default_factory=dict)
+    _log: Any = field(default=None, repr=False)
+
+    def log(self) -> LoggedBandit:
+        """The rows as one in-memory log (taken once)."""
+        if self._log is None:
+            self._log = take_log(self.split.source, self.split.rows_for(self.part))
+        return self._log
+
+    def preparation(self, fit_intercept: bool, standardize: bool) -> PreparedTraining:
+        """The rows prepared for POEM: as one log when they are one partition, else in place."""
+        key = (bool(fit_intercept), bool(standardize))
+        if key not in self.prepared:
+            if len(self.split.source) == 1:  # the in-memory preparation (dense or sparse)
+                self.prepared[key] = prepare_log(
+                    self.log(), fit_intercept=key[0], standardize_features=key[1]
+                )
+            else:
+                self.prepared[key], _ = prepare_training(
+                    self.split, part=self.part, fit_intercept=key[0], standardize=key[1]
+                )
+        return self.prepared[key]
+
+
+def _preparation_key(estimator: Any, split: PartitionedSplit) -> tuple[bool, bool] | None:
+    """POEM's preparation settings when it fits these rows in place; None: take the log."""
+    if getattr(estimator, "fit_prepared", None) is None:
+        return None
+    family = split.family
+    if len(split.source) > 1 and not estimator.fits_partitions(family):
+        return None
+    return bool(estimator.fit_intercept), bool(estimator.standardize) and family != "candidates"
+
+
+def fit_on_rows(estimator: Any, rows: TrainingRows) -> Any:
+    """Fit ``estimator`` on training rows: the one route for every learner and layout.
+
+    POEM fits the prepared rows where they live
+    (:meth:`~poem.learners.poem.POEM.fit_prepared`); every other learner — and POEM's doubly
+    robust objective on several partitions — fits the rows taken into one in-memory log.
+
+    Returns
+    -------
+    estimator
+        Fitted.
+    """
+    key = _preparation_key(estimator, rows.split)
+    if key is None:
+        return estimator.fit(rows.log())
+    return estimator.fit_prepared(rows.preparation(*key))
+
+
+def training_rows(
+    split: PartitionedSplit, estimator: Any, *, part: str = "train", release: bool = False
+) -> tuple[TrainingRows, PartitionedSplit]:
+    """A split's training rows for ``estimator``'s fits, prepared (or taken) once for all.
+
+    Parameters
+    ----------
+    split : PartitionedSplit
+        The split.
+    estimator : estimator
+        The learner (its preparation settings; not fitted).
+    part : {"train", "train+validation"}, default="train"
+        The rows.
+    release : bool, default=False
+        On several partitions, replace the raw training rows by POEM's prepared ones
+        (:func:`prepare_training`; each row then held once): ``split`` is consumed and the
+        returned one has ``"train"`` released.
+
+    Returns
+    -------
+    rows : TrainingRows
+    split : PartitionedSplit
+        ``split``, or the released one.
+    """
+    key = _preparation_key(estimator, split)
+    if key is None:
+        rows = TrainingRows(split, part)
+        rows.log()
+        return rows, split
+    if release and len(split.source) > 1:
+        prepared, split = prepare_training(
+            split, part=part, fit_intercept=key[0], standardize=key[1], release=True
+        )
+        return TrainingRows(split, part, {key: prepared}), split
+    rows = TrainingRows(split, part)
+    rows.preparation(*key)
+    return rows, split
