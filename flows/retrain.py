@@ -12,6 +12,8 @@ the last step, so a failure anywhere before it leaves production untouched.
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -23,7 +25,7 @@ from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.config import load_config
-from flows.dask_runner import open_data_client, use_partitions
+from flows.dask_runner import data_client, use_partitions
 from flows.registry import version_tags
 from flows.store_faults import discard_unfinished_models
 from flows.tasks.gate import (
@@ -239,7 +241,8 @@ def _stages(cfg: Any, run: Any, fingerprint: str) -> tuple:
 
 def _partitioned_stages(cfg: Any, run: Any, _fingerprint: str) -> tuple:
     """The same stages with the log as partitions in a Dask cluster's memory (DESIGN §8)."""
-    client = open_data_client(cfg.dask)
+    cluster = contextlib.ExitStack()  # Dask's log lines go to the run's logs/dask.log
+    client = cluster.enter_context(data_client(cfg.dask, run))
     try:
         own = cfg.dask.scheduler_address is None  # a LocalCluster started for this run
         report, propensity_report, kept, header = validate_partitions(
@@ -294,7 +297,7 @@ def _partitioned_stages(cfg: Any, run: Any, _fingerprint: str) -> tuple:
         )
         report_gate(comparison, champion_version, run)
     finally:
-        client.close()
+        cluster.__exit__(*sys.exc_info())  # closes the client; keeps the log (also on errors)
     return comparison, trials, best, policy, header.n_rows, champion_version
 
 
