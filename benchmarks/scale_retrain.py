@@ -19,7 +19,7 @@ rows, then runs ``poem-pipeline retrain --logs LOGS`` with the packaged default 
 - the number of "Sending large graph" warnings ``distributed`` raised in the CLI process and
   their sizes: the CLI ignores warnings, so the command runs under a prelude that reports
   each such warning on a separate channel (a file) before handing it on — counted whatever
-  the filters do. ``--graph-threshold`` sets ``distributed.admin.large-graph-warning-threshold``
+  the filters do (the prelude imports nothing else first). ``--graph-threshold`` sets ``distributed.admin.large-graph-warning-threshold``
   (Dask's default 10 MB; at 1 M rows, 1 MB flags what 10 MB flags at 10 M rows);
 - the terminal: the number of lines the command printed (stdout + stderr) and how many of
   them come from ``distributed``.
@@ -46,20 +46,18 @@ from poem.io.partitions import log_partitions
 REPO = Path(__file__).resolve().parents[1]
 GIB = 2**30
 
-# Runs the CLI; reports each large-graph warning of distributed's client to $POEM_BENCH_GRAPHS.
+# Runs the CLI; reports each large-graph warning (distributed's client calls warnings.warn) to
+# $POEM_BENCH_GRAPHS, then warns as before (one frame up: the warning keeps its origin). Imports
+# nothing the CLI would not: importing distributed first would change how its loggers print.
 PRELUDE = """
 import os, sys, warnings
-import distributed.client as dc
-class _Report:
-    def __getattr__(self, name):
-        return getattr(warnings, name)
-    @staticmethod
-    def warn(message, *args, **kwargs):
-        if "large graph" in str(message):
-            with open(os.environ["POEM_BENCH_GRAPHS"], "a") as f:
-                f.write(str(message).splitlines()[0] + "\\n")
-        return warnings.warn(message, *args, **kwargs)
-dc.warnings = _Report()
+_warn = warnings.warn
+def _reporting_warn(message, category=None, stacklevel=1, *args, **kwargs):
+    if "large graph" in str(message):
+        with open(os.environ["POEM_BENCH_GRAPHS"], "a") as f:
+            f.write(str(message).splitlines()[0] + "\\n")
+    return _warn(message, category, stacklevel + 1, *args, **kwargs)
+warnings.warn = _reporting_warn
 from flows.cli import main
 sys.exit(main(sys.argv[1:]))
 """
