@@ -5,7 +5,8 @@ The one place that reads the config's ``dask`` section (:class:`flows.config.Das
 log, always, or an existing scheduler (:func:`dask_active`), and then:
 
 - ``partitioned: true`` with a Parquet log (:func:`use_partitions`): the flow opens a data
-  cluster (:func:`open_data_client`) and the log's partitions stay in the workers' memory
+  cluster (:func:`data_client`: Dask's log lines go to the run's ``logs/dask.log``, not the
+  terminal) and the log's partitions stay in the workers' memory
   (:class:`poem._dask.ClusterPartitions`); the flow's Prefect tasks stay in its thread pool
   (the workers run plain functions, no Prefect API needed);
 - otherwise the log is one partition in this process and the search trials run on the
@@ -22,13 +23,20 @@ environment; workers of an existing cluster must be configured with it.
 
 from __future__ import annotations
 
+import contextlib
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from flows.config import ConfigError, DaskConfig
+from flows.tracking import TrackedRun, log_artifact
+from poem._dask_cluster import dask_logging, local_client
 
 __all__ = [
+    "DASK_LOG",
     "dask_active",
+    "data_client",
     "flow_task_runner",
     "log_size_mib",
     "open_data_client",
@@ -36,6 +44,9 @@ __all__ = [
     "use_partitions",
     "worker_environment",
 ]
+
+DASK_LOG = "logs/dask.log"
+"""Where a run's Dask log lines are kept (artifact of the run's MLflow run)."""
 
 
 def log_size_mib(path: str | Path) -> float:
@@ -92,20 +103,65 @@ def open_data_client(dask: DaskConfig) -> Any:
     """A ``distributed.Client`` for the partitioned path (closing it closes a local cluster).
 
     Connects to ``scheduler_address``, or starts a ``LocalCluster`` of ``n_workers``
-    processes with ``threads_per_worker`` threads and ``memory_limit`` each.
+    processes with ``threads_per_worker`` threads and ``memory_limit`` each, whose workers
+    send their log lines to this process (:func:`poem._dask_cluster.local_client`).
     """
-    from distributed import Client
-
     if dask.scheduler_address is not None:
+        from distributed import Client
+
         return Client(dask.scheduler_address)
-    return Client(
+    return local_client(
         n_workers=dask.n_workers,
         threads_per_worker=dask.threads_per_worker,
-        processes=True,
         memory_limit=dask.memory_limit,
-        dashboard_address=None,
         env={"ARROW_DEFAULT_MEMORY_POOL": "system"},  # freed memory returns to the system
     )
+
+
+@contextlib.contextmanager
+def data_client(
+    dask: DaskConfig, run: TrackedRun | None = None, *, log_file: str | Path | None = None
+) -> Iterator[Any]:
+    """:func:`open_data_client` for the block; Dask's log lines go to a file, not the terminal.
+
+    While the block runs, the log lines and warnings of ``distributed`` (the scheduler, the
+    nannies, the client, and the workers of a local cluster) go to ``log_file``
+    (:func:`poem._dask_cluster.dask_logging`); the terminal shows only the flow's stage lines.
+    At the end the client is closed and the file is logged to ``run`` as :data:`DASK_LOG`,
+    also when the block failed (then a failure to upload it does not hide the block's error).
+
+    Parameters
+    ----------
+    dask : DaskConfig
+        Which cluster.
+    run : TrackedRun or None, default=None
+        The run that keeps the log; None keeps it only in ``log_file``.
+    log_file : str or Path or None, default=None
+        The file; None: a temporary file, deleted once uploaded.
+
+    Yields
+    ------
+    distributed.Client
+    """
+    with tempfile.TemporaryDirectory(prefix="poem-dask-") as tmp:
+        path = Path(log_file) if log_file is not None else Path(tmp) / Path(DASK_LOG).name
+        try:
+            with dask_logging(path):
+                client = open_data_client(dask)
+                try:
+                    yield client
+                finally:
+                    client.close()
+        except BaseException:
+            with contextlib.suppress(Exception):  # the block's error is the one to report
+                _keep_log(run, path)
+            raise
+        _keep_log(run, path)
+
+
+def _keep_log(run: TrackedRun | None, path: Path) -> None:
+    if run is not None and path.exists():
+        log_artifact(run.client(), run.run_id, path, str(Path(DASK_LOG).parent))
 
 
 def select_task_runner(dask: DaskConfig, log_mib: float) -> Any | None:

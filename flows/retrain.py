@@ -26,7 +26,7 @@ from prefect.futures import wait
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows.cluster import flow_task_runner, open_data_client, use_partitions
+from flows.cluster import data_client, flow_task_runner, use_partitions
 from flows.config import load_config
 from flows.registry import version_tags
 from flows.store_faults import discard_unfinished_models
@@ -266,11 +266,8 @@ def _run_stages(cfg: Any, run: Any, fingerprint: str) -> tuple:
     """:func:`_stages` in this process, or with the log's partitions on a Dask cluster."""
     if not use_partitions(cfg.dask, cfg.data.path):
         return _stages(cfg, run, fingerprint)
-    client = open_data_client(cfg.dask)
-    try:
+    with data_client(cfg.dask, run) as client:  # Dask's log lines go to the run's logs/dask.log
         return _stages(cfg, run, fingerprint, client)
-    finally:
-        client.close()
 
 
 def _close_failed_run(run: Any, data_path: str, exc: BaseException) -> None:

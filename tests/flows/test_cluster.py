@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+import warnings
+
 import pytest
 
-from flows.cluster import log_size_mib, select_task_runner, use_partitions
+from flows.cluster import data_client, log_size_mib, select_task_runner, use_partitions
 from flows.config import ConfigError, DaskConfig
 from flows.retrain import run_retrain
 
@@ -155,3 +158,39 @@ def test_retrain_on_partitions_equals_in_memory(tmp_path, digits_log, write_conf
     assert partitions.decision == memory.decision and partitions.previous_champion_version == "1"
     for key, value in memory.metrics.items():
         assert partitions.metrics[key] == pytest.approx(value, rel=1e-8, abs=1e-10), key
+
+
+def test_data_client_logs_to_the_file_not_the_terminal(tmp_path, capfd):
+    """Dask's INFO lines and warnings (this process's and the workers') go to the log file."""
+    import dask
+    import numpy as np
+
+    log_file = tmp_path / "dask.log"
+    distributed_logger = logging.getLogger("distributed")
+    handlers, propagate = distributed_logger.handlers[:], distributed_logger.propagate
+    warnings.simplefilter("ignore")  # as the CLI leaves the filters (quiet())
+    big = np.zeros(200_000)  # 1.6 MB argument: a large graph at a 1 MB threshold
+    with (
+        dask.config.set({"distributed.admin.large-graph-warning-threshold": "1MB"}),
+        data_client(
+            DaskConfig(mode="always", n_workers=2, memory_limit="1GiB"), log_file=log_file
+        ) as client,
+    ):
+        worker_log = logging.getLogger("distributed.worker").warning
+        # a worker's records reach the client before the task's result (one ordered stream)
+        client.submit(worker_log, "poem-test: a worker's warning", pure=False).result()
+        client.submit(warnings.warn, "poem-test: warnings.warn on a worker", pure=False).result()
+        assert client.submit(len, big, pure=False).result() == big.size
+        with pytest.raises(ValueError, match="invalid literal for int"):
+            client.submit(int, "x", pure=False).result()  # a task's error reaches the caller
+    out, err = capfd.readouterr()
+    assert "distributed" not in out + err and "poem-test" not in out + err, out + err
+    content = log_file.read_text()
+    assert "INFO distributed.scheduler: Register worker" in content
+    assert "WARNING distributed.worker [worker tcp://" in content
+    assert "poem-test: a worker's warning" in content
+    assert "UserWarning: poem-test: warnings.warn on a worker" in content
+    assert "distributed.warnings: UserWarning: Sending large graph of size" in content
+    # the process's logging is as before the block
+    assert distributed_logger.handlers == handlers
+    assert distributed_logger.propagate == propagate

@@ -1,0 +1,184 @@
+"""A Dask cluster for one run, and where its log lines go (DESIGN §8).
+
+Dask logs through Python's ``logging`` (the ``distributed`` loggers, INFO by default) and
+``warnings`` ("Sending large graph", ...). A ``LocalCluster``'s scheduler and nannies run in
+this process; its workers are child processes that write to the same terminal. Dask's guides
+(Debugging → Logs; Customize initialization) give the pieces used here:
+
+- :func:`local_client` starts the workers with this module as their *preload*
+  (:func:`dask_setup`: a worker writes no line to stderr, its warnings become log records) and
+  forwards their ``distributed`` records to this process (``Client.forward_logging``);
+- :func:`dask_logging` sends, while it is active, every ``distributed``/``tornado`` record of
+  this process (the scheduler's, the nannies', the client's and the workers' forwarded ones)
+  and every warning raised inside ``distributed`` or ``dask`` to one log file, instead of the
+  terminal.
+
+Imports ``distributed`` only when a function is called (optional dependency).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+__all__ = ["DASK_LOGGERS", "dask_logging", "dask_setup", "local_client"]
+
+DASK_LOGGERS = ("distributed", "tornado")
+"""The loggers Dask writes to (``tornado``: its network layer)."""
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s%(worker_suffix)s: %(message)s"
+
+
+class _Format(logging.Formatter):
+    """``LOG_FORMAT``; records forwarded from a worker name it (``[worker tcp://...]``)."""
+
+    def format(self, record: logging.LogRecord) -> str:  # noqa: D102
+        worker = getattr(record, "worker", None)
+        record.worker_suffix = f" [worker {worker}]" if worker else ""
+        return super().format(record)
+
+
+class _FileLog(logging.Handler):
+    """Appends formatted records to a file.
+
+    Not a ``logging.StreamHandler``: a ``LocalCluster`` lowers the level of the
+    ``StreamHandler`` s of ``distributed`` (its ``silence_logs``, meant for the terminal) while
+    it runs; this file keeps Dask's INFO lines.
+    """
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.file = path.open("a", encoding="utf-8")
+
+    def emit(self, record: logging.LogRecord) -> None:  # noqa: D102
+        try:
+            self.file.write(self.format(record) + "\n")
+            self.file.flush()
+        except Exception:  # noqa: BLE001 - as logging's own handlers: report, never raise
+            self.handleError(record)
+
+    def close(self) -> None:  # noqa: D102
+        self.file.close()
+        super().close()
+
+
+def dask_setup(worker: Any) -> None:
+    """Preload hook of the workers of :func:`local_client` (Dask calls it at worker start).
+
+    The worker's ``distributed`` loggers lose their stderr handler (the forwarding handler of
+    ``Client.forward_logging`` sends their records to the client instead), and warnings raised
+    in the worker become ``distributed.worker.warnings`` records, so nothing the worker
+    reports reaches the terminal directly.
+    """
+    for name in DASK_LOGGERS:
+        logger = logging.getLogger(name)
+        for handler in list(logger.handlers):
+            if type(handler) is logging.StreamHandler:  # distributed's stderr handler
+                logger.removeHandler(handler)
+        logger.addHandler(logging.NullHandler())  # no "last resort" printing either
+        logger.propagate = False
+    records = logging.getLogger("distributed.worker.warnings")
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+        records.warning("%s:%s: %s: %s", filename, lineno, category.__name__, message)
+
+    warnings.showwarning = show
+
+
+def local_client(
+    *,
+    n_workers: int,
+    threads_per_worker: int,
+    memory_limit: str | float,
+    env: dict[str, str] | None = None,
+) -> Any:
+    """A ``distributed.Client`` of a new ``LocalCluster`` whose workers log to the client.
+
+    Parameters
+    ----------
+    n_workers, threads_per_worker : int
+        Worker processes and threads each.
+    memory_limit : str or float
+        Per worker (e.g. ``"4GiB"``).
+    env : dict or None, default=None
+        Environment variables of the workers.
+
+    Returns
+    -------
+    distributed.Client
+        Closing it closes the cluster. The workers run :func:`dask_setup` at start (also after
+        ``Client.restart``) and their ``distributed`` records at WARNING and above (the
+        cluster's ``silence_logs``, Dask's default) are forwarded to this process's loggers of
+        the same name.
+    """
+    from distributed import Client
+
+    client = Client(
+        n_workers=n_workers,
+        threads_per_worker=threads_per_worker,
+        processes=True,
+        memory_limit=memory_limit,
+        dashboard_address=None,
+        silence_logs=logging.WARNING,  # the workers' level from their start (Dask's default)
+        preload=[__name__],
+        env=dict(env or {}),
+    )
+    client.forward_logging("distributed")
+    return client
+
+
+@contextlib.contextmanager
+def dask_logging(log_file: str | Path) -> Iterator[Path]:
+    """While the block runs, Dask's log lines and warnings in this process go to ``log_file``.
+
+    The :data:`DASK_LOGGERS` get ``log_file`` as their only handler and stop propagating (to
+    the terminal's handlers); warnings raised by ``distributed`` or ``dask`` code are shown
+    (each time, whatever the filters said) as ``distributed.warnings`` records in the file.
+    Everything is restored at the end. Other warnings and loggers are not touched.
+
+    Parameters
+    ----------
+    log_file : str or Path
+        Appended to (created when missing).
+
+    Yields
+    ------
+    Path
+        ``log_file``.
+    """
+    import dask
+    import distributed
+
+    path = Path(log_file)
+    handler = _FileLog(path)
+    handler.setFormatter(_Format(LOG_FORMAT))
+    records = logging.getLogger("distributed.warnings")
+    packages = tuple(str(Path(m.__file__).parent) for m in (dask, distributed))
+    saved = []
+    for name in DASK_LOGGERS:
+        logger = logging.getLogger(name)
+        saved.append((logger, logger.handlers[:], logger.propagate))
+        logger.handlers = [handler]
+        logger.propagate = False
+    try:
+        with warnings.catch_warnings():
+            previous = warnings.showwarning
+
+            def show(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+                if str(filename).startswith(packages):
+                    records.warning("%s: %s", category.__name__, message)
+                else:
+                    previous(message, category, filename, lineno, file, line)
+
+            warnings.filterwarnings("always", module=r"(distributed|dask)(\.|$)")
+            warnings.showwarning = show
+            yield path
+    finally:
+        for logger, handlers, propagate in saved:
+            logger.handlers = handlers
+            logger.propagate = propagate
+        handler.close()
