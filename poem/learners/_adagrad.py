@@ -185,7 +185,15 @@ def adagrad(
 
     def full(w: np.ndarray):
         return crm_statistics(
-            w, family, inputs, actions, scaled_losses, propensities, clip, chunk_size=chunk_size
+            w,
+            family,
+            inputs,
+            actions,
+            scaled_losses,
+            propensities,
+            clip,
+            chunk_size=chunk_size,
+            loss_model=loss_model,  # the epoch check and the majorizer: the objective minimized
         )
 
     w = np.zeros(family.coef_shape) if coef0 is None else np.array(coef0, dtype=np.float64)
