@@ -26,7 +26,11 @@ h₀'s coefficients (before any promotion the champion is the logging policy);
 ``--paper-regime`` keeps w₀ = 0 and drops the intercept. ``--set training.params.KEY=VALUE`` /
 ``--set search.KEY=VALUE`` (YAML values) exist for experiments; the published tables use none.
 Test losses never select anything: selection is :func:`poem.learners.select_trial` on the
-validation log, as in the flow.
+validation log, as in the flow. As the flow does when a champion exists (here h₀: the fits start
+from it), h₀ re-tempered at each serving temperature joins every selection as a "no learning"
+candidate (:func:`poem.learners.champion_candidates.champion_trials`); the row
+``POEM fits only`` is the flow's search without them (``--no-champion-candidates`` drops them
+everywhere).
 """
 
 from __future__ import annotations
