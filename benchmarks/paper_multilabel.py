@@ -17,7 +17,7 @@ Usage (from the repo root)::
 
 One source of truth: the POEM rows use exactly the flow's default training and search settings,
 read from the repo-root ``mlflow.yml`` by :func:`flow_defaults` (``training.params`` with the
-log's family and each solver; ``search.grid``, ``search.scoring``, ``search.min_ess_fraction``,
+log's family and each solver; ``search.grid``, ``search.scoring``, ``search.min_ess_fraction``, ``search.min_ess``,
 ``search.temperatures``);
 the IPS rows are the same learners with λ = 0 (the grid without ``variance_scale``). There is no
 benchmark-only learning setting and no per-data-set value: the AdaGrad step size works on
@@ -26,7 +26,11 @@ h₀'s coefficients (before any promotion the champion is the logging policy);
 ``--paper-regime`` keeps w₀ = 0 and drops the intercept. ``--set training.params.KEY=VALUE`` /
 ``--set search.KEY=VALUE`` (YAML values) exist for experiments; the published tables use none.
 Test losses never select anything: selection is :func:`poem.learners.select_trial` on the
-validation log, as in the flow.
+validation log, as in the flow. As the flow does when a champion exists (here h₀: the fits start
+from it), h₀ re-tempered at each serving temperature joins every selection as a "no learning"
+candidate (:func:`poem.learners.champion_candidates.champion_trials`); the row
+``POEM fits only`` is the flow's search without them (``--no-champion-candidates`` drops them
+everywhere).
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from poem.datasets import DATASETS, SupervisedDataset, load_dataset, load_files  # noqa: E402
 from poem.learners import POEM, search_hyperparameters, select_trial  # noqa: E402
+from poem.learners.champion_candidates import champion_trials, retempered_champion  # noqa: E402
 from poem.learners.search import Trial, baseline_wins, validation_scores  # noqa: E402
 from poem.simulate import (  # noqa: E402
     fit_logging_policy,
@@ -67,12 +72,17 @@ METHODS = (
     "IPS(B)",
     "POEM(B)",
     "IPS",
+    "POEM fits only",
     "POEM",
     "skyline",
 )
 SHARPENED = "h0 sharpened"  # h₀ at the α the flow's rule picks on validation: no learning
 # the flow's search: one selection over the trials of every solver in search.grid.solver
-COMBINED = {"IPS": ("IPS(S)", "IPS(B)"), "POEM": ("POEM(S)", "POEM(B)")}
+COMBINED = {
+    "IPS": ("IPS(S)", "IPS(B)"),
+    "POEM fits only": ("POEM(S)", "POEM(B)"),  # the same search without the champion candidates
+    "POEM": ("POEM(S)", "POEM(B)"),
+}
 LEARNERS = {
     "IPS(S)": ("adagrad", False),
     "POEM(S)": ("adagrad", True),
@@ -172,6 +182,12 @@ def parse_args(argv=None):
         help="experiments only: override a flow default, e.g. --set training.params.max_iter=3",
     )
     p.add_argument(
+        "--no-champion-candidates",
+        dest="champion_candidates",
+        action="store_false",
+        help="do not score h0 re-tempered beside the fits (the flow does when a champion exists)",
+    )
+    p.add_argument(
         "--threads", type=int, default=1, help="BLAS threads for every fit (skyline included)"
     )
     args = p.parse_args(argv)
@@ -183,7 +199,7 @@ def parse_args(argv=None):
 def flow_defaults(config: Path, overrides: list[str] = ()) -> dict:
     """The flow's default training and search settings (the one place that reads them).
 
-    Returns ``{"params", "grid", "scoring", "min_ess_fraction", "temperatures"}`` from ``config`` (the repo-root
+    Returns ``{"params", "grid", "scoring", "min_ess_fraction", "min_ess", "temperatures"}`` from ``config`` (the repo-root
     ``mlflow.yml``) through :func:`flows.config.load_config`; ``overrides`` are
     ``section.key[.key]=yaml`` strings for experiments.
     """
@@ -195,6 +211,7 @@ def flow_defaults(config: Path, overrides: list[str] = ()) -> dict:
         "grid": {k: list(v) for k, v in cfg.search.grid.items()},
         "scoring": cfg.search.scoring,
         "min_ess_fraction": cfg.search.min_ess_fraction,
+        "min_ess": cfg.search.min_ess,
         "temperatures": cfg.search.temperatures,
     }
     for item in overrides:
@@ -306,7 +323,7 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
         },
         "warnings": sorted({str(w.message).split(":")[0] for w in caught}),
     }
-    min_ess = defaults["min_ess_fraction"] * valid.n_rows
+    min_ess = max(defaults["min_ess"], defaults["min_ess_fraction"] * valid.n_rows)
     out["n_validation"] = valid.n_rows
     sharp, alpha = sharpened(h0, valid, defaults, min_ess)
     out[SHARPENED] = {
@@ -320,6 +337,26 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
         "map_loss": out["h0"]["map_loss"],
         "seconds": 0.0,
     }
+    floor = float(defaults["params"].get("exploration_floor", 0.0))
+    # the flow scores the champion at each serving temperature beside the fits (no refit);
+    # before any promotion the benchmark's champion is h₀ (the fits start from it)
+    candidates = (
+        champion_trials(h0, valid, defaults["temperatures"], exploration_floor=floor)
+        if args.champion_candidates and not args.paper_regime
+        else []
+    )
+    out["candidates"] = [
+        {
+            "temperature": t.params["temperature"],
+            "test_loss": learned_loss(retempered_champion(h0, t.params["temperature"], floor), ds),
+            "ips": t.ips.value,
+            "snips": t.snips.value,
+            "ips_upper": t.ips.upper,
+            "snips_upper": t.snips.upper,
+            "ess": t.effective_sample_size,
+        }
+        for t in candidates
+    ]
     searched, base = {}, None
     for name, (solver, penalised) in LEARNERS.items():
         template, grid = learner_setup(defaults, solver, penalised, seed, args, h0)
@@ -337,65 +374,41 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
                 baseline=h0,  # no harm: keep the logger when no fit beats it on validation
             )
         searched[name], base = result.trials, result.baseline
-        chosen = result.best_trial
-        best = chosen.estimator  # fitted on the training part of the log
-        policy = h0 if result.baseline_selected else best.policy_
-        out[name] = {
-            "loss": learned_loss(policy, ds),
-            "served_loss": true_expected_loss(policy, ds.X_test, ds.Y_test),
-            "map_loss": map_loss(policy, ds.X_test, ds.Y_test),
-            "seconds": float(np.mean([t.seconds for t in result.trials])),
-            "kept_h0": bool(result.baseline_selected),
-            "selected": printable(
-                {k: v for k, v in chosen.params.items() if k in grid or k == "temperature"}
-            ),
-            "n_iter": best.n_iter_,
-            "converged": best.converged_,
-            # every trial, for the selection-rule sensitivity table (test losses never select)
-            "trials": [
-                {
-                    "params": printable(
-                        {k: v for k, v in t.params.items() if k in grid or k == "temperature"}
-                    ),
-                    "test_loss": learned_loss(t.estimator.policy_, ds),
-                    "ips": t.ips.value,
-                    "snips": t.snips.value,
-                    "ips_upper": t.ips.upper,
-                    "snips_upper": t.snips.upper,
-                    "ess": t.effective_sample_size,
-                    "seconds": t.seconds,
-                    "n_iter": t.n_iter,
-                    "converged": t.converged,
-                    "objective": t.objective,
-                }
-                for t in result.trials
-            ],
-        }
+        out[name] = served_choice(
+            [(solver, t) for t in result.trials], candidates, base, h0, floor, defaults, min_ess, ds
+        )
+        out[name]["seconds"] = float(np.mean([t.seconds for t in result.trials]))
+        # every trial, for the selection-rule sensitivity table (test losses never select)
+        out[name]["trials"] = [
+            {
+                "params": printable(
+                    {k: v for k, v in t.params.items() if k in grid or k == "temperature"}
+                ),
+                "test_loss": learned_loss(t.estimator.policy_, ds),
+                "ips": t.ips.value,
+                "snips": t.snips.value,
+                "ips_upper": t.ips.upper,
+                "snips_upper": t.snips.upper,
+                "ess": t.effective_sample_size,
+                "seconds": t.seconds,
+                "n_iter": t.n_iter,
+                "converged": t.converged,
+                "objective": t.objective,
+            }
+            for t in result.trials
+        ]
     out["loss_model_seconds"] = float(train.__dict__.get("_loss_model_seconds", 0.0))
     solvers = defaults["grid"].get("solver", [defaults["params"].get("solver", "adagrad")])
     for name, rows in COMBINED.items():  # what the flow's search selects
-        pool = [(row, t) for row in rows if LEARNERS[row][0] in solvers for t in searched[row]]
-        row, chosen = pool[
-            select_trial(
-                [t for _, t in pool], scoring=defaults["scoring"], min_effective_sample_size=min_ess
-            )
+        pool = [
+            (LEARNERS[row][0], t)
+            for row in rows
+            if LEARNERS[row][0] in solvers
+            for t in searched[row]
         ]
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="no configuration beats")
-            keep = baseline_wins(
-                chosen, base, defaults["scoring"], min_effective_sample_size=min_ess
-            )
-        policy = h0 if keep else chosen.estimator.policy_
-        out[name] = {
-            "loss": learned_loss(policy, ds),
-            "served_loss": true_expected_loss(policy, ds.X_test, ds.Y_test),
-            "map_loss": map_loss(policy, ds.X_test, ds.Y_test),
-            "seconds": float(np.mean([t.seconds for _, t in pool])),
-            "kept_h0": bool(keep),
-            "selected": printable({"solver": LEARNERS[row][0], **chosen.params}),
-            "n_iter": chosen.n_iter,
-            "converged": chosen.converged,
-        }
+        extra = [] if name == "POEM fits only" else candidates
+        out[name] = served_choice(pool, extra, base, h0, floor, defaults, min_ess, ds)
+        out[name]["seconds"] = float(np.mean([t.seconds for _, t in pool]))
     sky, seconds = fit_skyline(ds, intercept)
     out["skyline"] = {
         "loss": map_loss(sky, ds.X_test, ds.Y_test),
@@ -404,6 +417,44 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
         "seconds": seconds,
     }
     return out
+
+
+def served_choice(fits, candidates, base, h0, floor, defaults, min_ess, ds) -> dict:
+    """The flow's selection over fitted trials and champion candidates, and its test losses.
+
+    ``fits`` are ``(solver, trial)`` pairs (trials keep their estimators); ``candidates`` are
+    :func:`~poem.learners.champion_candidates.champion_trials` of h₀ (served re-tempered, no
+    fit, when one ranks first); a selected fit that h₀ itself (``base``) beats on validation
+    is replaced by h₀ (no harm, :func:`baseline_wins`).
+    """
+    pool = list(fits) + [(None, t) for t in candidates]
+    solver, chosen = pool[
+        select_trial(
+            [t for _, t in pool], scoring=defaults["scoring"], min_effective_sample_size=min_ess
+        )
+    ]
+    keep = False
+    if solver is None:
+        policy = retempered_champion(h0, chosen.params["temperature"], floor)
+        selected = dict(chosen.params)
+    else:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="no configuration beats")
+            keep = baseline_wins(
+                chosen, base, defaults["scoring"], min_effective_sample_size=min_ess
+            )
+        policy = h0 if keep else chosen.estimator.policy_
+        selected = printable({"solver": solver, **chosen.params})
+    return {
+        "loss": learned_loss(policy, ds),
+        "served_loss": true_expected_loss(policy, ds.X_test, ds.Y_test),
+        "map_loss": map_loss(policy, ds.X_test, ds.Y_test),
+        "kept_h0": bool(keep),
+        "retempered_h0": solver is None,
+        "selected": selected,
+        "n_iter": chosen.n_iter,
+        "converged": bool(chosen.converged),
+    }
 
 
 RULES = {  # post-hoc selection rules over the recorded trials: (recorded score, ESS guard)
@@ -474,6 +525,7 @@ def summarise(ds_name: str, runs: list[dict], args, wall: float, defaults: dict)
             entry["selected"] = [r[name]["selected"] for r in runs]
             entry["converged"] = [bool(r[name]["converged"]) for r in runs]
             entry["kept_h0"] = [bool(r[name]["kept_h0"]) for r in runs]
+            entry["retempered_h0"] = [bool(r[name].get("retempered_h0", False)) for r in runs]
         methods[name] = entry
     sharp = methods[SHARPENED]["loss"]
     for entry in methods.values():  # (sharpened − method) / (sharpened − skyline MAP)
@@ -486,6 +538,7 @@ def summarise(ds_name: str, runs: list[dict], args, wall: float, defaults: dict)
         "S": ("POEM(S)", "IPS(S)"),
         "B": ("POEM(B)", "IPS(B)"),
         "default": ("POEM", "IPS"),
+        "fits only": ("POEM fits only", "IPS"),
     }.items():
         a = methods[poem_row]["per_run"]
         p_value[kind] = one_tailed(a, methods[ips_row]["per_run"])
@@ -502,6 +555,9 @@ def summarise(ds_name: str, runs: list[dict], args, wall: float, defaults: dict)
         "p_value": p_value,
         "p_value_vs_h0": p_h0,
         "p_value_vs_h0_sharpened": p_sharp,
+        "retempered_h0_selected": {
+            name: int(sum(methods[name]["retempered_h0"])) for name in (*LEARNERS, *COMBINED)
+        },
         "speed": {
             "poem_s_seconds_per_validation_run": methods["POEM(S)"]["seconds"],
             "skyline_fit_seconds": methods["skyline"]["seconds"],
@@ -515,6 +571,8 @@ def summarise(ds_name: str, runs: list[dict], args, wall: float, defaults: dict)
         "constant_labels_in_h0_sample": [r["h0"]["constant_labels"] for r in runs],
         "selection_sensitivity": sensitivity(runs),
         "trials": {name: [r[name]["trials"] for r in runs] for name in LEARNERS},
+        "champion_candidates": [r["candidates"] for r in runs],
+        "n_validation": [r["n_validation"] for r in runs],
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "flow_defaults": {k: v for k, v in defaults.items()},
     }
@@ -556,6 +614,8 @@ def markdown(res: dict) -> str:
         + ", ".join(f"{k} {v:.3g}" for k, v in res["p_value_vs_h0"].items())
         + "; POEM < h0 sharpened: "
         + ", ".join(f"{k} {v:.3g}" for k, v in res["p_value_vs_h0_sharpened"].items()),
+        "runs whose selection is h0 re-tempered (no fit won on validation): "
+        + ", ".join(f"{k} {v}" for k, v in res["retempered_h0_selected"].items()),
         f"speed: POEM(S) {sp['poem_s_seconds_per_validation_run']:.3f} s per validation run "
         "vs skyline fit "
         f"{sp['skyline_fit_seconds']:.3f} s (ratio {sp['ratio']:.2f}; paper 1.53 on Yeast)",

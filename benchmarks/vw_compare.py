@@ -24,7 +24,9 @@ test. Its greedy policy is deterministic; "VW served" adds the floor ε the flow
 
 POEM: :func:`poem.learners.search.search_hyperparameters` with exactly the flow's default
 ``training.params`` and ``search`` section of ``mlflow.yml`` (grid, scoring, ESS guard,
-serving temperatures); the selected trial's fit is the challenger (``refit_on: train``).
+serving temperatures); the challenger is the selected trial's fit with ``training.refit_on:
+train`` (the default) or its configuration refit on train + validation with
+``train+validation``, as the flow serves it; the rows "other refit_on" show the other setting.
 Two rows: ``first run`` is the flow before any promotion (the champion is the logging policy,
 whose coefficients the flow does not know: ``warm_start: champion`` starts at zeros);
 ``h0 champion`` is a later round whose champion is h₀ itself: fits start at h₀ and the search
@@ -201,8 +203,10 @@ def flow_defaults(config: Path) -> dict:
         "grid": {k: list(v) for k, v in cfg.search.grid.items()},
         "scoring": cfg.search.scoring,
         "min_ess_fraction": cfg.search.min_ess_fraction,
+        "min_ess": cfg.search.min_ess,
         "temperatures": cfg.search.temperatures,
         "confidence_level": cfg.search.confidence_level,
+        "refit_on": cfg.training.refit_on,
     }
 
 
@@ -226,7 +230,7 @@ def flow_search(defaults: dict, train, valid, seed: int, champion=None, refit_lo
             if not any(w is s or (isinstance(w, str) and w == s) for s in unique):
                 unique.append(w)
         grid["warm_start"] = unique
-    min_ess = defaults["min_ess_fraction"] * valid.n_rows
+    min_ess = max(defaults["min_ess"], defaults["min_ess_fraction"] * valid.n_rows)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         result = search_hyperparameters(
@@ -347,7 +351,7 @@ def one_run(name: str, seed: int, args, defaults: dict) -> dict:
     candidates = champion_trials(
         h0, valid, defaults["temperatures"], confidence_level=defaults["confidence_level"]
     )
-    min_ess = defaults["min_ess_fraction"] * valid.n_rows
+    min_ess = max(defaults["min_ess"], defaults["min_ess_fraction"] * valid.n_rows)
     sharpened = candidates[
         select_trial(candidates, defaults["scoring"], min_effective_sample_size=min_ess)
     ]
@@ -358,6 +362,8 @@ def one_run(name: str, seed: int, args, defaults: dict) -> dict:
     for row, champion in (("poem_first_run", None), ("poem_h0_champion", h0)):
         start = time.perf_counter()
         policy, chosen, refit = flow_search(defaults, train, valid, seed, champion, log)
+        if defaults["refit_on"] == "train+validation":  # the flow serves the refit
+            policy, refit = refit, policy  # the "_refit" row is then the other setting
         out[row] = {
             **policy_figures(policy, test, X_te, y_te),
             "seconds": time.perf_counter() - start,
@@ -376,11 +382,11 @@ ROWS = (
     ("poem_first_run", "no_floor", "POEM first run, ε = 0"),
     ("poem_first_run", "served", "POEM first run, served (ε)"),
     ("poem_first_run", "map", "POEM first run, MAP"),
-    ("poem_first_run_refit", "served", "POEM first run, refit train+val, served"),
+    ("poem_first_run_refit", "served", "POEM first run, other refit_on, served"),
     ("poem_h0_champion", "no_floor", "POEM h0 champion, ε = 0"),
     ("poem_h0_champion", "served", "POEM h0 champion, served (ε)"),
     ("poem_h0_champion", "map", "POEM h0 champion, MAP"),
-    ("poem_h0_champion_refit", "served", "POEM h0 champion, refit train+val, served"),
+    ("poem_h0_champion_refit", "served", "POEM h0 champion, other refit_on, served"),
 )
 
 

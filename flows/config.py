@@ -299,8 +299,8 @@ class ChecksConfig(_Section):
 class SearchConfig(_Section):
     """Hyperparameter grid searched on the validation split (selection by IPS or SNIPS).
 
-    Trials whose validation ESS is below ``min_ess_fraction`` of the validation rows rank after
-    the others (:func:`poem.learners.search.select_trial`).
+    Trials whose validation ESS is below ``min_ess_fraction`` of the validation rows, or below
+    ``min_ess`` rows, rank after the others (:func:`poem.learners.search.select_trial`).
     """
 
     grid: dict[str, list[Scalar]] = Field(
@@ -314,6 +314,7 @@ class SearchConfig(_Section):
     scoring: Literal["ips", "snips", "ips_ucb", "snips_ucb"] = "snips_ucb"
     temperatures: list[float] | None = Field(default_factory=lambda: list(TEMPERATURES))
     min_ess_fraction: float = Field(0.01, ge=0, lt=1)
+    min_ess: float = Field(10.0, ge=0)
     confidence_level: float = Field(0.95, gt=0, lt=1)
     max_workers: int = Field(2, ge=1, le=64)
     cache_expiration_hours: float = Field(24.0, gt=0, le=24 * 365 * 10)

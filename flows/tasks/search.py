@@ -110,14 +110,14 @@ def serving_choice(search: SearchConfig, n_validation: int) -> dict:
     """``run_trial``'s serving-temperature arguments from ``search`` (empty without them).
 
     The temperature of each fit is chosen by the same rule as the trial
-    (``search.scoring`` with the ESS guard of ``search.min_ess_fraction``).
+    (``search.scoring`` with the ESS guard of ``search.min_ess_fraction`` and ``search.min_ess``).
     """
     if search.temperatures is None:
         return {}
     return {
         "temperatures": list(search.temperatures),
         "scoring": search.scoring,
-        "min_effective_sample_size": search.min_ess_fraction * n_validation,
+        "min_effective_sample_size": max(search.min_ess, search.min_ess_fraction * n_validation),
     }
 
 
@@ -157,14 +157,14 @@ def retempered_policy(params: dict, champion: Any, floor: Any, run: TrackedRun) 
 def select_best(trials: list[Trial], search: SearchConfig) -> int:
     """Index of the best trial (:func:`poem.learners.search.select_trial`).
 
-    Trials whose validation ESS is below ``search.min_ess_fraction`` of the validation rows
-    rank last.
+    Trials whose validation ESS is below ``search.min_ess_fraction`` of the validation rows, or
+    below ``search.min_ess`` rows, rank last.
     """
     n_validation = trials[0].ips.n if trials else 0
     return select_trial(
         trials,
         scoring=search.scoring,
-        min_effective_sample_size=search.min_ess_fraction * n_validation,
+        min_effective_sample_size=max(search.min_ess, search.min_ess_fraction * n_validation),
     )
 
 

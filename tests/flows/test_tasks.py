@@ -115,6 +115,21 @@ def test_search_trial_and_selection(trials):
         assert guarded != best
 
 
+def test_search_min_ess_is_a_floor_in_rows(trials):
+    # search.min_ess: a trial resting on fewer effective validation rows ranks last whatever
+    # the fraction (issue 21: on a 100-row validation log 1 % is one row)
+    ess = sorted(t.effective_sample_size for t in trials)
+    rows = (ess[0] + ess[1]) / 2
+    guarded = select_best.fn(
+        trials, SearchConfig(scoring="ips", min_ess_fraction=0.0, min_ess=rows)
+    )
+    assert trials[guarded].effective_sample_size == ess[1]
+    serving = serving_choice(SearchConfig(min_ess_fraction=0.01, min_ess=10.0), 100)
+    assert serving["min_effective_sample_size"] == 10.0  # not 1 % of 100 rows
+    serving = serving_choice(SearchConfig(min_ess_fraction=0.01, min_ess=10.0), 5000)
+    assert serving["min_effective_sample_size"] == 50.0
+
+
 def test_champion_candidates_join_the_selection(parts, split, trials, run):
     from flows.learners import build_learner
 

@@ -17,6 +17,7 @@ from poem.learners.objective import (
     majorized_gradient,
     majorizer_coefficients,
 )
+from poem.learners.prepared import prepare_log
 from poem.learners.search import search_hyperparameters
 from poem.policies.multilabel import MultilabelFamily
 from poem.simulate import fit_logging_policy, supervised_to_bandit, true_expected_loss
@@ -186,3 +187,35 @@ def test_search_keeps_the_baseline_when_no_fit_beats_it(multilabel_problem):
         )
     assert not result.baseline_selected
     assert result.best_trial.snips.upper < result.baseline.snips.upper
+
+
+def test_adagrad_checks_its_epochs_on_the_doubly_robust_objective(multilabel_problem):
+    # the epoch check, the majorizer and the reported J(w) must be the objective the steps
+    # descend: before the fix AdaGrad compared the DR J(w₀) with the IPS J of each new epoch
+    h0, log, _, _ = multilabel_problem
+    model = POEM(
+        policy="multilabel",
+        solver="adagrad",
+        objective="dr",
+        variance_penalty="calibrated",
+        variance_scale=0.001,
+        max_epochs=3,
+        learning_rate=1000.0,
+        learning_rate_unit="epoch",
+        batch_size=300,
+        warm_start=h0,
+        random_state=0,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model.fit(log)
+    prepared = model._with_loss_model(
+        prepare_log(log, fit_intercept=True, standardize_features=True)
+    )  # the rows the fit descends, with their cross-fitted loss model
+    coef = prepared.scaling.from_raw(model.coef_)
+    stats = prepared.statistics(coef, model.clip_)
+    value, _ = crm_objective_from_statistics(stats, coef, model.variance_penalty_, 0.0)
+    assert model.objective_ == pytest.approx(value, rel=1e-9)
+    start = prepared.scaling.from_raw(h0.coef / h0.temperature)
+    at_start = prepared.statistics(start, model.clip_)
+    assert value < crm_objective_from_statistics(at_start, start, model.variance_penalty_, 0.0)[0]
