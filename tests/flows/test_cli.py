@@ -100,7 +100,8 @@ def test_ctrl_c_exits_130_with_the_run_killed(tmp_path, logs_dir, write_config):
         "import flows.tasks.split as split\n"
         "def interrupt(*args, **kwargs):\n"
         "    raise KeyboardInterrupt\n"
-        "split.split_log = interrupt\n"
+        "assert callable(split.split_partitioned)  # the function the split task calls\n"
+        "split.split_partitioned = interrupt\n"
         "from flows.cli import main\n"
         "sys.exit(main(['retrain', '--config', sys.argv[1]]))\n"
     )

@@ -176,7 +176,8 @@ def test_kill_9_of_the_server_mid_run_stops_the_run_in_one_line(tmp_path, logs_d
         "        if int(fields[1]) == os.getpid():\n"
         "            os.kill(int(stat.parent.name), signal.SIGKILL)\n"
         "    time.sleep(600)  # the run must not wait for this\n"
-        "split.split_log = kill_server\n"
+        "assert callable(split.split_partitioned)  # the function the split task calls\n"
+        "split.split_partitioned = kill_server\n"
         "from flows.cli import main\n"
         "sys.exit(main(['retrain', '--config', sys.argv[1]]))\n"
     )
