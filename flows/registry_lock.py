@@ -116,6 +116,11 @@ def registry_lock(
             client.create_registered_model(name, tags=tags, description=description)
             break
         except MlflowException as exc:
+            if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
+                # the name existed at our insert and was released before the store looked it
+                # up to word its "already exists" error (MLflow's create re-reads the model
+                # after the unique constraint fails): the lock is free again, so try again
+                continue
             if exc.error_code != "RESOURCE_ALREADY_EXISTS":
                 raise
         if _break_if_dead(client, uri, name):

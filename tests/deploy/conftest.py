@@ -16,6 +16,7 @@ import pytest
 from mlflow import MlflowClient
 
 from deploy.pyfunc import log_policy_model
+from flows.tracking import tracking_uri_scope
 from poem.policies import StochasticPolicy, make_family
 
 FAMILIES = ("discrete", "multilabel", "candidates")
@@ -42,15 +43,15 @@ def _make_policy(
 
 @contextmanager
 def _using(store: dict):
-    """Make ``store`` the current tracking and registry URI; restore the previous ones after."""
-    previous = (mlflow.get_tracking_uri(), mlflow.get_registry_uri())
-    mlflow.set_tracking_uri(store["uri"])
-    mlflow.set_registry_uri(store["uri"])
-    try:
+    """Make ``store`` the current tracking and registry URI; restore the previous ones after.
+
+    Through :func:`flows.tracking.tracking_uri_scope`, which restores the environment exactly:
+    saving ``mlflow.get_tracking_uri()`` and setting it back exported MLflow's *default* URI as
+    ``MLFLOW_TRACKING_URI`` / ``MLFLOW_REGISTRY_URI`` to every later test of the session (a
+    later ``load_config`` honours that variable and used the default store instead of its own).
+    """
+    with tracking_uri_scope(store["uri"]):
         yield store
-    finally:
-        mlflow.set_tracking_uri(previous[0])
-        mlflow.set_registry_uri(previous[1])
 
 
 def _register(store: dict, policy: StochasticPolicy, name: str) -> str:

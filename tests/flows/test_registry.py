@@ -32,7 +32,13 @@ from flows.registry import (
     rollback,
 )
 from flows.registry_lock import RegistryLockTimeout, lock_name
-from flows.tracking import client_for, ensure_experiment, reap_stale_runs, start_run
+from flows.tracking import (
+    client_for,
+    ensure_experiment,
+    reap_stale_runs,
+    start_run,
+    tracking_uri_scope,
+)
 from poem.io.artifact import ArtifactError
 from poem.policies import StochasticPolicy, make_family
 
@@ -269,15 +275,9 @@ def test_registered_digests_catch_edits_in_the_artifact_store(store, tracking, t
         load_version_policy(client, tracking, version)
     import mlflow
 
-    previous = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
-    mlflow.set_tracking_uri(tracking.uri)
-    mlflow.set_registry_uri(tracking.uri)
-    try:  # the served model checks the registry's digest too
+    with tracking_uri_scope(tracking.uri):  # the served model checks the registry's digest too
         with pytest.raises(Exception, match="cannot load the served policy.*after registration"):
             mlflow.pyfunc.load_model(f"models:/poem-policy/{version}")
-    finally:
-        mlflow.set_tracking_uri(previous[0])
-        mlflow.set_registry_uri(previous[1])
 
     other = add(gated(), real=True)
     code = _model_folder(client, other) / "code" / "poem" / "__init__.py"
@@ -315,6 +315,37 @@ def test_promotion_waits_for_the_registry_lock_held_by_another_machine(store, tr
     assert _aliases(client, tracking)["champion"] == "1"
     with pytest.raises(Exception, match="RESOURCE_DOES_NOT_EXIST|not found"):
         client.get_registered_model(lock_name("poem-policy"))  # released after promoting
+
+
+def test_a_lock_released_while_the_store_words_already_exists_is_taken(store, tracking):
+    """MLflow's create re-reads the model after the unique constraint fails, to word its
+    error; when the holder releases in between, the waiter gets RESOURCE_DOES_NOT_EXIST (seen
+    with two concurrent retrains on a PostgreSQL-backed server): that means "free", not an
+    error."""
+    from mlflow.exceptions import MlflowException
+
+    client, _, add = store
+    v1 = add(gated())
+    name = lock_name("poem-policy")
+    client.create_registered_model(name, tags={"poem.host": "other-host", "poem.pid": "1"})
+
+    class Racing(type(client)):
+        raced = False
+
+        def create_registered_model(self, model, *args, **kwargs):
+            if model == name and not Racing.raced:  # the interleaving, replayed in order:
+                Racing.raced = True
+                with pytest.raises(MlflowException, match="already exists"):
+                    super().create_registered_model(model, *args, **kwargs)  # the insert fails
+                self.delete_registered_model(model)  # the holder releases
+                self.get_registered_model(model)  # the store's re-read: RESOURCE_DOES_NOT_EXIST
+            return super().create_registered_model(model, *args, **kwargs)
+
+    racing = Racing(tracking.uri, tracking.uri)
+    with pytest.raises(MlflowException, match="not found"):
+        Racing(tracking.uri, tracking.uri).get_registered_model(name + ".absent")
+    assert promote(racing, tracking, v1, lock_timeout=5) is None
+    assert Racing.raced and _aliases(client, tracking)["champion"] == "1"
 
 
 def test_a_lock_left_by_a_killed_process_of_this_host_is_broken(store, tracking):
