@@ -242,6 +242,20 @@ class IPSOption(GateOption):
         return [Capital(*paired_terms(losses, rc, rh, loss_bounds, max_weight, False), 0.99)]
 
 
+def _ips_capitals(losses, rc, rh, loss_bounds, max_weight, logger, total_variation):
+    """The ``ips`` capitals, which ``clipped_ips`` and ``snips`` average their own with."""
+    return IPSOption().capitals(
+        losses,
+        rc,
+        rh,
+        loss_bounds=loss_bounds,
+        max_weight=max_weight,
+        clip=None,
+        logger=logger,
+        total_variation=total_variation,
+    )
+
+
 class ClippedIPSOption(GateOption):
     """``clipped_ips``: ``ips`` with the challenger's weights capped at M, averaged with ``ips``.
 
@@ -257,25 +271,14 @@ class ClippedIPSOption(GateOption):
     def capitals(
         self, losses, rc, rh, *, loss_bounds, max_weight, clip, logger, total_variation=None
     ):
-        exact = IPSOption().capitals(
-            losses,
-            rc,
-            rh,
-            loss_bounds=loss_bounds,
-            max_weight=max_weight,
-            clip=None,
-            logger=logger,
-            total_variation=total_variation,
-        )
+        exact = _ips_capitals(losses, rc, rh, loss_bounds, max_weight, logger, total_variation)
         if not logger and total_variation is not None:
             return exact
         capped = np.minimum(float(clip), rc)
-        if logger or max_weight is None:
-            terms, lower = (
-                paired_terms(losses, capped, rh, loss_bounds, None, True)
-                if logger
-                else bound_free_terms(losses, capped, rh, loss_bounds)
-            )
+        if logger:
+            terms, lower = paired_terms(losses, capped, rh, loss_bounds, None, True)
+        elif max_weight is None:
+            terms, lower = bound_free_terms(losses, capped, rh, loss_bounds)
         else:
             terms, lower = paired_terms(losses, capped, rh, loss_bounds, max_weight, False)
         return [Capital(terms, lower, exact[0].max_bet_fraction), *exact]
@@ -297,16 +300,7 @@ class SNIPSOption(GateOption):
     def capitals(
         self, losses, rc, rh, *, loss_bounds, max_weight, clip, logger, total_variation=None
     ):
-        ips = IPSOption().capitals(
-            losses,
-            rc,
-            rh,
-            loss_bounds=loss_bounds,
-            max_weight=max_weight,
-            clip=None,
-            logger=logger,
-            total_variation=total_variation,
-        )
+        ips = _ips_capitals(losses, rc, rh, loss_bounds, max_weight, logger, total_variation)
         if max_weight is None or (not logger and total_variation is not None):
             # no bound declared (library callers), or a policy champion with the policies'
             # total variation: the terms that need no bound (the snips terms' L = −(b − a)B
