@@ -54,7 +54,7 @@ sys.path.insert(0, str(REPO_ROOT))
 from poem.datasets import DATASETS, SupervisedDataset, load_dataset, load_files  # noqa: E402
 from poem.learners import POEM, search_hyperparameters, select_trial  # noqa: E402
 from poem.learners.champion_candidates import champion_trials, retempered_champion  # noqa: E402
-from poem.learners.search import Trial, baseline_wins, validation_scores  # noqa: E402
+from poem.learners.search import Trial, baseline_wins, ess_floor, validation_scores  # noqa: E402
 from poem.simulate import (  # noqa: E402
     fit_logging_policy,
     map_loss,
@@ -323,7 +323,7 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
         },
         "warnings": sorted({str(w.message).split(":")[0] for w in caught}),
     }
-    min_ess = max(defaults["min_ess"], defaults["min_ess_fraction"] * valid.n_rows)
+    min_ess = ess_floor(valid.n_rows, defaults["min_ess_fraction"], defaults["min_ess"])
     out["n_validation"] = valid.n_rows
     sharp, alpha = sharpened(h0, valid, defaults, min_ess)
     out[SHARPENED] = {

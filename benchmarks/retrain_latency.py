@@ -60,7 +60,7 @@ import json, sys
 from data_checks.check import check_logs
 from poem.gate import counterfactual_ab_test
 from poem.learners import POEM
-from poem.learners.search import search_hyperparameters
+from poem.learners.search import ess_floor, search_hyperparameters
 from poem.splits import split_log
 
 path, spec = sys.argv[1], json.loads(sys.argv[2])
@@ -72,7 +72,9 @@ result = search_hyperparameters(
     POEM(**spec["params"]), parts.train, parts.validation, spec["grid"],
     scoring=search["scoring"], confidence_level=search["confidence_level"],
     temperatures=search["temperatures"],
-    min_effective_sample_size=search["min_ess_fraction"] * parts.validation.n_rows,
+    min_effective_sample_size=ess_floor(
+        parts.validation.n_rows, search["min_ess_fraction"], search["min_ess"]
+    ),
 )
 policy = POEM(**{**spec["params"], **result.best_params}).fit(parts.train).policy_
 gate = spec["gate"]

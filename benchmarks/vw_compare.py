@@ -66,6 +66,7 @@ from poem.learners.champion_candidates import (
     champion_trials,
     selected_champion_policy,
 )
+from poem.learners.search import ess_floor
 from poem.simulate import fit_logging_policy, supervised_to_bandit
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -230,7 +231,7 @@ def flow_search(defaults: dict, train, valid, seed: int, champion=None, refit_lo
             if not any(w is s or (isinstance(w, str) and w == s) for s in unique):
                 unique.append(w)
         grid["warm_start"] = unique
-    min_ess = max(defaults["min_ess"], defaults["min_ess_fraction"] * valid.n_rows)
+    min_ess = ess_floor(valid.n_rows, defaults["min_ess_fraction"], defaults["min_ess"])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         result = search_hyperparameters(
@@ -351,7 +352,7 @@ def one_run(name: str, seed: int, args, defaults: dict) -> dict:
     candidates = champion_trials(
         h0, valid, defaults["temperatures"], confidence_level=defaults["confidence_level"]
     )
-    min_ess = max(defaults["min_ess"], defaults["min_ess_fraction"] * valid.n_rows)
+    min_ess = ess_floor(valid.n_rows, defaults["min_ess_fraction"], defaults["min_ess"])
     sharpened = candidates[
         select_trial(candidates, defaults["scoring"], min_effective_sample_size=min_ess)
     ]

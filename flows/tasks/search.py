@@ -45,7 +45,7 @@ from poem.learners.champion_candidates import (
     champion_trials,
     selected_champion_policy,
 )
-from poem.learners.search import Trial, run_trial, select_trial
+from poem.learners.search import Trial, ess_floor, run_trial, select_trial
 
 TRIAL_CACHE = (INPUTS - "training" - "split" - "header" - "champion") + TASK_SOURCE
 
@@ -114,10 +114,11 @@ def serving_choice(search: SearchConfig, n_validation: int) -> dict:
     """
     if search.temperatures is None:
         return {}
+    floor = ess_floor(n_validation, search.min_ess_fraction, search.min_ess)
     return {
         "temperatures": list(search.temperatures),
         "scoring": search.scoring,
-        "min_effective_sample_size": max(search.min_ess, search.min_ess_fraction * n_validation),
+        "min_effective_sample_size": floor,
     }
 
 
@@ -164,7 +165,7 @@ def select_best(trials: list[Trial], search: SearchConfig) -> int:
     return select_trial(
         trials,
         scoring=search.scoring,
-        min_effective_sample_size=max(search.min_ess, search.min_ess_fraction * n_validation),
+        min_effective_sample_size=ess_floor(n_validation, search.min_ess_fraction, search.min_ess),
     )
 
 

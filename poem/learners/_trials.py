@@ -16,7 +16,14 @@ from typing import Any
 from poem.estimators.ips import Estimate, evaluate_policy
 from poem.partitioned_log import FixedProbabilities
 
-__all__ = ["SCORINGS", "Trial", "select_trial", "trial_from_model", "validation_scores"]
+__all__ = [
+    "SCORINGS",
+    "Trial",
+    "ess_floor",
+    "select_trial",
+    "trial_from_model",
+    "validation_scores",
+]
 
 SCORINGS = ("ips", "snips", "ips_ucb", "snips_ucb")
 
@@ -135,6 +142,16 @@ def trial_from_model(
 
 def _key(value: float) -> float:
     return value if math.isfinite(value) else math.inf
+
+
+def ess_floor(n_validation: int, fraction: float, minimum: float) -> float:
+    """The search's ESS guard: max(``minimum`` rows, ``fraction`` of the validation rows).
+
+    A trial whose validation ESS is below it ranks last (:func:`select_trial`); the floor in
+    rows keeps a small validation log (100 rows: 1 % is one row) from ranking first a fit
+    that rests on one or two effective rows.
+    """
+    return max(float(minimum), float(fraction) * n_validation)
 
 
 def select_trial(

@@ -29,6 +29,7 @@ from poem.estimators.ips import Estimate
 from poem.learners._trials import (
     SCORINGS,
     Trial,
+    ess_floor,
     select_trial,
     trial_from_model,
     validation_scores,
@@ -41,6 +42,7 @@ __all__ = [
     "baseline_trial",
     "baseline_wins",
     "Trial",
+    "ess_floor",
     "expand_grid",
     "policy_scores",
     "run_trial",
