@@ -37,14 +37,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import psutil
 from check_partitioned import tree_rss  # benchmarks/ is this script's folder
+from scale_retrain import ensure_logs
 
 from data_checks.partitioned import check_partitioned
 from data_checks.stages import CheckSettings
@@ -121,16 +120,6 @@ def _cluster(workers: int, budget_gib: float):
     return cluster, Client(cluster)
 
 
-def _ensure_logs(path: Path, rows: int, features: int, actions: int, chunk: int) -> None:
-    if path.exists() and sum(p.n_rows for p in log_partitions(path)) == rows:
-        return
-    script = Path(__file__).with_name("make_large_logs.py")
-    cmd = [sys.executable, str(script), str(path), "--rows", str(rows), "--features"]
-    cmd += [str(features), "--actions", str(actions), "--chunk-rows", str(chunk)]
-    cmd += ["--event-ids", "--overwrite"]
-    subprocess.run(cmd, check=True)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("logs", type=Path)
@@ -144,7 +133,7 @@ def main() -> None:
     ap.add_argument("--memory-budget-gib", type=float, default=7.5)
     ap.add_argument("--out", type=Path, default=None, help="quarantine folder (default: none)")
     args = ap.parse_args()
-    _ensure_logs(args.logs, args.rows, args.features, args.actions, args.partition_rows)
+    ensure_logs(args.logs, args.rows, args.features, args.actions, args.partition_rows)
     sampler = MemorySampler()
     sampler.start()
     cluster, client = _cluster(args.workers, args.memory_budget_gib)
