@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,6 +19,7 @@ __all__ = [
     "learner_class",
     "learner_param_names",
     "resolve_warm_start",
+    "same_fits",
 ]
 
 CHAMPION = "champion"  # training.params.warm_start value: start at the champion's coefficients
@@ -67,6 +69,26 @@ def resolve_warm_start(params: Mapping[str, Any], champion: Any, log: Any) -> di
         log.n_actions,
     )
     out["warm_start"] = champion if fits else "zeros"
+    return out
+
+
+def same_fits(
+    grid: list[Mapping[str, Any]], params: Mapping[str, Any], champion: Any, log: Any
+) -> list[int]:
+    """For each grid point, the index of the first grid point that is the same fit.
+
+    Two points are the same fit when the fixed ``params`` updated by each are equal once
+    ``warm_start: champion`` is resolved (:func:`resolve_warm_start`): without a champion that
+    fits ``log`` it is ``warm_start: zeros``, so the grid's ``[zeros, champion]`` is one fit.
+    """
+    first: dict[str, int] = {}
+    out = []
+    for i, point in enumerate(grid):
+        merged = {**dict(params), **dict(point)}
+        if merged.get("warm_start") == CHAMPION:
+            resolved = resolve_warm_start(merged, champion, log)["warm_start"]
+            merged["warm_start"] = CHAMPION if resolved is champion else resolved
+        out.append(first.setdefault(json.dumps(merged, sort_keys=True, default=repr), i))
     return out
 
 

@@ -28,6 +28,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.cluster import data_client, flow_task_runner, use_partitions
 from flows.config import load_config
+from flows.learners import same_fits
 from flows.registry import version_tags
 from flows.store_faults import discard_unfinished_models
 from flows.tasks.gate import (
@@ -52,6 +53,7 @@ from flows.tasks.search import (
     champion_candidates,
     code_fingerprint,
     record_search,
+    recorded,
     retempered_policy,
     search_trial,
     select_best,
@@ -174,13 +176,20 @@ class RetrainResult:
 
 
 def _search(training: Any, parts: Any, header: Any, cfg: Any, keys: tuple, champion: Any):
-    """Submit every grid point, at most ``search.max_workers`` at a time."""
+    """Submit every distinct fit of the grid, at most ``search.max_workers`` at a time.
+
+    A grid point that is the same fit as an earlier one (``warm_start: champion`` with no
+    champion to start from is ``warm_start: zeros``) is not fitted again: it is recorded with
+    its own params and the earlier trial's scores.
+    """
     trial = search_trial.with_options(
         cache_expiration=timedelta(hours=cfg.search.cache_expiration_hours)
     )
     data_key, champion_key = keys
     serving = serving_choice(cfg.search, parts.n_rows("validation"))
-    grid, trials = expand_grid(cfg.search.grid), []
+    every = expand_grid(cfg.search.grid)
+    same = same_fits(every, cfg.training.params, champion, header)
+    grid, trials = [p for i, p in enumerate(every) if same[i] == i], []
     for start in range(0, len(grid), cfg.search.max_workers):
         futures = [
             trial.submit(
@@ -201,7 +210,8 @@ def _search(training: Any, parts: Any, header: Any, cfg: Any, keys: tuple, champ
         ]
         wait(futures)
         trials += [f.result() for f in futures]
-    return trials
+    fitted = dict(zip(sorted(set(same)), trials, strict=True))
+    return [recorded(fitted[same[i]], params) for i, params in enumerate(every)]
 
 
 def _checked_log(cfg: Any, run: Any, client: Any) -> tuple:

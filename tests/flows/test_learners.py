@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flows.learners import build_learner, resolve_warm_start
+from flows.learners import build_learner, resolve_warm_start, same_fits
 from poem.data import LoggedBandit
 from poem.policies import StochasticPolicy, make_family
 
@@ -50,3 +50,18 @@ def test_no_or_incompatible_champion_starts_at_zeros(champion, log):
 def test_other_warm_starts_pass_through(log):
     assert resolve_warm_start({"warm_start": "zeros"}, None, log) == {"warm_start": "zeros"}
     assert resolve_warm_start({}, None, log) == {}
+
+
+def test_same_fits_merges_a_champion_start_without_champion(log):
+    grid = [
+        {"warm_start": "zeros", "variance_scale": 0.1},
+        {"warm_start": "champion", "variance_scale": 0.1},
+        {"warm_start": "zeros", "variance_scale": 1.0},
+        {"warm_start": "champion", "variance_scale": 1.0},
+    ]
+    fixed = {"solver": "lbfgs", "warm_start": "champion"}
+    assert same_fits(grid, fixed, None, log) == [0, 0, 2, 2]  # zeros == "champion" without one
+    champion = StochasticPolicy(make_family("discrete", 3, 4, True), np.ones((4, 4)))
+    assert same_fits(grid, fixed, champion, log) == [0, 1, 2, 3]  # a real start: 4 fits
+    # no warm_start in the grid: the fixed one; distinct params stay distinct fits
+    assert same_fits([{"clip": 5}, {"clip": 5}, {"clip": 9}], fixed, None, log) == [0, 0, 2]

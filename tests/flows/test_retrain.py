@@ -253,6 +253,28 @@ def test_cli_prints_stages_and_a_headline(tmp_path, logs_dir, write_config, caps
     assert run.data.metrics["gate_randomization"] == pytest.approx(coin, rel=1e-12)
 
 
+def test_a_champion_start_without_champion_is_not_fitted_twice(
+    tmp_path, logs_dir, write_config, capsys
+):
+    """Before a promotion ``warm_start: champion`` is ``zeros``: one fit, two recorded trials."""
+    grid = {"variance_scale": [0.1], "warm_start": ["zeros", "champion"]}
+    config = write_config(logs_dir / "good", search={"grid": grid, "max_workers": 2})
+    assert main(["retrain", "--config", str(config)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    stages = [line.split()[1] for line in out if line.startswith("    ") and "s  " in line]
+    assert stages.count("search-trial") == 1, out
+    client = _client(tmp_path)
+    (parent,) = client.search_runs(
+        [client.get_experiment_by_name("test").experiment_id], "tags.decision = 'promoted'"
+    )
+    children = client.search_runs(
+        [parent.info.experiment_id], f"tags.mlflow.parentRunId = '{parent.info.run_id}'"
+    )
+    assert sorted(c.data.params["warm_start"] for c in children) == ["champion", "zeros"]
+    first, second = (c.data.metrics for c in children)
+    assert first == second and TRIAL_METRICS <= set(first)
+
+
 def test_champion_retempered_is_a_candidate_and_the_run_says_so(tmp_path, logs_dir, write_config):
     """With a champion, the search also scores it re-tempered (no refit); the runs say which won."""
     config = write_config(logs_dir / "good")
