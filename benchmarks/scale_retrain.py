@@ -35,6 +35,12 @@ same risks to the digit), ``--rows 1000000 --graph-threshold 1MB`` (4 partitions
 - after (scatter once): 1335 s, peak 2.27 GiB, 0 large graphs, 0 ``distributed`` lines on the
   terminal (53 lines: the stage lines and the headline).
 
+Measured 2026-11-28 on the default 10 M × 50 × 5 log (40 row groups), machine otherwise idle:
+1,308.7 s, peak 7.05 GiB (check + load 270 s, 20 search trials 935 s); after the workers'
+allocator setting (``poem._dask_cluster.WORKER_MALLOC``) and one fit per distinct grid point:
+549.0 s, peak 7.08 GiB (check + load 80 s, 10 fits 380 s, refit 28 s, gate 9 s); both runs 0
+large graphs, 0 ``distributed`` lines, promoted with the same risks (0.2822 vs 0.5031).
+
 ``--rows 200000 --partition-rows 50000 --graph-threshold 200kB --set 'search.grid={variance_scale:
 [0.01]}'``: before 89 terminal lines, 55 from ``distributed`` (INFO and warnings), 4 large graphs;
 after 34 lines, 0 from ``distributed``, 0 large graphs.
