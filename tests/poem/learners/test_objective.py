@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from scipy.optimize import check_grad
+from scipy.special import expit, log_expit
 
+from poem.learners._adagrad import _rows
 from poem.learners.objective import (
+    _sigmoid_and_log_prob,
     crm_objective,
     crm_objective_from_statistics,
     crm_statistics,
@@ -210,3 +214,24 @@ def test_partition_reduce_equals_full_batch(family_log):
         v, g = crm_objective_from_statistics(other, w, 0.5, 0.01)
         assert v == pytest.approx(v_full, rel=1e-12)
         np.testing.assert_allclose(g, g_full, rtol=1e-10, atol=1e-13)
+
+
+def test_sigmoid_and_log_prob_match_expit_and_log_expit_without_overflow():
+    rng = np.random.default_rng(0)
+    S = rng.normal(size=(50, 7)) * np.array([0.1, 1, 5, 30, 300, 800, 1e4])
+    Y = (rng.random((50, 7)) < 0.5).astype(float)
+    sig, log_prob = _sigmoid_and_log_prob(S, Y)
+    np.testing.assert_allclose(sig, expit(S), rtol=1e-14, atol=1e-300)
+    expected = np.sum(log_expit(np.where(Y > 0, S, -S)), axis=1)
+    np.testing.assert_allclose(log_prob, expected, rtol=1e-13)
+    assert np.all(np.isfinite(log_prob))
+
+
+def test_adagrad_minibatch_rows_of_csr_are_the_slice():
+    X = sp.random(40, 6, density=0.3, format="csr", random_state=1)
+    for start, stop in ((0, 7), (7, 40), (39, 40), (10, 10)):
+        got = _rows(X, start, stop, None)
+        assert sp.issparse(got) and got.format == "csr" and got.shape == (stop - start, 6)
+        np.testing.assert_array_equal(got.toarray(), X[start:stop].toarray())
+    dense = X.toarray()
+    np.testing.assert_array_equal(_rows(dense, 3, 9, None), dense[3:9])
