@@ -18,8 +18,9 @@ cost = loss − 1 (VW minimizes cost = −reward; an unlogged action is never ch
 logged one); several passes in a fresh seeded order each pass. The learning rate
 ``-l`` ∈ {0.03, 0.1, 0.3, 0.5 (its default), 1, 3} and the pass count ∈ {1, 2, 4, 8} are chosen on the
 validation split by the lowest upper 95 % bound of the SNIPS estimate of VW's greedy policy
-(the flow's own rule), then VW is refit with them on train + validation and scored once on
-test. Its greedy policy is deterministic; "VW served" adds the floor ε the flow serves POEM with
+(the flow's own rule), then VW is refit with them on the rows the flow's served POEM learns
+from (``training.refit_on``: the training split by default; the "other refit_on" rows refit
+both learners on train + validation) and scored once on test. Its greedy policy is deterministic; "VW served" adds the floor ε the flow serves POEM with
 (``exploration_floor``: the greedy action keeps 1 − (K − 1)ε).
 
 POEM: :func:`poem.learners.search.search_hyperparameters` with exactly the flow's default
@@ -159,8 +160,15 @@ def greedy_weights(actions: np.ndarray, log: LoggedBandit) -> np.ndarray:
     return (actions == np.asarray(log.actions)) / log.propensities
 
 
-def tuned_vw(train: LoggedBandit, valid: LoggedBandit, test: LoggedBandit, seed: int) -> dict:
-    """Choose ``-l`` and passes on validation (SNIPS upper bound), refit on train + validation."""
+def tuned_vw(
+    train: LoggedBandit, valid: LoggedBandit, test: LoggedBandit, seed: int, refit_on: str
+) -> dict:
+    """Choose ``-l`` and passes on validation (SNIPS upper bound), refit as POEM is.
+
+    ``refit_on`` is the flow's ``training.refit_on``: ``train`` keeps the fit on the training
+    rows (as the flow's served POEM), ``train+validation`` refits on both; ``greedy_other`` is
+    the other setting's greedy actions (the same rows as POEM's "other refit_on" row).
+    """
     train_ex, valid_ex = vw_examples(train, True), vw_examples(valid, False)
     scores = []
     start = time.perf_counter()
@@ -173,12 +181,16 @@ def tuned_vw(train: LoggedBandit, valid: LoggedBandit, test: LoggedBandit, seed:
 
         vw_train(f"-l {lr}", train_ex, max(PASSES), seed, score).finish()
     upper, value, lr, passes = min(scores)
-    both = vw_examples(train, True) + vw_examples(valid, True)
-    vw = vw_train(f"-l {lr}", both, passes, seed)
-    greedy = vw_greedy(vw, vw_examples(test, False))
-    vw.finish()
+    test_ex, greedy = vw_examples(test, False), {}
+    for rows in ("train", "train+validation"):
+        examples = train_ex if rows == "train" else train_ex + vw_examples(valid, True)
+        vw = vw_train(f"-l {lr}", examples, passes, seed)
+        greedy[rows] = vw_greedy(vw, test_ex)
+        vw.finish()
+    other = "train" if refit_on == "train+validation" else "train+validation"
     return {
-        "greedy": greedy,
+        "greedy": greedy[refit_on],
+        "greedy_other": greedy[other],
         "learning_rate": lr,
         "passes": passes,
         "validation_snips_ucb": upper,
@@ -187,7 +199,10 @@ def tuned_vw(train: LoggedBandit, valid: LoggedBandit, test: LoggedBandit, seed:
 
 
 def untuned_vw(train: LoggedBandit, valid: LoggedBandit, test: LoggedBandit, seed: int):
-    """VW ``--cb_adf -q sa`` with every default (mtr, -l 0.5, one pass), cost = loss − 1."""
+    """VW ``--cb_adf -q sa`` with every default (mtr, -l 0.5, one pass), cost = loss − 1.
+
+    Nothing is chosen on validation, so it learns from train + validation.
+    """
     examples = vw_examples(train, True) + vw_examples(valid, True)
     vw = vw_train("", examples, 1, seed)
     greedy = vw_greedy(vw, vw_examples(test, False))
@@ -344,11 +359,14 @@ def one_run(name: str, seed: int, args, defaults: dict) -> dict:
         **greedy_figures(greedy, greedy, test, y_te, K, floor),
         "seconds": time.perf_counter() - start,
     }
-    vw = tuned_vw(train, valid, test, seed)
+    vw = tuned_vw(train, valid, test, seed, defaults["refit_on"])
     out["vw_tuned"] = {
         **greedy_figures(vw["greedy"], vw["greedy"], test, y_te, K, floor),
-        **{k: v for k, v in vw.items() if k != "greedy"},
+        **{k: v for k, v in vw.items() if not k.startswith("greedy")},
     }
+    out["vw_tuned_refit"] = greedy_figures(
+        vw["greedy_other"], vw["greedy_other"], test, y_te, K, floor
+    )
     candidates = champion_trials(
         h0, valid, defaults["temperatures"], confidence_level=defaults["confidence_level"]
     )
@@ -380,6 +398,7 @@ ROWS = (
     ("vw_default", "no_floor", "VW --cb_adf defaults, greedy"),
     ("vw_tuned", "no_floor", "VW tuned, greedy"),
     ("vw_tuned", "served", "VW tuned, greedy + floor ε"),
+    ("vw_tuned_refit", "served", "VW tuned, other refit_on, greedy + floor ε"),
     ("poem_first_run", "no_floor", "POEM first run, ε = 0"),
     ("poem_first_run", "served", "POEM first run, served (ε)"),
     ("poem_first_run", "map", "POEM first run, MAP"),
@@ -408,7 +427,8 @@ def summarise(name: str, runs: list[dict]) -> dict:
     for key in ("poem_first_run", "poem_h0_champion", "poem_first_run_refit"):
         for variant in ("served", "no_floor"):
             poem_loss = np.array([r[key][variant]["true_loss"] for r in runs])
-            vw_loss = np.array([r["vw_tuned"][variant]["true_loss"] for r in runs])
+            vw_key = "vw_tuned_refit" if key.endswith("_refit") else "vw_tuned"  # same rows
+            vw_loss = np.array([r[vw_key][variant]["true_loss"] for r in runs])
             diff = poem_loss - vw_loss
             if len(runs) > 1 and np.std(diff) > 0:
                 p_worse = float(stats.ttest_1samp(diff, 0.0, alternative="greater").pvalue)
