@@ -1,7 +1,7 @@
 """The stages of checking a log, wired once: read → validate → quarantine → build → propensity.
 
 ``poem-pipeline check`` and the partitioned flow (both through
-:func:`data_checks.partitioned.check_pieces`, which maps them over a log's partitions) and the
+:func:`data_checks.check.check_pieces`, which maps them over a log's partitions) and the
 in-memory ``retrain`` flow's tasks (``flows/tasks/{load,validate,propensity}.py``) call these
 same functions, so a log is read, converted, validated and quarantined identically on every
 path (STYLE §13). Stages are pure functions of one table (a whole log, or one partition of
@@ -217,7 +217,7 @@ def duplicated_rows(table: LogTable, elsewhere: Any = None) -> np.ndarray | None
     """Positions of the rows whose (non-null) ``event_id`` occurs in another row of the log.
 
     ``elsewhere``: positions of rows whose id occurs in another partition of the log (from
-    :func:`data_checks.partitioned.check_partitioned`'s id buckets). None without ids.
+    :func:`data_checks.check.check_partitioned`'s id buckets). None without ids.
     """
     if "event_id" not in table.frame.columns:
         return None
@@ -242,7 +242,7 @@ def validate_stage(
     Also: rows dated later than the run's clock (``settings.future_timestamps``), rows dated
     outside their ``date=`` folder (a warning) and the files skipped as not data (named).
     ``elsewhere`` (see :func:`duplicated_rows`) and ``partition`` (the row count is checked on
-    the log's total, by :func:`data_checks.partitioned.check_pieces`) when ``table`` is one
+    the log's total, by :func:`data_checks.check.check_pieces`) when ``table`` is one
     partition of a log.
     """
     rules = [*row_problems(table.frame, table.meta), *_below_declared_floor(table)]

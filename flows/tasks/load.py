@@ -16,14 +16,14 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from data_checks.partitioned import check_partitioned
+from data_checks.check import check_partitioned
 from data_checks.stages import CheckSettings, build_stage, read_stage
 from flows.config import ChecksConfig, DataConfig
 from flows.tasks import IO_RETRIES, stage_done, task_logger
 from flows.tracking import TrackedRun, log_artifact
 from poem.diagnostics.propensity import PropensityThresholds
 from poem.io.logs import log_fingerprint
-from poem.partitioned_log import as_partitions, log_header
+from poem.log_rows import as_partitions, log_header
 
 
 def check_settings(checks: ChecksConfig, data: DataConfig | None = None) -> CheckSettings:
@@ -80,7 +80,7 @@ def validate_partitions(
 
     Returns ``(report, propensity_report, kept, header)``: the merged check report, the
     merged propensity report (None when the check failed), the kept rows as a partition set
-    and their :class:`~poem.partitioned_log.LogHeader` (None when the check failed).
+    and their :class:`~poem.log_rows.LogHeader` (None when the check failed).
     """
     with tempfile.TemporaryDirectory(prefix="poem-partitions-") as tmp:
         report, propensity, files, kept = check_partitioned(

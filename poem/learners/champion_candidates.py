@@ -27,7 +27,7 @@ from typing import Any
 
 from poem.learners._trials import Trial
 from poem.learners.search import policy_scores
-from poem.partitioned_log import log_header
+from poem.log_rows import log_header
 from poem.policies.stochastic import StochasticPolicy
 
 __all__ = [

@@ -35,7 +35,7 @@ from poem.learners._trials import (
     validation_scores,
 )
 from poem.learners.training_rows import TrainingRows, fit_on_rows
-from poem.partitioned_log import policy_rows
+from poem.log_rows import policy_rows
 
 __all__ = [
     "SearchResult",
@@ -118,9 +118,9 @@ def run_trial(
         (:func:`~poem.learners.prepared.fit_on_rows`).
     validation_log : LoggedBandit or (partition set, rows)
         Held-out rows it is scored on: a log, or a partition set and its local rows per
-        partition (:meth:`~poem.partitioned_log.PartitionedSplit.rows_for`); the policies'
+        partition (:meth:`~poem.log_rows.PartitionedSplit.rows_for`); the policies'
         probabilities are computed where the rows live
-        (:func:`~poem.partitioned_log.policy_rows`).
+        (:func:`~poem.log_rows.policy_rows`).
     confidence_level : float, default=0.95
         Level of the reported intervals.
     keep_estimator : bool, default=False

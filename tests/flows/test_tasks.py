@@ -36,7 +36,7 @@ from flows.tracking import TrackedRun, client_for, ensure_experiment, start_run
 from poem.exceptions import InvalidLogError
 from poem.gate import decision_coin
 from poem.learners.training_rows import TrainingRows
-from poem.partitioned_log import as_partitions, log_header, split_partitioned, take_log
+from poem.log_rows import as_partitions, log_header, split_partitioned, take_log
 
 PARAMS = {"solver": "lbfgs", "variance_penalty": "calibrated", "max_iter": 30, "random_state": 0}
 

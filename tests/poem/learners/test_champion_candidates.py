@@ -20,7 +20,7 @@ from poem.learners.champion_candidates import (
 )
 from poem.learners.poem import POEM
 from poem.learners.search import run_trial, select_trial, validation_scores
-from poem.partitioned_log import split_partitioned
+from poem.log_rows import split_partitioned
 from poem.policies import StochasticPolicy, make_family
 from poem.splits import split_log
 

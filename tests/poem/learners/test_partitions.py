@@ -27,7 +27,7 @@ from poem.learners.poem import POEM
 from poem.learners.prepared import prepare_log, prepare_training
 from poem.learners.search import run_trial
 from poem.learners.training_rows import TrainingRows, fit_on_rows, training_rows
-from poem.partitioned_log import as_partitions, policy_rows, split_partitioned, take_log
+from poem.log_rows import as_partitions, policy_rows, split_partitioned, take_log
 from poem.policies import family_from_log
 from poem.splits import split_log
 
