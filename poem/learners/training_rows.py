@@ -16,7 +16,7 @@ from typing import Any
 
 from poem.data import LoggedBandit
 from poem.learners.prepared import PreparedTraining, prepare_log, prepare_training
-from poem.log_rows import PartitionedSplit, take_log
+from poem.log_rows import PartitionedSplit
 
 __all__ = ["TrainingRows", "fit_on_rows", "training_rows"]
 
@@ -48,7 +48,7 @@ class TrainingRows:
     def log(self) -> LoggedBandit:
         """The rows as one in-memory log (taken once)."""
         if self._log is None:
-            self._log = take_log(self.split.source, self.split.rows_for(self.part))
+            self._log = self.split.log(self.part)
         return self._log
 
     def preparation(self, fit_intercept: bool, standardize: bool) -> PreparedTraining:

@@ -36,7 +36,7 @@ from flows.tracking import TrackedRun, client_for, ensure_experiment, start_run
 from poem.exceptions import InvalidLogError
 from poem.gate import decision_coin
 from poem.learners.training_rows import TrainingRows
-from poem.log_rows import as_partitions, log_header, split_partitioned, take_log
+from poem.log_rows import as_partitions, log_header, split_partitioned
 
 PARAMS = {"solver": "lbfgs", "variance_penalty": "calibrated", "max_iter": 30, "random_state": 0}
 
@@ -54,16 +54,15 @@ def run(tmp_path) -> TrackedRun:
 
 
 @pytest.fixture(scope="module")
-def parts(digits_log):
-    from poem.splits import split_log
-
-    return split_log(digits_log, random_state=0)
+def split(digits_log):
+    """The split as the flow holds it: row positions of a partition set (here one partition)."""
+    return split_partitioned(as_partitions(digits_log), random_state=0)
 
 
 @pytest.fixture(scope="module")
-def split(digits_log):
-    """The same split as ``parts``, as the flow holds it: row positions of a partition set."""
-    return split_partitioned(as_partitions(digits_log), random_state=0)
+def parts(split):
+    """The same split's train, validation and test rows as logs in memory."""
+    return SimpleNamespace(**{p: split.log(p) for p in ("train", "validation", "test")})
 
 
 @pytest.fixture(scope="module")
@@ -89,10 +88,7 @@ def test_split_task_splits_by_time_and_logs_sizes(digits_log, run):
     parts = split_logs.fn(as_partitions(digits_log), config, run)
     sizes = [parts.n_rows(p) for p in ("train", "validation", "test")]
     assert (parts.method, *sizes) == ("time", 450, 180, 270)
-    stamps = [
-        take_log(parts.source, parts.rows_for(p)).timestamps
-        for p in ("train", "validation", "test")
-    ]
+    stamps = [parts.log(p).timestamps for p in ("train", "validation", "test")]
     assert stamps[0].max() < stamps[1].min() <= stamps[2].min()
     params = run.client().get_run(run.run_id).data.params
     assert params["split.n_test"] == "270" and params["split.split_method"] == "time"
