@@ -32,7 +32,6 @@ import numpy as np
 import yaml
 
 POEM_STAGES = {
-    "build-log",
     "diagnose-propensities",
     "split-logs",
     "search-trial",

@@ -275,6 +275,7 @@ def check_partitioned(
     keep: bool = False,
     restart: bool = False,
     in_memory: bool = False,
+    docs: bool = False,
     context: Any = None,
 ) -> tuple:
     """Check a log: one partition per Parquet row group, or (``in_memory``) the whole log.
@@ -285,8 +286,8 @@ def check_partitioned(
         Parquet file or folder of them (``in_memory``: also a CSV file).
     settings : CheckSettings
         The check's settings.
-    out_dir, target_policy, rows_per_bucket, context
-        As in :func:`check_pieces` (Data Docs when ``in_memory``).
+    out_dir, target_policy, rows_per_bucket, docs, context
+        As in :func:`check_pieces` (Data Docs only ``in_memory``).
     client : distributed.Client or None, default=None
         Cluster to run on; None runs the partitions one after the other in this process.
     keep : bool, default=False
@@ -325,7 +326,7 @@ def check_partitioned(
         out_dir=out_dir,
         target_policy=target_policy,
         rows_per_bucket=rows_per_bucket,
-        docs=in_memory,
+        docs=docs and in_memory,
         context=context,
     )
     kept = None
@@ -510,6 +511,7 @@ def check_logs(
                 rows_per_bucket=options.rows_per_bucket,
                 keep=memory,
                 in_memory=memory,
+                docs=memory,
                 context=context,
             )
         finally:
