@@ -42,6 +42,7 @@ __all__ = [
     "baseline_trial",
     "baseline_wins",
     "Trial",
+    "checked_temperatures",
     "ess_floor",
     "expand_grid",
     "policy_scores",
@@ -141,7 +142,7 @@ def run_trial(
         chosen one is in ``params["temperature"]`` and the estimator serves at it.
     """
     if temperatures is not None:
-        temperatures = _checked_temperatures(temperatures)  # before the fit
+        temperatures = checked_temperatures(temperatures)  # before the fit
     model = clone(estimator).set_params(**dict(params))
     start = time.perf_counter()
     with warnings.catch_warnings():
@@ -182,7 +183,8 @@ def policy_scores(
     return [validation_scores(p, validation_log, confidence_level) for p in policies]
 
 
-def _checked_temperatures(temperatures: Sequence[float]) -> list[float]:
+def checked_temperatures(temperatures: Sequence[float]) -> list[float]:
+    """The temperatures as floats; ValueError unless there is one and each is finite and > 0."""
     values = [float(t) for t in temperatures]
     if not values or not all(math.isfinite(t) and t > 0 for t in values):
         raise ValueError(f"temperatures must be finite values > 0, got {values!r}")
@@ -240,7 +242,7 @@ def select_temperature(
         When ``temperatures`` is empty, has a value that is not > 0 and finite, or does not
         match ``scores`` in length.
     """
-    temperatures = _checked_temperatures(temperatures)
+    temperatures = checked_temperatures(temperatures)
     if len(scores) != len(temperatures):
         raise ValueError(f"{len(scores)} scores for {len(temperatures)} temperatures")
     candidates = [
