@@ -101,7 +101,7 @@ def read_partition(
     partition : LogPartition
         The piece to read.
     family : str or None, default=None
-        Expected family (as in :func:`poem.io.parquet.read_log`).
+        Expected family (as in :func:`poem.io.logs.read_log`).
     **overrides
         Passed to :func:`~poem.io.log_format.frame_to_log`.
 
