@@ -61,7 +61,6 @@ __all__ = [
     "check_partitioned",
     "check_pieces",
     "open_client",
-    "partition_set",
     "use_partitions",
 ]
 
@@ -129,13 +128,6 @@ def open_client(options: PartitionOptions) -> Any:
         )
         return Client(cluster)
     return Client(options.scheduler)
-
-
-def partition_set(items: list, client: Any = None) -> Any:
-    """The items as a partition set: in this process, or on the cluster of ``client``."""
-    if client is None:
-        return LocalPartitions(list(items))
-    return ClusterPartitions(client, list(items))
 
 
 def _comparable(metadata: str) -> str:
@@ -317,7 +309,7 @@ def check_partitioned(
             failure = replace(failed_report(str(path), exc), skipped_files=skipped)
     if failure is not None:
         return (failure, None, {}) + ((None,) if keep else ())
-    pieces = partition_set(found, client)
+    pieces = LocalPartitions(found) if client is None else ClusterPartitions(client, found)
     report, prop, files, results = check_pieces(
         pieces,
         settings,
