@@ -19,7 +19,7 @@ from prefect.cache_policies import NO_CACHE
 from data_checks.check import check_partitioned
 from data_checks.stages import CheckSettings
 from flows.config import ChecksConfig, DataConfig
-from flows.tasks import IO_RETRIES, stage_done, task_logger
+from flows.tasks import IO_RETRIES, task_logger
 from flows.tracking import TrackedRun, log_artifact, log_json
 from poem.diagnostics.propensity import PropensityThresholds
 from poem.io.logs import log_fingerprint
@@ -48,7 +48,7 @@ def fingerprint_logs(data: DataConfig) -> str:
     return log_fingerprint(data.path)
 
 
-@task(name="validate-logs", cache_policy=NO_CACHE, on_completion=[stage_done])
+@task(name="validate-logs", cache_policy=NO_CACHE, **IO_RETRIES)
 def check_logs(
     data: DataConfig,
     checks: ChecksConfig,
@@ -62,7 +62,8 @@ def check_logs(
     Parquet row group is a partition checked and kept on the workers (``restart`` restarts
     them between the check and the load: a cluster of this run). Quarantined rows go to
     ``checks/quarantine.parquet`` (one partition) or ``checks/quarantine/`` (one file each),
-    their counts by reason to ``checks/quarantine_reasons.json``. No GX Data Docs: offline
+    their counts by reason to ``checks/quarantine_reasons.json``. Transient I/O errors are
+    retried (:data:`~flows.tasks.IO_RETRIES`); bad data never is. No GX Data Docs: offline
     they are unstyled (CDN assets) and cost ~4 MB per run; the JSON and markdown report
     stand in.
 
