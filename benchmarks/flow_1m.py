@@ -32,7 +32,6 @@ import numpy as np
 import yaml
 
 POEM_STAGES = {
-    "build-log",
     "diagnose-propensities",
     "split-logs",
     "search-trial",
@@ -62,20 +61,19 @@ def bare_compute(log) -> dict[str, float]:
     from poem.gate import counterfactual_ab_test
     from poem.learners import POEM
     from poem.learners.search import expand_grid, run_trial, select_trial
-    from poem.splits import split_log
+    from poem.log_rows import as_partitions, split_partitioned
 
     times = {}
     t = time.perf_counter()
     propensity_report(log)
     times["propensity_report"] = time.perf_counter() - t
     t = time.perf_counter()
-    parts = split_log(log, random_state=0)
-    trials = [
-        run_trial(POEM(**PARAMS), p, parts.train, parts.validation) for p in expand_grid(GRID)
-    ]
+    split = split_partitioned(as_partitions(log), random_state=0)
+    train, validation, test = (split.log(p) for p in ("train", "validation", "test"))
+    trials = [run_trial(POEM(**PARAMS), p, train, validation) for p in expand_grid(GRID)]
     best = trials[select_trial(trials)].params
-    policy = POEM(**PARAMS).set_params(**best).fit(parts.train).policy_
-    counterfactual_ab_test(policy, None, parts.test, min_ess=100)
+    policy = POEM(**PARAMS).set_params(**best).fit(train).policy_
+    counterfactual_ab_test(policy, None, test, min_ess=100)
     times["split_search_train_gate"] = time.perf_counter() - t
     times["trial_fit_seconds"] = [tr.seconds for tr in trials]
     return times

@@ -61,25 +61,26 @@ from data_checks.check import check_logs
 from poem.gate import counterfactual_ab_test
 from poem.learners import POEM
 from poem.learners.search import ess_floor, search_hyperparameters
-from poem.splits import split_log
+from poem.log_rows import as_partitions, split_partitioned
 
 path, spec = sys.argv[1], json.loads(sys.argv[2])
 outcome = check_logs(path, family="discrete", reward_bounds=(0, 1), n_actions=4, plots=False)
 assert outcome.exit_code == 0, outcome.to_text()
-parts = split_log(outcome.log, **spec["split"])
+split = split_partitioned(as_partitions(outcome.log), **spec["split"])
+train, validation, test = (split.log(p) for p in ("train", "validation", "test"))
 search = spec["search"]
 result = search_hyperparameters(
-    POEM(**spec["params"]), parts.train, parts.validation, spec["grid"],
+    POEM(**spec["params"]), train, validation, spec["grid"],
     scoring=search["scoring"], confidence_level=search["confidence_level"],
     temperatures=search["temperatures"],
     min_effective_sample_size=ess_floor(
-        parts.validation.n_rows, search["min_ess_fraction"], search["min_ess"]
+        validation.n_rows, search["min_ess_fraction"], search["min_ess"]
     ),
 )
-policy = POEM(**{**spec["params"], **result.best_params}).fit(parts.train).policy_
+policy = POEM(**{**spec["params"], **result.best_params}).fit(train).policy_
 gate = spec["gate"]
 print(counterfactual_ab_test(
-    policy, None, parts.test, estimator=gate["estimator"], clip=gate["clip"],
+    policy, None, test, estimator=gate["estimator"], clip=gate["clip"],
     confidence_level=gate["confidence_level"], min_improvement=gate["min_improvement"],
     min_ess=gate["min_ess"], interval=gate["interval"], order_seed=gate["seed"],
 ).decision)

@@ -10,10 +10,10 @@ Generates the log with ``benchmarks/make_large_logs.py`` (discrete family, Parqu
 of ``--partition-rows`` = 250,000 rows, event ids) unless ``LOGS`` already holds ``--rows`` rows, then runs the stages
 through the library functions the ``retrain`` flow calls on its Dask path:
 
-1. ``check``: :func:`data_checks.partitioned.check_partitioned` with ``keep=True`` (GX suite
+1. ``check``: :func:`data_checks.check.check_partitioned` with ``keep=True`` (GX suite
    and row rules per partition, merged report, quarantine per partition; then the workers
    restart and read the kept rows into their memory, the log of the next stages);
-2. ``split``: :func:`poem.partitioned_log.split_partitioned` (by time, 50/25/25);
+2. ``split``: :func:`poem.log_rows.split_partitioned` (by time, 50/25/25);
 3. ``search``: :func:`~poem.learners.training_rows.training_rows` (standardized
    training rows kept on the workers) and one
    :func:`~poem.learners.search.run_trial` per grid point
@@ -23,7 +23,7 @@ through the library functions the ``retrain`` flow calls on its Dask path:
    selection by SNIPS (:func:`poem.learners.search.select_trial`);
 4. ``train``: the refit of the selected point (:func:`~poem.learners.training_rows.
    fit_on_rows` on the prepared training rows, ``refit_on: train``);
-5. ``gate``: :func:`poem.gate.counterfactual_ab_test` on :func:`poem.partitioned_log.policy_rows`
+5. ``gate``: :func:`poem.gate.counterfactual_ab_test` on :func:`poem.log_rows.policy_rows`
    against the logging policy (IPS terms, betting bound, 95 %).
 
 Memory: a thread samples, every 0.2 s, the resident set size of this process and every
@@ -45,7 +45,7 @@ import psutil
 from check_partitioned import tree_rss  # benchmarks/ is this script's folder
 from scale_retrain import ensure_logs
 
-from data_checks.partitioned import check_partitioned
+from data_checks.check import check_partitioned
 from data_checks.stages import CheckSettings
 from poem.diagnostics.propensity import PropensityThresholds
 from poem.gate import counterfactual_ab_test
@@ -53,7 +53,7 @@ from poem.io.partitions import log_partitions
 from poem.learners.poem import POEM
 from poem.learners.search import run_trial, select_trial
 from poem.learners.training_rows import fit_on_rows, training_rows
-from poem.partitioned_log import policy_rows, split_partitioned
+from poem.log_rows import policy_rows, split_partitioned
 
 GIB = 2**30
 # memory freed by the workers goes back to the system (not kept by Arrow's mimalloc pool)

@@ -39,7 +39,7 @@ from poem.io.partitions import log_partitions, read_partition
 from poem.learners._lbfgs import lbfgs_statistics
 from poem.learners.objective import crm_objective_from_statistics, crm_statistics
 from poem.learners.prepared import prepare_training
-from poem.partitioned_log import PartitionedSplit
+from poem.log_rows import PartitionedSplit
 
 CLIP, LAM, MU = 100.0, 0.1, 1e-6
 

@@ -4,7 +4,7 @@
 :class:`~poem.io.logs.LogTable` already read), validates, quarantines, builds and summarises
 one partition and returns only small results (:class:`PartitionResult`);
 :func:`load_kept_partition` reads its kept rows again after the check.
-:func:`data_checks.partitioned.check_pieces` maps both over a partition set.
+:func:`data_checks.check.check_pieces` maps both over a partition set.
 """
 
 from __future__ import annotations

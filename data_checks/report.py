@@ -309,7 +309,7 @@ def merge_reports(reports: Sequence[DataCheckReport], *, source: str = "") -> Da
     column, expectation and reason become one with the first five examples (in the order of
     the checks) and a row-level check counts every row of the log (``element_count``). Checks
     of the whole log (event ids unique across partitions, the row count) and the per-row
-    reasons are :func:`data_checks.partitioned.check_pieces`'s.
+    reasons are :func:`data_checks.check.check_pieces`'s.
 
     Parameters
     ----------

@@ -1,11 +1,11 @@
-"""The stages of checking a log, wired once: read → validate → quarantine → build → propensity.
+"""The stages of checking a log, wired once: read → validate → quarantine → build.
 
-``poem-pipeline check`` and the partitioned flow (both through
-:func:`data_checks.partitioned.check_pieces`, which maps them over a log's partitions) and the
-in-memory ``retrain`` flow's tasks (``flows/tasks/{load,validate,propensity}.py``) call these
-same functions, so a log is read, converted, validated and quarantined identically on every
-path (STYLE §13). Stages are pure functions of one table (a whole log, or one partition of
-it): they never raise for bad data, they return a :class:`~data_checks.report.DataCheckReport`.
+``poem-pipeline check`` and the ``retrain`` flow both run them through
+:func:`data_checks.check.check_pieces`, which maps them over a log's partitions (with the
+propensity summary of :mod:`data_checks.partition`), so a log is read, converted, validated
+and quarantined identically on every path (STYLE §13). Stages are pure functions of one table
+(a whole log, or one partition of it): they never raise for bad data, they return a
+:class:`~data_checks.report.DataCheckReport`.
 """
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ from data_checks.report import DataCheckReport, ExpectationFailure
 from data_checks.runner import validate_frame
 from data_checks.suites import build_log_suite, default_parameters
 from poem.data import LoggedBandit
-from poem.diagnostics.propensity import PropensityReport, PropensityThresholds
-from poem.diagnostics.propensity_summary import propensity_summary, summary_report
+from poem.diagnostics.propensity import PropensityThresholds
 from poem.exceptions import InvalidLogError
 from poem.io._row_checks import RowProblem, row_problems
 from poem.io.logs import LogTable, read_log_table
@@ -35,7 +34,6 @@ __all__ = [
     "build_stage",
     "duplicated_rows",
     "failed_report",
-    "propensity_stage",
     "quarantine_stage",
     "read_stage",
     "validate_stage",
@@ -217,7 +215,7 @@ def duplicated_rows(table: LogTable, elsewhere: Any = None) -> np.ndarray | None
     """Positions of the rows whose (non-null) ``event_id`` occurs in another row of the log.
 
     ``elsewhere``: positions of rows whose id occurs in another partition of the log (from
-    :func:`data_checks.partitioned.check_partitioned`'s id buckets). None without ids.
+    :func:`data_checks.check.check_partitioned`'s id buckets). None without ids.
     """
     if "event_id" not in table.frame.columns:
         return None
@@ -242,7 +240,7 @@ def validate_stage(
     Also: rows dated later than the run's clock (``settings.future_timestamps``), rows dated
     outside their ``date=`` folder (a warning) and the files skipped as not data (named).
     ``elsewhere`` (see :func:`duplicated_rows`) and ``partition`` (the row count is checked on
-    the log's total, by :func:`data_checks.partitioned.check_pieces`) when ``table`` is one
+    the log's total, by :func:`data_checks.check.check_pieces`) when ``table`` is one
     partition of a log.
     """
     rules = [*row_problems(table.frame, table.meta), *_below_declared_floor(table)]
@@ -316,16 +314,3 @@ def build_stage(
     except (InvalidLogError, ValueError) as exc:
         extra = failed_report(report.source, exc, "LoggedBandit").failures
         return None, replace(report, failures=report.failures + extra)
-
-
-def propensity_stage(
-    log: LoggedBandit, settings: CheckSettings, target_policy: Any = None
-) -> PropensityReport:
-    """The propensity sanity checks (DESIGN §4.6) of the built log.
-
-    Through the same summary as a log checked partition by partition
-    (:mod:`poem.diagnostics.propensity_summary`), so one log gives one report however it is
-    split: quantiles and the suggested clip within that module's sketch error.
-    """
-    summary = propensity_summary(log, target_policy=target_policy, thresholds=settings.thresholds)
-    return summary_report(summary, thresholds=settings.thresholds)

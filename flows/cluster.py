@@ -12,7 +12,7 @@ log, always, or an existing scheduler (:func:`dask_active`), and then:
 - otherwise the log is one partition in this process and the search trials run on the
   cluster as Prefect tasks through Prefect's ``DaskTaskRunner`` (:func:`select_task_runner`).
 
-Every stage after the check is the same code on each path (:mod:`flows.retrain`).
+Every stage, the check included, is the same code on each path (:mod:`flows.retrain`).
 
 Dask worker processes call Prefect's API themselves. With Prefect's ephemeral API (no
 ``PREFECT_API_URL``) each worker would start its own temporary server and the tasks fail

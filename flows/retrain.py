@@ -4,7 +4,7 @@ load → validate → propensity checks → split → search → train → gate 
 
 One stage sequence (:func:`_stages`) on the log as a partition set (:mod:`poem.io.partitions`):
 one partition in this process, or its partitions on a Dask cluster (chosen in
-:mod:`flows.cluster`); only the load-and-check stage differs by layout.
+:mod:`flows.cluster`); the check is the one of ``poem-pipeline check`` on either layout.
 
 The flow only orchestrates: it loads ``mlflow.yml`` once, hands each task its config section,
 and records everything under one parent MLflow run (nested runs for the trials). Bad logs
@@ -40,14 +40,8 @@ from flows.tasks.gate import (
     open_attempt,
     report_gate,
 )
-from flows.tasks.load import (
-    build_log,
-    fingerprint_logs,
-    load_logs,
-    partition_set,
-    validate_partitions,
-)
-from flows.tasks.propensity import diagnose_propensities, record_propensities
+from flows.tasks.load import check_logs, fingerprint_logs
+from flows.tasks.propensity import record_propensities
 from flows.tasks.register import check_champion, promote_policy, register_policy
 from flows.tasks.search import (
     champion_candidates,
@@ -62,7 +56,7 @@ from flows.tasks.search import (
 from flows.tasks.split import gate_inputs, split_logs
 from flows.tasks.track import finish_tracking, start_tracking
 from flows.tasks.train import prepare_rows, train_policy
-from flows.tasks.validate import enforce_checks, quarantine_rows, record_check_report, validate_logs
+from flows.tasks.validate import enforce_checks, record_check_report
 from poem.learners.champion_candidates import KIND_KEY, LEARNED, RETEMPERED, challenger_kind
 from poem.learners.search import expand_grid
 
@@ -217,26 +211,16 @@ def _search(training: Any, parts: Any, header: Any, cfg: Any, keys: tuple, champ
 def _checked_log(cfg: Any, run: Any, client: Any) -> tuple:
     """Load and check the log: ``(partition set, header, propensity report)``.
 
-    In this process (``client`` None) the log becomes one partition; on a cluster the check
-    keeps its partitions on the workers. The only stage that differs by layout.
+    In this process (``client`` None) the log becomes one partition (and the propensity plots
+    are drawn); on a cluster the check keeps its partitions on the workers.
     """
-    if client is None:
-        loaded = load_logs(cfg.data)  # the stages of data_checks.stages, as `check` runs them
-        report = validate_logs(loaded, cfg.data, cfg.checks)
-        log, report = build_log(quarantine_rows(loaded, report, run), report)
-    else:
-        own = cfg.dask.scheduler_address is None  # a LocalCluster started for this run
-        report, merged, source, header = validate_partitions(
-            cfg.data, cfg.checks, client, run, restart=own
-        )
+    own = cfg.dask.scheduler_address is None  # a LocalCluster started for this run
+    report, propensity, source, header = check_logs(cfg.data, cfg.checks, run, client, own)
     record_check_report(report, run)  # logged before enforcing: a failed run keeps its report
     enforce_checks(report, cfg.checks)
-    if client is None:
-        source, header = partition_set(log)
     check_champion(header, cfg.tracking)  # an incompatible champion fails before training
-    if client is None:
-        return source, header, diagnose_propensities(log, cfg.checks, run)  # with plots
-    return source, header, record_propensities(merged, run)
+    log = source.items[0] if client is None else None  # in memory: one partition, plotted
+    return source, header, record_propensities(propensity, run, log)
 
 
 def _stages(cfg: Any, run: Any, fingerprint: str, client: Any = None) -> tuple:

@@ -109,8 +109,8 @@ def policy_total_variation(challenger: Any, champion: Any, log: Any) -> np.ndarr
     Returns
     -------
     ndarray of shape (n_samples,) or None
-        A :class:`~poem.partitioned_log.RowsView` of two
-        :class:`~poem.partitioned_log.FixedProbabilities` gives the TV its workers computed.
+        A :class:`~poem.log_rows.RowsView` of two
+        :class:`~poem.log_rows.FixedProbabilities` gives the TV its workers computed.
         None when ``champion`` is None (the logging policy, whose distribution the log does
         not hold), when either policy is not a discrete-action :class:`StochasticPolicy`
         (multilabel, candidate sets, per-row probabilities only) or the log has no contexts.

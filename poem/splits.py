@@ -8,133 +8,12 @@ split is used only by the gate.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from sklearn.utils import check_random_state
 
-from poem.data import LoggedBandit
-
-__all__ = ["LogSplit", "split_log", "split_rows", "split_summary"]
-
-
-@dataclass(frozen=True, eq=False)
-class LogSplit:
-    """The three disjoint parts of a log and how they were made.
-
-    Attributes
-    ----------
-    train, validation, test : LoggedBandit
-        The parts.
-    method : {"time", "random"}
-        How rows were assigned.
-    train_rows, validation_rows, test_rows : ndarray of int
-        Row positions of each part in the source log.
-    source : LoggedBandit
-        The log that was split.
-    """
-
-    train: LoggedBandit
-    validation: LoggedBandit
-    test: LoggedBandit
-    method: str
-    train_rows: np.ndarray
-    validation_rows: np.ndarray
-    test_rows: np.ndarray
-    source: LoggedBandit
-
-    def refit_log(self, refit_on: str = "train") -> LoggedBandit:
-        """Return the log the selected configuration is refitted on.
-
-        Parameters
-        ----------
-        refit_on : {"train", "train+validation"}, default="train"
-            Which parts to use.
-
-        Returns
-        -------
-        LoggedBandit
-            ``train``, or train and validation rows in source order.
-
-        Raises
-        ------
-        ValueError
-            For any other value of ``refit_on``.
-        """
-        if refit_on == "train":
-            return self.train
-        if refit_on == "train+validation":
-            return self.source.take(
-                np.sort(np.concatenate([self.train_rows, self.validation_rows]))
-            )
-        raise ValueError(f"refit_on must be 'train' or 'train+validation', got {refit_on!r}")
-
-    def summary(self) -> dict[str, Any]:
-        """Row counts, method and time boundaries (JSON-serialisable, for tracking)."""
-        return split_summary(
-            self.method,
-            (self.train_rows, self.validation_rows, self.test_rows),
-            self.source.timestamps,
-        )
-
-
-def split_log(
-    log: LoggedBandit,
-    *,
-    validation_fraction: float = 0.25,
-    test_fraction: float = 0.25,
-    by_time: bool = True,
-    random_state: Any = None,
-) -> LogSplit:
-    """Split a log into train, validation and test parts.
-
-    With timestamps and ``by_time``, rows are ordered by time (ties keep log order) and cut
-    at the fractions: the newest ``test_fraction`` of rows form the test part and the
-    ``validation_fraction`` before them the validation part. Otherwise a seeded random
-    permutation is cut the same way.
-
-    Parameters
-    ----------
-    log : LoggedBandit
-        The log.
-    validation_fraction : float, default=0.25
-        Fraction of rows for validation (hyperparameter selection).
-    test_fraction : float, default=0.25
-        Fraction of rows for the test part (the gate).
-    by_time : bool, default=True
-        Split by time when the log has timestamps.
-    random_state : int, RandomState instance or None, default=None
-        Seed of the random split.
-
-    Returns
-    -------
-    LogSplit
-        The parts, each with at least one row.
-
-    Raises
-    ------
-    ValueError
-        If the fractions are outside (0, 1), sum to 1 or more, or leave a part empty.
-    """
-    method, train_rows, val_rows, test_rows = split_rows(
-        log.n_rows,
-        log.timestamps,
-        validation_fraction=validation_fraction,
-        test_fraction=test_fraction,
-        by_time=by_time,
-        random_state=random_state,
-    )
-    return LogSplit(
-        log.take(train_rows),
-        log.take(val_rows),
-        log.take(test_rows),
-        method,
-        train_rows,
-        val_rows,
-        test_rows,
-        log,
-    )
+__all__ = ["split_rows", "split_summary"]
 
 
 def split_rows(
@@ -146,7 +25,13 @@ def split_rows(
     by_time: bool = True,
     random_state: Any = None,
 ) -> tuple[str, np.ndarray, np.ndarray, np.ndarray]:
-    """Row positions of the three parts of an n-row log (the rule of :func:`split_log`).
+    """Row positions of the train, validation and test parts of an n-row log.
+
+    With timestamps and ``by_time``, rows are ordered by time (ties keep log order) and cut
+    at the fractions: the newest ``test_fraction`` of rows form the test part and the
+    ``validation_fraction`` before them the validation part. Otherwise a seeded random
+    permutation is cut the same way. A log of several partitions is split as their
+    concatenation (:func:`poem.log_rows.split_partitioned`).
 
     Parameters
     ----------
@@ -154,19 +39,25 @@ def split_rows(
         Rows of the log.
     timestamps : array-like of shape (n,) or None
         The rows' timestamps (None: random split).
-    validation_fraction, test_fraction, by_time, random_state
-        As for :func:`split_log`.
+    validation_fraction : float, default=0.25
+        Fraction of rows for validation (hyperparameter selection).
+    test_fraction : float, default=0.25
+        Fraction of rows for the test part (the gate).
+    by_time : bool, default=True
+        Split by time when the log has timestamps.
+    random_state : int, RandomState instance or None, default=None
+        Seed of the random split.
 
     Returns
     -------
     method : {"time", "random"}
     train_rows, validation_rows, test_rows : ndarray of int
-        Sorted row positions.
+        Sorted row positions, each part at least one row.
 
     Raises
     ------
     ValueError
-        As :func:`split_log`.
+        If the fractions are outside (0, 1), sum to 1 or more, or leave a part empty.
     """
     for name, frac in (
         ("validation_fraction", validation_fraction),
@@ -201,7 +92,7 @@ def split_rows(
 
 
 def split_summary(method: str, rows: tuple, timestamps: Any) -> dict[str, Any]:
-    """Row counts, method and time boundaries of a split (see :meth:`LogSplit.summary`).
+    """Row counts, method and time boundaries of a split (JSON-serialisable, for tracking).
 
     ``rows`` are the train, validation and test row positions; ``timestamps`` the source
     log's (used only when ``method == "time"``).

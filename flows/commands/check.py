@@ -20,7 +20,6 @@ from flows.config import ConfigError, load_config
 # imported when the command runs (Great Expectations, pandas take seconds)
 artifact = Deferred("poem.io.artifact")
 data_check = Deferred("data_checks.check")
-partitioned = Deferred("data_checks.partitioned")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -152,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         loss_bounds=args.loss_bounds,
         reward_bounds=args.reward_bounds,
         n_actions=args.n_actions,
-        partitions=partitioned.PartitionOptions(
+        partitions=data_check.PartitionOptions(
             mode=args.partitions,
             min_bytes=int(args.partitions_min_mb * 2**20),
             scheduler=args.scheduler,

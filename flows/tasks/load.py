@@ -1,10 +1,10 @@
-"""Read the logs named in ``cfg.data`` through the front door (I/O: the only tasks here that retry).
+"""Read and check the logs named in ``cfg.data`` through the front door.
 
-The stages are :mod:`data_checks.stages`, shared with ``poem-pipeline check``; these tasks only
-turn ``cfg.data`` / ``cfg.checks`` into :class:`~data_checks.stages.CheckSettings` and call them.
-Either way the checked log leaves here as a partition set (:mod:`poem.io.partitions`): one
-partition in memory (:func:`partition_set`), or the partitions the check kept on a cluster
-(:func:`validate_partitions`); every later stage is the same code for both.
+The check is :func:`data_checks.check.check_partitioned`, the one ``poem-pipeline check`` runs;
+these tasks only turn ``cfg.data`` / ``cfg.checks`` into
+:class:`~data_checks.stages.CheckSettings` and call it. The checked log leaves here as a
+partition set (:mod:`poem.io.partitions`): one partition in this process, or the partitions the
+check kept on a cluster (:func:`check_logs`); every later stage is the same code for both.
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from data_checks.partitioned import check_partitioned
-from data_checks.stages import CheckSettings, build_stage, read_stage
+from data_checks.check import check_partitioned
+from data_checks.stages import CheckSettings
 from flows.config import ChecksConfig, DataConfig
-from flows.tasks import IO_RETRIES, stage_done, task_logger
-from flows.tracking import TrackedRun, log_artifact
+from flows.tasks import IO_RETRIES, task_logger
+from flows.tracking import TrackedRun, log_artifact, log_json
 from poem.diagnostics.propensity import PropensityThresholds
 from poem.io.logs import log_fingerprint
-from poem.partitioned_log import as_partitions, log_header
+from poem.log_rows import log_header
 
 
 def check_settings(checks: ChecksConfig, data: DataConfig | None = None) -> CheckSettings:
@@ -48,41 +48,30 @@ def fingerprint_logs(data: DataConfig) -> str:
     return log_fingerprint(data.path)
 
 
-@task(name="load-logs", cache_policy=NO_CACHE, **IO_RETRIES)
-def load_logs(data: DataConfig) -> tuple[Any, Any]:
-    """Read the log (``data_checks.stages.read_stage``): ``(table, None)`` or ``(None, report)``."""
-    table, failure = read_stage(data.path, check_settings(ChecksConfig(), data))
-    if table is not None:
-        task_logger().info("loaded %d rows from %s", table.n_rows, data.path)
-    return table, failure
-
-
-@task(name="build-log", cache_policy=NO_CACHE, on_completion=[stage_done])
-def build_log(kept: Any, report: Any) -> tuple[Any, Any]:
-    """Build the :class:`poem.data.LoggedBandit` of the kept rows: ``(log, report)``."""
-    return build_stage(kept, report)
-
-
-@task(name="partition-set", cache_policy=NO_CACHE)
-def partition_set(log: Any) -> tuple[Any, Any]:
-    """The checked log in memory as a one-partition set, and its shape: ``(source, header)``."""
-    source = as_partitions(log)
-    return source, log_header(source)
-
-
-@task(name="validate-logs", cache_policy=NO_CACHE, on_completion=[stage_done])
-def validate_partitions(
-    data: DataConfig, checks: ChecksConfig, client: Any, run: TrackedRun, restart: bool = False
+@task(name="validate-logs", cache_policy=NO_CACHE, **IO_RETRIES)
+def check_logs(
+    data: DataConfig,
+    checks: ChecksConfig,
+    run: TrackedRun,
+    client: Any = None,
+    restart: bool = False,
 ):
-    """Check the log partition by partition; log the quarantine; keep the rows on the workers.
+    """Check the log; log the quarantine; keep the checked rows as a partition set.
 
-    ``restart`` restarts the workers between the check and the load (a cluster of this run).
+    Without ``client`` the log is read whole, one partition in this process; with one, each
+    Parquet row group is a partition checked and kept on the workers (``restart`` restarts
+    them between the check and the load: a cluster of this run). Quarantined rows go to
+    ``checks/quarantine.parquet`` (one partition) or ``checks/quarantine/`` (one file each),
+    their counts by reason to ``checks/quarantine_reasons.json``. Transient I/O errors are
+    retried (:data:`~flows.tasks.IO_RETRIES`); bad data never is. No GX Data Docs: offline
+    they are unstyled (CDN assets) and cost ~4 MB per run; the JSON and markdown report
+    stand in.
 
-    Returns ``(report, propensity_report, kept, header)``: the merged check report, the
-    merged propensity report (None when the check failed), the kept rows as a partition set
-    and their :class:`~poem.partitioned_log.LogHeader` (None when the check failed).
+    Returns ``(report, propensity_report, kept, header)``: the check report, the propensity
+    report (None when the check failed), the kept rows as a partition set and their
+    :class:`~poem.log_rows.LogHeader` (None when the check failed).
     """
-    with tempfile.TemporaryDirectory(prefix="poem-partitions-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="poem-check-") as tmp:
         report, propensity, files, kept = check_partitioned(
             data.path,
             check_settings(checks, data),
@@ -90,9 +79,16 @@ def validate_partitions(
             client=client,
             keep=True,
             restart=restart,
+            in_memory=client is None,
         )
         if "quarantine" in files:
-            log_artifact(run.client(), run.run_id, files["quarantine"], "checks/quarantine")
-            task_logger().warning("quarantined %d of %d rows", report.n_quarantined, report.n_rows)
+            quarantine, mlflow = Path(files["quarantine"]), run.client()
+            where = "checks" if quarantine.is_file() else "checks/quarantine"
+            reasons = report.quarantined_by_reason
+            log_artifact(mlflow, run.run_id, quarantine, where)
+            log_json(mlflow, run.run_id, reasons, "checks/quarantine_reasons.json")
+            task_logger().warning(
+                "quarantined %d of %d rows: %s", report.n_quarantined, report.n_rows, reasons
+            )
     header = log_header(kept) if report.passed else None
     return report, propensity, kept, header

@@ -9,32 +9,24 @@ from prefect import task
 from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from data_checks.stages import propensity_stage
-from flows.config import ChecksConfig
 from flows.tasks import stage_done, task_logger
-from flows.tasks.load import check_settings
 from flows.tracking import TrackedRun, log_artifact, log_json, log_metrics, log_text
 from poem.diagnostics.plots import save_diagnostic_plots
 from poem.exceptions import InvalidLogError, Violation
 
 
 @task(name="diagnose-propensities", cache_policy=NO_CACHE, on_completion=[stage_done])
-def diagnose_propensities(log: Any, checks: ChecksConfig, run: TrackedRun) -> Any:
-    """Run ``data_checks.stages.propensity_stage``; log the report and plots; raise on fail."""
-    report = propensity_stage(log, check_settings(checks))
-    with tempfile.TemporaryDirectory(prefix="poem-propensity-") as tmp:
-        save_diagnostic_plots(log, tmp)
-        log_artifact(run.client(), run.run_id, tmp, "checks/propensity_plots")
-    return record_propensity_report(report, run)
+def record_propensities(report: Any, run: TrackedRun, log: Any = None) -> Any:
+    """Log the check's :class:`~poem.diagnostics.propensity.PropensityReport`; raise on fail.
 
-
-def record_propensity_report(report: Any, run: TrackedRun) -> Any:
-    """Log a :class:`~poem.diagnostics.propensity.PropensityReport`; raise when a check failed.
-
-    Shared by :func:`diagnose_propensities` and the partitioned path (whose report comes from
-    the merged per-partition summaries, without plots).
+    With ``log`` (the checked log in memory) the diagnostic plots are logged too; a log
+    checked on a cluster has none (they need every row).
     """
     client = run.client()
+    if log is not None:
+        with tempfile.TemporaryDirectory(prefix="poem-propensity-") as tmp:
+            save_diagnostic_plots(log, tmp)
+            log_artifact(client, run.run_id, tmp, "checks/propensity_plots")
     log_json(client, run.run_id, report.to_dict(), "checks/propensity_report.json")
     log_text(client, run.run_id, report.to_markdown(), "checks/propensity_report.md")
     log_metrics(
@@ -54,9 +46,3 @@ def record_propensity_report(report: Any, run: TrackedRun) -> Any:
             [Violation(c.name, 0, report.n_rows, (), c.explanation) for c in report.failed]
         )
     return report
-
-
-@task(name="diagnose-propensities", cache_policy=NO_CACHE, on_completion=[stage_done])
-def record_propensities(report: Any, run: TrackedRun) -> Any:
-    """Log the merged propensity report of a log checked on a cluster (no plots); raise on fail."""
-    return record_propensity_report(report, run)

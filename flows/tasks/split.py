@@ -2,7 +2,7 @@
 
 The log is a partition set (:mod:`poem.io.partitions`): one partition in memory, or its
 partitions on a cluster; the split is row positions per partition
-(:func:`poem.partitioned_log.split_partitioned`), the same rows on every layout.
+(:func:`poem.log_rows.split_partitioned`), the same rows on every layout.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from prefect.cache_policies import NO_CACHE
 from flows.config import SplitConfig
 from flows.tasks import stage_done, task_logger
 from flows.tracking import TrackedRun, log_params
-from poem.partitioned_log import PartitionedSplit, policy_rows, split_partitioned
+from poem.log_rows import PartitionedSplit, policy_rows, split_partitioned
 
 
 @task(name="split-logs", cache_policy=NO_CACHE, on_completion=[stage_done])
 def split_logs(source: Any, split: SplitConfig, run: TrackedRun) -> PartitionedSplit:
-    """:func:`poem.partitioned_log.split_partitioned`; log the part sizes and time boundaries."""
+    """:func:`poem.log_rows.split_partitioned`; log the part sizes and time boundaries."""
     parts = split_partitioned(
         source,
         validation_fraction=split.validation_fraction,
@@ -38,8 +38,8 @@ def gate_inputs(challenger: Any, champion: Any, split: PartitionedSplit) -> tupl
     """The test rows' losses, propensities and both policies' probabilities, where they live.
 
     Returns ``(challenger, champion, test_rows)`` for :func:`~flows.tasks.gate.gate_candidate`
-    (:class:`~poem.partitioned_log.FixedProbabilities`, None for the logging policy, and a
-    :class:`~poem.partitioned_log.RowsView`): the bound runs once on the gathered vectors.
+    (:class:`~poem.log_rows.FixedProbabilities`, None for the logging policy, and a
+    :class:`~poem.log_rows.RowsView`): the bound runs once on the gathered vectors.
     """
     policies = (challenger,) if champion is None else (challenger, champion)
     view, probabilities = policy_rows(split.source, split.rows_for("test"), policies)

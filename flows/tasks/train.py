@@ -40,7 +40,7 @@ def train_policy(
     """Fit the learner with ``params`` on ``training.refit_on``; log the fitted diagnostics.
 
     ``rows`` are the search's training rows; ``header`` the log's shape
-    (:class:`~poem.partitioned_log.LogHeader`); ``champion`` (the registry's champion policy
+    (:class:`~poem.log_rows.LogHeader`); ``champion`` (the registry's champion policy
     or None) is the start of ``warm_start: champion``.
     """
     if training.refit_on != rows.part:

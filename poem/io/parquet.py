@@ -1,7 +1,8 @@
-"""Canonical Parquet logs: :func:`write_log`, :func:`read_log`, :func:`read_frame`.
+"""Canonical Parquet logs: :func:`write_log` and :func:`read_frame`.
 
 Reading any log (Parquet or CSV, with metadata resolved, rewards converted and timestamps
-parsed once) goes through :func:`poem.io.logs.read_log_table`; this module reads Parquet only.
+parsed once) goes through :func:`poem.io.logs.read_log_table` (:func:`poem.io.logs.read_log` for
+a :class:`~poem.data.LoggedBandit`); this module reads Parquet frames only.
 
 The columns and the ``poem`` key-value metadata (declared loss bounds, family, context
 layout) are defined in :mod:`poem.io.log_format`, which also converts between a
@@ -53,7 +54,6 @@ __all__ = [
     "log_to_frame",
     "partition_date",
     "read_frame",
-    "read_log",
     "scan_log_folder",
     "skipped_log_files",
     "write_log",
@@ -346,24 +346,3 @@ def _schema_difference(table: pa.Table, ref: pa.Table, ref_file: Path) -> str:
                 + "; ".join(f"{k} {mine.get(k)!r} vs {theirs.get(k)!r}" for k in keys[:5])
             ]
     return f"does not match {ref_file.name} of the same log: " + "; ".join(parts)
-
-
-def read_log(path: str | Path, *, family: str | None = None, **overrides: Any) -> LoggedBandit:
-    """Read a Parquet log (file or ``date=`` directory) into a :class:`LoggedBandit`.
-
-    Parameters
-    ----------
-    path : str or Path
-        ``*.parquet`` file or partitioned directory (CSV: :func:`poem.io.logs.read_log`).
-    family : str or None, default=None
-        Expected family; must match the declared one when both exist.
-    **overrides
-        Passed to :func:`frame_to_log` (``loss_bounds``, ``reward_bounds``, ``n_actions``,
-        ``context_columns``, ``logging_model_version``).
-
-    Returns
-    -------
-    LoggedBandit
-        The validated log.
-    """
-    return frame_to_log(read_frame(path), family=family, **overrides)

@@ -14,13 +14,13 @@ check sees a log only through an object with
   every partition where it lives; the results stay there as a new set, or (``gather``) come
   back as a list in partition order — additive statistics are reduced from that list
   (:meth:`poem.learners.prepared.PreparedTraining.statistics`), per-row vectors are
-  concatenated in log order (:func:`poem.partitioned_log.policy_rows`), rows are taken into
-  one in-memory log (:func:`poem.partitioned_log.take_log`);
+  concatenated in log order (:func:`poem.log_rows.policy_rows`), rows are taken into
+  one in-memory log (:func:`poem.log_rows.take_log`);
 - ``parts.fold(fn, state, plan, **kwargs)``: a small state handed from partition to partition
   (AdaGrad's epoch, :mod:`poem.learners._adagrad`).
 
 :class:`LocalPartitions` holds the objects in this process; a log in memory is one partition
-(:func:`poem.partitioned_log.as_partitions`). :class:`poem._dask.ClusterPartitions` holds them
+(:func:`poem.log_rows.as_partitions`). :class:`poem._dask.ClusterPartitions` holds them
 in a Dask cluster's workers. Nothing else distinguishes the two.
 """
 
@@ -101,7 +101,7 @@ def read_partition(
     partition : LogPartition
         The piece to read.
     family : str or None, default=None
-        Expected family (as in :func:`poem.io.parquet.read_log`).
+        Expected family (as in :func:`poem.io.logs.read_log`).
     **overrides
         Passed to :func:`~poem.io.log_format.frame_to_log`.
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from poem.estimators.ips import Estimate, evaluate_policy
-from poem.partitioned_log import FixedProbabilities
+from poem.log_rows import FixedProbabilities
 
 __all__ = [
     "SCORINGS",

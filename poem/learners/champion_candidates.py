@@ -20,14 +20,13 @@ fit-only fields (objective, clipped fraction) are NaN and ``n_iter`` is 0.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from poem.learners._trials import Trial
-from poem.learners.search import policy_scores
-from poem.partitioned_log import log_header
+from poem.learners.search import checked_temperatures, policy_scores
+from poem.log_rows import log_header
 from poem.policies.stochastic import StochasticPolicy
 
 __all__ = [
@@ -44,13 +43,6 @@ KIND_KEY = "challenger_kind"  # trial param, run tag and version tag
 LEARNED = "learned"  # the challenger is a fit of the learner
 RETEMPERED = "champion_retempered"  # the champion at another temperature, no refit
 _KINDS = (LEARNED, RETEMPERED)
-
-
-def _checked_temperatures(temperatures: Sequence[float] | None) -> list[float]:
-    values = [1.0] if temperatures is None else [float(t) for t in temperatures]
-    if not values or not all(math.isfinite(t) and t > 0 for t in values):
-        raise ValueError(f"temperatures must be finite values > 0, got {values!r}")
-    return values
 
 
 def retempered_champion(
@@ -82,7 +74,7 @@ def retempered_champion(
     ValueError
         If ``temperature`` is not finite and > 0.
     """
-    (alpha,) = _checked_temperatures([temperature])
+    (alpha,) = checked_temperatures([temperature])
     metadata = {
         **champion.metadata,
         KIND_KEY: RETEMPERED,
@@ -165,7 +157,7 @@ def champion_trials(
     """
     if champion is None:
         return []
-    values = _checked_temperatures(temperatures)
+    values = checked_temperatures([1.0] if temperatures is None else temperatures)
     shape = log_header(validation_log[0]) if isinstance(validation_log, tuple) else validation_log
     _check_fits(champion, shape.family, shape.n_features, shape.n_actions)
     start = time.perf_counter()

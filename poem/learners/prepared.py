@@ -41,7 +41,7 @@ from poem.exceptions import InvalidLogError, Violation
 from poem.io.partitions import LocalPartitions
 from poem.learners._scaling import FeatureScaling, scaling_from_moments, standardize
 from poem.learners.objective import CRMStatistics, crm_statistics
-from poem.partitioned_log import PartitionedSplit, kept_rows, release_rows, take_rows
+from poem.log_rows import PartitionedSplit, kept_rows, release_rows, take_rows
 from poem.policies._base import PolicyFamily
 from poem.policies.stochastic import family_from_log
 

@@ -35,13 +35,14 @@ from poem.learners._trials import (
     validation_scores,
 )
 from poem.learners.training_rows import TrainingRows, fit_on_rows
-from poem.partitioned_log import policy_rows
+from poem.log_rows import policy_rows
 
 __all__ = [
     "SearchResult",
     "baseline_trial",
     "baseline_wins",
     "Trial",
+    "checked_temperatures",
     "ess_floor",
     "expand_grid",
     "policy_scores",
@@ -118,9 +119,9 @@ def run_trial(
         (:func:`~poem.learners.prepared.fit_on_rows`).
     validation_log : LoggedBandit or (partition set, rows)
         Held-out rows it is scored on: a log, or a partition set and its local rows per
-        partition (:meth:`~poem.partitioned_log.PartitionedSplit.rows_for`); the policies'
+        partition (:meth:`~poem.log_rows.PartitionedSplit.rows_for`); the policies'
         probabilities are computed where the rows live
-        (:func:`~poem.partitioned_log.policy_rows`).
+        (:func:`~poem.log_rows.policy_rows`).
     confidence_level : float, default=0.95
         Level of the reported intervals.
     keep_estimator : bool, default=False
@@ -141,7 +142,7 @@ def run_trial(
         chosen one is in ``params["temperature"]`` and the estimator serves at it.
     """
     if temperatures is not None:
-        temperatures = _checked_temperatures(temperatures)  # before the fit
+        temperatures = checked_temperatures(temperatures)  # before the fit
     model = clone(estimator).set_params(**dict(params))
     start = time.perf_counter()
     with warnings.catch_warnings():
@@ -182,7 +183,8 @@ def policy_scores(
     return [validation_scores(p, validation_log, confidence_level) for p in policies]
 
 
-def _checked_temperatures(temperatures: Sequence[float]) -> list[float]:
+def checked_temperatures(temperatures: Sequence[float]) -> list[float]:
+    """The temperatures as floats; ValueError unless there is one and each is finite and > 0."""
     values = [float(t) for t in temperatures]
     if not values or not all(math.isfinite(t) and t > 0 for t in values):
         raise ValueError(f"temperatures must be finite values > 0, got {values!r}")
@@ -240,7 +242,7 @@ def select_temperature(
         When ``temperatures`` is empty, has a value that is not > 0 and finite, or does not
         match ``scores`` in length.
     """
-    temperatures = _checked_temperatures(temperatures)
+    temperatures = checked_temperatures(temperatures)
     if len(scores) != len(temperatures):
         raise ValueError(f"{len(scores)} scores for {len(temperatures)} temperatures")
     candidates = [

@@ -1,11 +1,11 @@
 """The rows a learner fits on, and the one route every learner and layout takes to fit.
 
-:class:`TrainingRows` is a part of a split (:class:`~poem.partitioned_log.PartitionedSplit`)
+:class:`TrainingRows` is a part of a split (:class:`~poem.log_rows.PartitionedSplit`)
 wherever its partitions live; :func:`fit_on_rows` fits POEM on the rows prepared in place
 (:meth:`~poem.learners.poem.POEM.fit_prepared`, :mod:`poem.learners.prepared`) and every
 other learner — BanditNet, the hybrid learner, POEM's doubly robust objective on several
 partitions — on the rows taken into one in-memory log
-(:func:`~poem.partitioned_log.take_log`). The search's trials and the refit share one
+(:func:`~poem.log_rows.take_log`). The search's trials and the refit share one
 :class:`TrainingRows` (:func:`training_rows`), so the rows are prepared or taken once.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 from poem.data import LoggedBandit
 from poem.learners.prepared import PreparedTraining, prepare_log, prepare_training
-from poem.partitioned_log import PartitionedSplit, take_log
+from poem.log_rows import PartitionedSplit
 
 __all__ = ["TrainingRows", "fit_on_rows", "training_rows"]
 
@@ -27,7 +27,7 @@ class TrainingRows:
 
     Holds what every trial of a search shares: the preparation for POEM (one per
     ``fit_intercept``/``standardize``) and, for learners without an additive form, the rows
-    taken into one in-memory log (:func:`~poem.partitioned_log.take_log`).
+    taken into one in-memory log (:func:`~poem.log_rows.take_log`).
 
     Attributes
     ----------
@@ -48,7 +48,7 @@ class TrainingRows:
     def log(self) -> LoggedBandit:
         """The rows as one in-memory log (taken once)."""
         if self._log is None:
-            self._log = take_log(self.split.source, self.split.rows_for(self.part))
+            self._log = self.split.log(self.part)
         return self._log
 
     def preparation(self, fit_intercept: bool, standardize: bool) -> PreparedTraining:

@@ -21,8 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from data_checks.check import check_logs
-from data_checks.partitioned import PartitionOptions
+from data_checks.check import PartitionOptions, check_logs
 from data_checks.stages import CheckSettings
 from flows.config import ChecksConfig, load_config
 from flows.deployments import newest_partitions, stage_partitions

@@ -17,7 +17,8 @@ from mlflow.exceptions import MlflowException
 
 from deploy.pyfunc import StochasticPolicyModel
 from poem.io.decisions import DecisionLog, served_min_propensity
-from poem.io.parquet import read_frame, read_log
+from poem.io.logs import read_log
+from poem.io.parquet import read_frame
 
 FEATURES = ["f_a", "f_b", "f_c"]
 T0 = pd.Timestamp("2026-03-01T23:50:00Z")

@@ -38,7 +38,7 @@ def digits_logs(tmp_path_factory):
 def test_make_logs_writes_date_partitions(digits_logs, capsys):
     files = sorted(p.relative_to(digits_logs).as_posix() for p in digits_logs.rglob("*.parquet"))
     assert files == ["date=2026-01-01/part-00000.parquet"]
-    from poem.io.parquet import read_log
+    from poem.io.logs import read_log
 
     log = read_log(digits_logs)
     assert log.n_rows == 600 and log.family == "discrete" and log.n_actions == 10
@@ -85,7 +85,7 @@ def test_make_logs_yeast(shared_data_dir, tmp_path):
         "0.5",
     ]
     assert main(args) == 0
-    from poem.io.parquet import read_log
+    from poem.io.logs import read_log
 
     log = read_log(out)
     assert (

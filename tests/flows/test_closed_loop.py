@@ -56,7 +56,7 @@ def test_each_round_log_passes_check_and_is_what_retrain_trained_on(loop):
 
     from data_checks.check import check_logs
     from flows.tracking import data_fingerprint
-    from poem.io.parquet import read_log
+    from poem.io.logs import read_log
 
     root = Path(loop.workdir) / "logs"
     partitions = sorted(p.name for p in root.iterdir())

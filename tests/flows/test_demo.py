@@ -8,7 +8,7 @@ import flows.commands.demo as demo
 import flows.retrain
 from flows.cli import main
 from flows.retrain import RetrainResult
-from poem.io.parquet import read_log
+from poem.io.logs import read_log
 
 
 def test_demo_runs_retrain_twice_and_prints_where_to_look(tmp_path, monkeypatch, capsys):

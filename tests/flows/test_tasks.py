@@ -21,7 +21,7 @@ from flows.config import (
 from flows.registry import alias_version
 from flows.tasks import is_transient_io_error
 from flows.tasks.gate import gate_candidate, gate_coin, gate_metrics, load_champion
-from flows.tasks.load import build_log, fingerprint_logs, load_logs
+from flows.tasks.load import check_logs, fingerprint_logs
 from flows.tasks.register import promote_policy, register_policy
 from flows.tasks.search import (
     champion_candidates,
@@ -31,12 +31,12 @@ from flows.tasks.search import (
     serving_choice,
 )
 from flows.tasks.split import split_logs
-from flows.tasks.validate import enforce_checks, quarantine_rows, record_check_report, validate_logs
+from flows.tasks.validate import enforce_checks, record_check_report
 from flows.tracking import TrackedRun, client_for, ensure_experiment, start_run
 from poem.exceptions import InvalidLogError
 from poem.gate import decision_coin
 from poem.learners.training_rows import TrainingRows
-from poem.partitioned_log import as_partitions, log_header, split_partitioned, take_log
+from poem.log_rows import as_partitions, log_header, split_partitioned
 
 PARAMS = {"solver": "lbfgs", "variance_penalty": "calibrated", "max_iter": 30, "random_state": 0}
 
@@ -54,16 +54,15 @@ def run(tmp_path) -> TrackedRun:
 
 
 @pytest.fixture(scope="module")
-def parts(digits_log):
-    from poem.splits import split_log
-
-    return split_log(digits_log, random_state=0)
+def split(digits_log):
+    """The split as the flow holds it: row positions of a partition set (here one partition)."""
+    return split_partitioned(as_partitions(digits_log), random_state=0)
 
 
 @pytest.fixture(scope="module")
-def split(digits_log):
-    """The same split as ``parts``, as the flow holds it: row positions of a partition set."""
-    return split_partitioned(as_partitions(digits_log), random_state=0)
+def parts(split):
+    """The same split's train, validation and test rows as logs in memory."""
+    return SimpleNamespace(**{p: split.log(p) for p in ("train", "validation", "test")})
 
 
 @pytest.fixture(scope="module")
@@ -89,10 +88,7 @@ def test_split_task_splits_by_time_and_logs_sizes(digits_log, run):
     parts = split_logs.fn(as_partitions(digits_log), config, run)
     sizes = [parts.n_rows(p) for p in ("train", "validation", "test")]
     assert (parts.method, *sizes) == ("time", 450, 180, 270)
-    stamps = [
-        take_log(parts.source, parts.rows_for(p)).timestamps
-        for p in ("train", "validation", "test")
-    ]
+    stamps = [parts.log(p).timestamps for p in ("train", "validation", "test")]
     assert stamps[0].max() < stamps[1].min() <= stamps[2].min()
     params = run.client().get_run(run.run_id).data.params
     assert params["split.n_test"] == "270" and params["split.split_method"] == "time"
@@ -197,13 +193,11 @@ def test_register_promote_load_champion(run, parts, trials):
     assert tags["data_fingerprint"] == "abc" and tags["policy_uri"].endswith("/artifacts/policy")
 
 
-def test_load_fingerprint_and_build(logs_dir):
+def test_load_fingerprint_and_build(logs_dir, run):
     data = DataConfig(path=str(logs_dir / "good"))
-    table, failure = load_logs.fn(data)
-    assert failure is None and table.n_rows == 900
-    report = validate_logs.fn((table, failure), data, ChecksConfig())
-    log, report = build_log.fn(table, report)
-    assert log.n_rows == 900 and report.passed
+    report, propensity, kept, header = check_logs.fn(data, ChecksConfig(), run)
+    assert len(kept) == 1 and kept.items[0].n_rows == header.n_rows == 900  # one partition
+    assert report.passed and propensity.n_rows == 900
     assert (
         fingerprint_logs.fn(data)
         == fingerprint_logs.fn(data)
@@ -216,18 +210,17 @@ def test_load_fingerprint_and_build(logs_dir):
 @pytest.mark.usefixtures("prefect_harness")
 def test_validate_and_quarantine_reconcile(logs_dir, run):
     data = DataConfig(path=str(logs_dir / "bad-propensity.parquet"))
-    loaded = load_logs.fn(data)
     checks = ChecksConfig(min_rows=10, max_quarantine_fraction=0.2)
-    report = validate_logs.fn(loaded, data, checks)
+    report, _, kept, _ = check_logs.fn(data, checks, run)
     record_check_report.fn(report, run)
     assert enforce_checks.fn(report, checks) is report  # 10% quarantined: within the limit
     with pytest.raises(InvalidLogError, match=r"propensity: 90 of 900 rows"):
         enforce_checks.fn(report, ChecksConfig(quarantine=False))
-    kept = quarantine_rows.fn(loaded, report, run)
-    assert (kept.n_rows, report.n_quarantined, loaded[0].n_rows) == (810, 90, 900)
+    assert (kept.items[0].n_rows, report.n_quarantined, report.n_rows) == (810, 90, 900)
     artifacts = {a.path for a in run.client().list_artifacts(run.run_id, "checks")}
     assert {
         "checks/quarantine.parquet",
+        "checks/quarantine_reasons.json",
         "checks/data_check_report.json",
         "checks/data_check_report.md",
     } <= artifacts

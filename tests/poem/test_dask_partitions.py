@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from poem.data import LoggedBandit
-from poem.partitioned_log import FixedProbabilities, _policy_rows, policy_rows
+from poem.log_rows import FixedProbabilities, _policy_rows, policy_rows
 
 distributed = pytest.importorskip("distributed", reason="the dask extra is not installed")
 dask = pytest.importorskip("dask")

@@ -13,15 +13,13 @@ import scipy.sparse as sp
 from poem.data import CandidateSets, LoggedBandit
 from poem.exceptions import InvalidLogError
 from poem.io.csv import metadata_path, read_csv_frame, write_csv
-from poem.io.logs import read_log as read_any_log
-from poem.io.logs import read_log_table
+from poem.io.logs import read_log, read_log_table
 from poem.io.parquet import (
     METADATA_KEY,
     frame_to_log,
     list_log_files,
     log_to_frame,
     read_frame,
-    read_log,
     write_log,
 )
 
@@ -123,7 +121,7 @@ def test_frame_and_csv_round_trips_are_exact(tmp_path, name):
     assert _differences(log, frame_to_log(log_to_frame(log))) == []
     path = write_csv(log, tmp_path / "log.csv")
     assert metadata_path(path).exists()
-    assert _differences(log, read_any_log(path)) == []
+    assert _differences(log, read_log(path)) == []
 
 
 def test_partitions_are_named_by_date_and_declare_bounds(tmp_path):
@@ -247,7 +245,7 @@ def test_csv_without_metadata_needs_family_and_bounds(tmp_path):
     metadata_path(path).unlink()
     with pytest.raises(ValueError, match="family must be given"):
         read_log_table(path)
-    log = read_any_log(path, family="discrete", loss_bounds=(0, 1), n_actions=3)
+    log = read_log(path, family="discrete", loss_bounds=(0, 1), n_actions=3)
     np.testing.assert_array_equal(log.propensities, LOGS["discrete"].propensities)
     assert log.n_actions == 3 and log.contexts.shape == (40, 4)
 

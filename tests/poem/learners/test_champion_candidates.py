@@ -20,9 +20,8 @@ from poem.learners.champion_candidates import (
 )
 from poem.learners.poem import POEM
 from poem.learners.search import run_trial, select_trial, validation_scores
-from poem.partitioned_log import split_partitioned
+from poem.log_rows import as_partitions, split_partitioned
 from poem.policies import StochasticPolicy, make_family
-from poem.splits import split_log
 
 TEMPERATURES = [1.0, 0.5, 0.25]
 
@@ -149,7 +148,11 @@ def test_partitioned_candidates_equal_in_memory(champion, make_log):
         ]
     )
     split = split_partitioned(parts, random_state=0)
-    ref = champion_trials(champion, split_log(log, random_state=0).validation, TEMPERATURES)
+    ref = champion_trials(
+        champion,
+        split_partitioned(as_partitions(log), random_state=0).log("validation"),
+        TEMPERATURES,
+    )
     got = champion_trials(champion, (split.source, split.rows_for("validation")), TEMPERATURES)
     assert [t.params for t in got] == [t.params for t in ref]
     for a, b in zip(got, ref, strict=True):

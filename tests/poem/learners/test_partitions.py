@@ -27,9 +27,9 @@ from poem.learners.poem import POEM
 from poem.learners.prepared import prepare_log, prepare_training
 from poem.learners.search import run_trial
 from poem.learners.training_rows import TrainingRows, fit_on_rows, training_rows
-from poem.partitioned_log import as_partitions, policy_rows, split_partitioned, take_log
+from poem.log_rows import as_partitions, policy_rows, split_partitioned, take_log
 from poem.policies import family_from_log
-from poem.splits import split_log
+from poem.splits import split_rows, split_summary
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import make_family_log  # noqa: E402
@@ -67,17 +67,17 @@ def both(log, **kw):
 @pytest.mark.parametrize("by_time", [True, False])
 def test_split_is_the_same_rows_on_every_layout(timed_log, by_time):
     kw = dict(validation_fraction=0.3, test_fraction=0.2, by_time=by_time, random_state=4)
-    ref = split_log(timed_log, **kw)
+    method, *ref = split_rows(timed_log.n_rows, timed_log.timestamps, **kw)
     one, many = both(timed_log, **kw)
     edges = np.array([*BOUNDS, timed_log.n_rows])
-    for name, rows in (("train", ref.train_rows), ("validation", ref.validation_rows)):
+    for name, rows in zip(("train", "validation"), ref[:2], strict=True):
         np.testing.assert_array_equal(one.rows[name][0], rows)
         local = many.rows[name]
         assert len(local) == 5 and local[1].size == 0
         np.testing.assert_array_equal(
             np.concatenate([r + o for r, o in zip(local, edges, strict=False)]), rows
         )
-    assert one.summary() == many.summary() == ref.summary()
+    assert one.summary() == many.summary() == split_summary(method, ref, timed_log.timestamps)
     assert one.family == many.family == "discrete"
 
 
@@ -113,9 +113,7 @@ def test_statistics_of_k_partitions_equal_one(family_log, clip):
     )
     family = family_from_log(family_log, fit_intercept=True)
     w = 0.4 * np.random.default_rng(3).normal(size=family.coef_shape)
-    rows = np.sort(np.concatenate([split_log(family_log, random_state=0).train_rows,
-                                   split_log(family_log, random_state=0).validation_rows]))  # fmt: skip
-    sub = family_log.take(rows)
+    sub = split_partitioned(as_partitions(family_log), random_state=0).log("train+validation")
     full = crm_statistics(
         w, family, family.inputs_from_log(sub), np.asarray(sub.actions), sub.scaled_losses(),
         sub.propensities, clip,
@@ -134,7 +132,7 @@ def test_lbfgs_fit_of_k_partitions_equals_one(timed_log):
     one, many = both(timed_log, random_state=0, by_time=False)
     a = fit_on_rows(POEM(**PARAMS), TrainingRows(one))
     b = fit_on_rows(POEM(**PARAMS), TrainingRows(many))
-    ref = POEM(**PARAMS).fit(split_log(timed_log, random_state=0, by_time=False).train)
+    ref = POEM(**PARAMS).fit(one.log("train"))
     np.testing.assert_array_equal(a.coef_, ref.coef_)  # one partition: the in-memory fit
     assert b.clip_ == a.clip_ and b.variance_penalty_ == pytest.approx(a.variance_penalty_, 1e-12)
     assert b.objective_ == pytest.approx(a.objective_, rel=1e-10)
@@ -273,7 +271,7 @@ def test_one_partition_adagrad_reproduces_main(case):
 @QUIET
 def test_adagrad_order_ignores_empty_partitions_and_k_partitions_are_a_valid_run(timed_log):
     est = POEM(solver="adagrad", variance_penalty=0.1, max_epochs=3, batch_size=40, random_state=0)
-    log = split_log(timed_log, random_state=0, by_time=False).train
+    log = split_partitioned(as_partitions(timed_log), random_state=0, by_time=False).log("train")
     ref = POEM(**est.get_params()).fit(log)
     padded = LocalPartitions([None, log, None])  # only empty partitions added
     rows = TrainingRows(split_partitioned(padded, validation_fraction=0.01, test_fraction=0.01))
@@ -354,8 +352,7 @@ def test_trial_candidates_and_gate_of_k_partitions_equal_one(timed_log):
     a = run_trial(POEM(**PARAMS), params, rows_one, _validation(one), keep_estimator=True,
                   temperatures=temps)  # fmt: skip
     b = run_trial(POEM(**PARAMS), params, rows_many, _validation(many), temperatures=temps)
-    ref_split = split_log(timed_log, random_state=0)
-    ref = run_trial(POEM(**PARAMS), params, ref_split.train, ref_split.validation,
+    ref = run_trial(POEM(**PARAMS), params, one.log("train"), one.log("validation"),
                     temperatures=temps)  # fmt: skip
     for key, value in a.to_dict().items():
         if key != "fit_seconds":
@@ -366,7 +363,7 @@ def test_trial_candidates_and_gate_of_k_partitions_equal_one(timed_log):
                     champion_trials(policy, _validation(many), temps), strict=True):  # fmt: skip
         assert x.ips.value == pytest.approx(y.ips.value, rel=1e-12)
         assert x.snips.value == pytest.approx(y.snips.value, rel=1e-12)
-    other = POEM(**{**PARAMS, "variance_penalty": 0.0}).fit(ref_split.train).policy_
+    other = POEM(**{**PARAMS, "variance_penalty": 0.0}).fit(one.log("train")).policy_
     for champion in (None, other):
         kw = dict(estimator="snips", min_ess=10.0, failed_checks=["x"] if champion else [])
         policies = (policy,) if champion is None else (policy, other)
@@ -375,7 +372,7 @@ def test_trial_candidates_and_gate_of_k_partitions_equal_one(timed_log):
             view, probs = policy_rows(split.source, split.rows_for("test"), policies)
             assert view.timestamps is not None  # the ledger's window, as in memory
             out.append(counterfactual_ab_test(probs[0], probs[1] if champion else None, view, **kw))
-        ref_gate = counterfactual_ab_test(policy, champion, ref_split.test, **kw)
+        ref_gate = counterfactual_ab_test(policy, champion, one.log("test"), **kw)
         for got in out:
             assert got.decision == ref_gate.decision and got.reasons == ref_gate.reasons
             for key, value in ref_gate.metrics().items():

@@ -13,7 +13,7 @@ from poem.io.log_format import log_to_table
 from poem.io.partitions import LocalPartitions, log_partitions, read_partition
 from poem.learners.poem import POEM
 from poem.learners.training_rows import TrainingRows, fit_on_rows
-from poem.partitioned_log import policy_rows, split_partitioned
+from poem.log_rows import policy_rows, split_partitioned
 
 distributed = pytest.importorskip("distributed", reason="the dask extra is not installed")
 

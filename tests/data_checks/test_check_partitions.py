@@ -1,4 +1,4 @@
-"""The partitioned check (data_checks.partitioned) equals the in-memory check on one log."""
+"""``check`` on k partitions (data_checks.check) equals the check of the log as one partition."""
 
 from __future__ import annotations
 
@@ -10,8 +10,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from data_checks.check import check_logs
-from data_checks.partitioned import PartitionOptions, check_pieces, use_partitions
+from data_checks.check import (
+    PartitionOptions,
+    check_logs,
+    check_partitioned,
+    check_pieces,
+    use_partitions,
+)
 from data_checks.stages import CheckSettings, read_stage
 from poem.diagnostics.propensity import propensity_report
 from poem.diagnostics.propensity_summary import (
@@ -304,7 +309,6 @@ def test_cli_check_on_partitions(parts_log, tmp_path, capsys):
 
 
 def test_kept_partitions_equal_the_in_memory_log(parts_log, tmp_path):
-    from data_checks.partitioned import check_partitioned
     from data_checks.stages import (
         CheckSettings,
         build_stage,

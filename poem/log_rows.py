@@ -6,9 +6,8 @@ partition (:func:`as_partitions`), a Parquet log on a cluster one per row group
 (:class:`poem._dask.ClusterPartitions`). What travels to the client:
 
 - **split** (:func:`split_partitioned`): each partition sends its row count and timestamps
-  (8 bytes a row); the client applies :func:`poem.splits.split_rows` — the rule of
-  :func:`~poem.splits.split_log` — to the concatenation and keeps each partition's local row
-  positions. Same rows as in memory.
+  (8 bytes a row); the client applies :func:`poem.splits.split_rows` to the concatenation and
+  keeps each partition's local row positions. Same rows as one partition.
 - **scores and gate** (:func:`policy_rows`): the
   policies' probabilities of the logged actions are computed where the rows live (the
   O(n·d·K) part); the client receives, per row, the loss, the propensity and one
@@ -87,7 +86,7 @@ class PartitionedSplit:
     family: str | None = None
 
     def summary(self) -> dict[str, Any]:
-        """As :meth:`poem.splits.LogSplit.summary` (the same keys and values)."""
+        """Row counts, method and time boundaries (:func:`poem.splits.split_summary`)."""
         return dict(self.counts)
 
     def rows_for(self, part: str) -> list[np.ndarray]:
@@ -115,6 +114,10 @@ class PartitionedSplit:
         """Rows of ``part`` over all partitions."""
         return int(sum(r.size for r in self.rows_for(part)))
 
+    def log(self, part: str) -> LoggedBandit:
+        """The rows of ``part`` (as :meth:`rows_for`) as one in-memory log (:func:`take_log`)."""
+        return take_log(self.source, self.rows_for(part))
+
 
 def _split_key(log: Any) -> tuple[int, Any, Any]:
     return (0, None, None) if log is None else (log.n_rows, log.timestamps, log.family)
@@ -128,24 +131,27 @@ def split_partitioned(
     by_time: bool = True,
     random_state: Any = None,
 ) -> PartitionedSplit:
-    """:func:`poem.splits.split_log` of the concatenated partitions, as row positions.
+    """Split a partition set: :func:`poem.splits.split_rows` of its concatenated partitions.
+
+    The rows come back as local row positions per partition. A log in memory is split as one
+    partition: ``split_partitioned(as_partitions(log))``, then :meth:`PartitionedSplit.log`.
 
     Parameters
     ----------
     source : partition set
         The log's partitions, in read order.
     validation_fraction, test_fraction, by_time, random_state
-        As for :func:`~poem.splits.split_log`.
+        As for :func:`~poem.splits.split_rows`.
 
     Returns
     -------
     PartitionedSplit
-        The same rows as ``split_log`` of the concatenated log.
+        The same rows on every layout of the same log.
 
     Raises
     ------
     ValueError
-        As :func:`~poem.splits.split_log`.
+        As :func:`~poem.splits.split_rows`.
     """
     keys = source.map(_split_key, gather=True)
     sizes = [k[0] for k in keys]
