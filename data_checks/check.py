@@ -45,6 +45,7 @@ from data_checks.report import DataCheckReport, ExpectationFailure, merge_report
 from data_checks.runner import row_count_failure
 from data_checks.stages import CheckSettings, failed_report, read_stage
 from poem._dask import ClusterPartitions
+from poem._dask_cluster import local_client
 from poem.data import LoggedBandit
 from poem.diagnostics.plots import save_diagnostic_plots
 from poem.diagnostics.propensity import PropensityReport, PropensityThresholds
@@ -120,13 +121,10 @@ def open_client(options: PartitionOptions) -> Any:
     """A ``distributed.Client`` for ``options.scheduler`` (None for ``"sync"``)."""
     if options.scheduler == "sync":
         return None
-    from distributed import Client, LocalCluster
+    if options.scheduler == "local":  # the flow's LocalCluster (workers' allocator, logs)
+        return local_client(n_workers=options.n_workers, threads_per_worker=1, memory_limit="auto")
+    from distributed import Client
 
-    if options.scheduler == "local":
-        cluster = LocalCluster(
-            n_workers=options.n_workers, threads_per_worker=1, dashboard_address=None
-        )
-        return Client(cluster)
     return Client(options.scheduler)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 import numpy as np
@@ -15,9 +16,11 @@ from data_checks.check import (
     check_logs,
     check_partitioned,
     check_pieces,
+    open_client,
     use_partitions,
 )
 from data_checks.stages import CheckSettings, read_stage
+from poem._dask_cluster import WORKER_MALLOC
 from poem.diagnostics.propensity import propensity_report
 from poem.diagnostics.propensity_summary import (
     SKETCH_RELATIVE_ERROR,
@@ -275,14 +278,12 @@ def test_switch(tmp_path, parts_log):
 
 @pytest.mark.slow
 def test_two_worker_cluster_equals_in_memory(parts_log, tmp_path, gx_context):
-    distributed = pytest.importorskip("distributed")
+    pytest.importorskip("distributed")
     memory = check_logs(parts_log, context=gx_context, plots=False)
-    with (
-        distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
-        ) as cluster,
-        distributed.Client(cluster) as client,
-    ):
+    # `check --scheduler local`'s cluster: the flow's LocalCluster, workers' allocator set
+    with open_client(PartitionOptions(scheduler="local", n_workers=2)) as client:
+        env = client.run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_"))
+        assert set(env.values()) == {str(WORKER_MALLOC["MALLOC_TRIM_THRESHOLD_"])}
         parts = check_logs(parts_log, out_dir=tmp_path / "c", client=client)
     assert _core(parts.report) == _core(memory.report)
     assert parts.propensity.check("uniform_weight").value == pytest.approx(
