@@ -183,7 +183,8 @@ def _search(training: Any, parts: Any, header: Any, cfg: Any, keys: tuple, champ
     serving = serving_choice(cfg.search, parts.n_rows("validation"))
     every = expand_grid(cfg.search.grid)
     same = same_fits(every, cfg.training.params, champion, header)
-    grid, trials = [p for i, p in enumerate(every) if same[i] == i], []
+    distinct = [i for i, first in enumerate(same) if first == i]
+    grid, trials = [every[i] for i in distinct], []
     for start in range(0, len(grid), cfg.search.max_workers):
         futures = [
             trial.submit(
@@ -204,7 +205,7 @@ def _search(training: Any, parts: Any, header: Any, cfg: Any, keys: tuple, champ
         ]
         wait(futures)
         trials += [f.result() for f in futures]
-    fitted = dict(zip(sorted(set(same)), trials, strict=True))
+    fitted = dict(zip(distinct, trials, strict=True))
     return [recorded(fitted[same[i]], params) for i, params in enumerate(every)]
 
 
