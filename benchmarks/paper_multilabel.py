@@ -28,9 +28,12 @@ h₀'s coefficients (before any promotion the champion is the logging policy);
 Test losses never select anything: selection is :func:`poem.learners.select_trial` on the
 validation log, as in the flow. As the flow does when a champion exists (here h₀: the fits start
 from it), h₀ re-tempered at each serving temperature joins every selection as a "no learning"
-candidate (:func:`poem.learners.champion_candidates.champion_trials`); the row
-``POEM fits only`` is the flow's search without them (``--no-champion-candidates`` drops them
-everywhere).
+candidate (:func:`poem.learners.champion_candidates.champion_trials`), and a selected fit is
+served only when the paired doubly robust estimate of R(fit) − R(best candidate) on the
+validation rows has a one-sided ``search.confidence_level`` upper bound below 0
+(:func:`poem.learners.learning_evidence.learning_evidence`, the flow's confirm-learning stage);
+the row ``POEM fits only`` is the flow's search without them (``--no-champion-candidates``
+drops them everywhere).
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ sys.path.insert(0, str(REPO_ROOT))
 from poem.datasets import DATASETS, SupervisedDataset, load_dataset, load_files  # noqa: E402
 from poem.learners import POEM, search_hyperparameters, select_trial  # noqa: E402
 from poem.learners.champion_candidates import champion_trials, retempered_champion  # noqa: E402
+from poem.learners.learning_evidence import learning_evidence  # noqa: E402
 from poem.learners.search import Trial, baseline_wins, ess_floor, validation_scores  # noqa: E402
 from poem.simulate import (  # noqa: E402
     fit_logging_policy,
@@ -199,7 +203,8 @@ def parse_args(argv=None):
 def flow_defaults(config: Path, overrides: list[str] = ()) -> dict:
     """The flow's default training and search settings (the one place that reads them).
 
-    Returns ``{"params", "grid", "scoring", "min_ess_fraction", "min_ess", "temperatures"}`` from ``config`` (the repo-root
+    Returns ``{"params", "grid", "scoring", "min_ess_fraction", "min_ess", "temperatures",
+    "confidence_level"}`` from ``config`` (the repo-root
     ``mlflow.yml``) through :func:`flows.config.load_config`; ``overrides`` are
     ``section.key[.key]=yaml`` strings for experiments.
     """
@@ -213,6 +218,7 @@ def flow_defaults(config: Path, overrides: list[str] = ()) -> dict:
         "min_ess_fraction": cfg.search.min_ess_fraction,
         "min_ess": cfg.search.min_ess,
         "temperatures": cfg.search.temperatures,
+        "confidence_level": cfg.search.confidence_level,
     }
     for item in overrides:
         key, _, value = item.partition("=")
@@ -375,7 +381,15 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
             )
         searched[name], base = result.trials, result.baseline
         out[name] = served_choice(
-            [(solver, t) for t in result.trials], candidates, base, h0, floor, defaults, min_ess, ds
+            [(solver, t) for t in result.trials],
+            candidates,
+            base,
+            h0,
+            floor,
+            defaults,
+            min_ess,
+            ds,
+            (valid, train),
         )
         out[name]["seconds"] = float(np.mean([t.seconds for t in result.trials]))
         # every trial, for the selection-rule sensitivity table (test losses never select)
@@ -407,7 +421,9 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
             for t in searched[row]
         ]
         extra = [] if name == "POEM fits only" else candidates
-        out[name] = served_choice(pool, extra, base, h0, floor, defaults, min_ess, ds)
+        out[name] = served_choice(
+            pool, extra, base, h0, floor, defaults, min_ess, ds, (valid, train)
+        )
         out[name]["seconds"] = float(np.mean([t.seconds for _, t in pool]))
     sky, seconds = fit_skyline(ds, intercept)
     out["skyline"] = {
@@ -419,13 +435,17 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
     return out
 
 
-def served_choice(fits, candidates, base, h0, floor, defaults, min_ess, ds) -> dict:
+def served_choice(fits, candidates, base, h0, floor, defaults, min_ess, ds, logs) -> dict:
     """The flow's selection over fitted trials and champion candidates, and its test losses.
 
     ``fits`` are ``(solver, trial)`` pairs (trials keep their estimators); ``candidates`` are
     :func:`~poem.learners.champion_candidates.champion_trials` of h₀ (served re-tempered, no
     fit, when one ranks first); a selected fit that h₀ itself (``base``) beats on validation
-    is replaced by h₀ (no harm, :func:`baseline_wins`).
+    is replaced by h₀ (no harm, :func:`baseline_wins`). With candidates, a selected fit is
+    served only when the paired doubly robust comparison on the validation rows shows it
+    better than the best candidate (:func:`~poem.learners.learning_evidence.learning_evidence`,
+    the flow's confirm-learning stage; ``logs`` = (validation, training) logs), else that
+    candidate is.
     """
     pool = list(fits) + [(None, t) for t in candidates]
     solver, chosen = pool[
@@ -433,7 +453,19 @@ def served_choice(fits, candidates, base, h0, floor, defaults, min_ess, ds) -> d
             [t for _, t in pool], scoring=defaults["scoring"], min_effective_sample_size=min_ess
         )
     ]
-    keep = False
+    keep, evidence = False, None
+    if solver is not None and candidates:
+        ref = candidates[
+            select_trial(candidates, scoring=defaults["scoring"], min_effective_sample_size=min_ess)
+        ]
+        evidence = learning_evidence(
+            chosen.estimator.policy_,
+            retempered_champion(h0, ref.params["temperature"], floor),
+            *logs,
+            confidence_level=defaults["confidence_level"],
+        )
+        if not evidence.learned:
+            solver, chosen = None, ref
     if solver is None:
         policy = retempered_champion(h0, chosen.params["temperature"], floor)
         selected = dict(chosen.params)
@@ -451,6 +483,7 @@ def served_choice(fits, candidates, base, h0, floor, defaults, min_ess, ds) -> d
         "map_loss": map_loss(policy, ds.X_test, ds.Y_test),
         "kept_h0": bool(keep),
         "retempered_h0": solver is None,
+        "learning_evidence": None if evidence is None else evidence.to_dict(),
         "selected": selected,
         "n_iter": chosen.n_iter,
         "converged": bool(chosen.converged),
@@ -614,7 +647,7 @@ def markdown(res: dict) -> str:
         + ", ".join(f"{k} {v:.3g}" for k, v in res["p_value_vs_h0"].items())
         + "; POEM < h0 sharpened: "
         + ", ".join(f"{k} {v:.3g}" for k, v in res["p_value_vs_h0_sharpened"].items()),
-        "runs whose selection is h0 re-tempered (no fit won on validation): "
+        "runs whose selection is h0 re-tempered (no fit shown better on validation): "
         + ", ".join(f"{k} {v}" for k, v in res["retempered_h0_selected"].items()),
         f"speed: POEM(S) {sp['poem_s_seconds_per_validation_run']:.3f} s per validation run "
         "vs skyline fit "

@@ -46,6 +46,8 @@ from flows.tasks.register import check_champion, promote_policy, register_policy
 from flows.tasks.search import (
     champion_candidates,
     code_fingerprint,
+    confirm_learning,
+    evidence_logs,
     record_search,
     recorded,
     retempered_policy,
@@ -159,13 +161,13 @@ class RetrainResult:
             alpha = self.best_params.get("temperature")
             return (
                 f"challenger = champion v{self.previous_champion_version} re-tempered "
-                f"(temperature × {alpha}), no learning: no fit beat it on validation"
+                f"(temperature × {alpha}), no learning: no fit was shown better on validation"
             )
         if self.previous_champion_version is None:
             return "challenger learned (no champion coefficients to re-temper: the logging policy)"
         return (
-            f"challenger learned: it beat champion v{self.previous_champion_version} "
-            "re-tempered at every serving temperature on validation"
+            f"challenger learned: shown better than champion v{self.previous_champion_version} "
+            "re-tempered on validation (paired DR bound)"
         )
 
 
@@ -232,6 +234,8 @@ def _stages(cfg: Any, run: Any, fingerprint: str, client: Any = None) -> tuple:
     # trial cache key: same files, same reading/check settings => same train/validation rows
     data_key = f"{fingerprint}:{cfg.data.model_dump_json()}:{cfg.checks.model_dump_json()}"
     champion_version, champion = load_champion(cfg.tracking)  # also warm_start: champion
+    # rows of the learning evidence (a champion to compare fits with), before any release
+    evidence = None if champion is None else evidence_logs(parts)
     training, parts = prepare_rows(parts, cfg.training)
     trials = _search(training, parts, header, cfg, (data_key, champion_version), champion)
     serving = serving_choice(cfg.search, parts.n_rows("validation"))
@@ -239,12 +243,18 @@ def _stages(cfg: Any, run: Any, fingerprint: str, client: Any = None) -> tuple:
     trials += champion_candidates(
         champion, parts, serving, cfg.search.confidence_level, serve_floor
     )  # the champion re-tempered, no refit (none before a promotion)
-    best = select_best(trials, cfg.search)
+    best, fitted = select_best(trials, cfg.search), None
+    if evidence is not None and challenger_kind(trials[best].params) == LEARNED:
+        best, fitted, _ = confirm_learning(
+            trials, best, training, evidence, header, cfg, champion, run
+        )  # a fit is served only when shown better than the champion re-tempered
     record_search(trials, best, run)
     if challenger_kind(trials[best].params) == RETEMPERED:
         policy = retempered_policy(trials[best].params, champion, serve_floor, run)
     else:
-        policy = train_policy(training, header, cfg.training, trials[best].params, run, champion)
+        policy = train_policy(
+            training, header, cfg.training, trials[best].params, run, champion, fitted
+        )
     blocking = [c.name for c in propensity.warnings] if cfg.checks.block_on_warnings else []
     challenger_rows, champion_rows, test_rows = gate_inputs(policy, champion, parts)
     coin = gate_coin(policy, cfg.gate)

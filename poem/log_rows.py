@@ -19,7 +19,8 @@ partition (:func:`as_partitions`), a Parquet log on a cluster one per row group
 
 - **take** (:func:`take_log`): the rows themselves, concatenated into one in-memory log, for
   the learners without an additive form (BanditNet, hybrid, a doubly robust fit on several
-  partitions): they fit on it as on any log.
+  partitions): they fit on it as on any log; :func:`sample_log` takes at most a given number
+  of a part's rows (uniformly, in log order) for the search's learning evidence.
 
 Training on the split's rows is :mod:`poem.learners.prepared`.
 """
@@ -48,6 +49,7 @@ __all__ = [
     "log_header",
     "policy_rows",
     "release_rows",
+    "sample_log",
     "split_partitioned",
     "take_log",
     "take_rows",
@@ -417,3 +419,22 @@ def take_log(source: Any, rows: list[np.ndarray]) -> LoggedBandit:
     For the learners without an additive form: they fit on it as on any log.
     """
     return concat_logs(source.map(_take, rows, gather=True))
+
+
+def sample_log(
+    split: PartitionedSplit, part: str, max_rows: int, random_state: int = 0
+) -> LoggedBandit:
+    """At most ``max_rows`` rows of ``part``, uniformly without replacement, as one log.
+
+    Every row when the part has no more (a log in memory is then its part whole); the
+    kept rows stay in log order. Raises ValueError as :meth:`PartitionedSplit.rows_for`.
+    """
+    rows = split.rows_for(part)
+    sizes = [r.size for r in rows]
+    total = int(sum(sizes))
+    if total > max_rows:
+        keep = np.zeros(total, dtype=bool)
+        keep[np.random.default_rng(random_state).choice(total, int(max_rows), replace=False)] = True
+        pieces = np.split(keep, np.cumsum(sizes)[:-1])
+        rows = [r[k] for r, k in zip(rows, pieces, strict=True)]
+    return take_log(split.source, rows)

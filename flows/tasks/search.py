@@ -7,9 +7,12 @@ trial's params, the task source and :func:`code_fingerprint` (the learning code:
 
 When a champion exists, :func:`champion_candidates` adds the champion re-tempered at each
 serving temperature, no refit (:mod:`poem.learners.champion_candidates`), to the trials the
-selection sees; :func:`record_search` tags the run with what was selected
-(``challenger_kind``: ``learned`` or ``champion_retempered``) and :func:`retempered_policy`
-serves a selected champion candidate in place of the refit.
+selection sees; when a fit ranks first, :func:`confirm_learning` serves it only if the paired
+doubly robust comparison on the validation rows shows it better than the best of those
+candidates (:mod:`poem.learners.learning_evidence`), else that candidate; :func:`record_search`
+tags the run with what was selected (``challenger_kind``: ``learned`` or
+``champion_retempered``) and :func:`retempered_policy` serves a selected champion candidate in
+place of the refit.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ import poem
 from flows import learners
 from flows.config import SearchConfig
 from flows.learners import build_learner, resolve_warm_start
-from flows.tasks import IO_RETRIES, stage_done
+from flows.tasks import IO_RETRIES, stage_done, task_logger
+from flows.tasks.train import fit_learner
 from flows.tracking import (
     TrackedRun,
     create_nested_run,
@@ -41,11 +45,15 @@ from flows.tracking import (
 from poem.diagnostics.search_plot import plot_search
 from poem.learners.champion_candidates import (
     KIND_KEY,
+    RETEMPERED,
     challenger_kind,
     champion_trials,
     selected_champion_policy,
 )
+from poem.learners.learning_evidence import LearningEvidence, learning_evidence
 from poem.learners.search import Trial, ess_floor, run_trial, select_trial
+from poem.learners.training_rows import TrainingRows
+from poem.log_rows import sample_log
 
 TRIAL_CACHE = (INPUTS - "training" - "split" - "header" - "champion") + TASK_SOURCE
 
@@ -161,12 +169,81 @@ def select_best(trials: list[Trial], search: SearchConfig) -> int:
     Trials whose validation ESS is below ``search.min_ess_fraction`` of the validation rows, or
     below ``search.min_ess`` rows, rank last.
     """
+    return _best(trials, search)
+
+
+def _best(trials: list[Trial], search: SearchConfig) -> int:
     n_validation = trials[0].ips.n if trials else 0
     return select_trial(
         trials,
         scoring=search.scoring,
         min_effective_sample_size=ess_floor(n_validation, search.min_ess_fraction, search.min_ess),
     )
+
+
+EVIDENCE_ROWS = 200_000  # validation and training rows each, at most, of the learning evidence
+
+
+def evidence_logs(split: Any, max_rows: int = EVIDENCE_ROWS) -> tuple[Any, Any]:
+    """``(validation, training)`` rows of the learning evidence, each one log of ≤ ``max_rows``.
+
+    Taken before the training rows are released (:func:`~flows.tasks.train.prepare_rows`); a
+    log of up to ``max_rows`` rows per part gives every row (:func:`poem.log_rows.sample_log`).
+    """
+    return sample_log(split, "validation", max_rows), sample_log(split, "train", max_rows)
+
+
+@task(name="confirm-learning", cache_policy=NO_CACHE, on_completion=[stage_done])
+def confirm_learning(
+    trials: list[Trial],
+    best: int,
+    rows: TrainingRows,
+    logs: tuple[Any, Any],
+    header: Any,
+    cfg: Any,
+    champion: Any,
+    run: TrackedRun,
+) -> tuple[int, Any, LearningEvidence]:
+    """Serve the selected fit only if shown better than the best re-tempered champion.
+
+    The fit with ``trials[best]``'s params on the search's training rows (the trial's fit) and
+    the best champion candidate (the search's rule among the candidates) are compared on the
+    validation rows by the paired doubly robust estimate of R(fit) − R(candidate)
+    (:func:`poem.learners.learning_evidence.learning_evidence`, its loss model cross-fitted on
+    ``logs`` = :func:`evidence_logs`); the fit stays selected when the one-sided
+    ``search.confidence_level`` upper bound is below 0. Logs the metrics ``learning_*`` and
+    the tag ``learning_evidence`` (``shown`` / ``not shown``).
+
+    Returns ``(selected trial, the fitted estimator or None, evidence)``: the estimator is the
+    fit (reused by :func:`~flows.tasks.train.train_policy` when ``refit_on: train``) when it
+    stays selected, None when the candidate replaces it.
+    """
+    candidates = [i for i, t in enumerate(trials) if challenger_kind(t.params) == RETEMPERED]
+    reference = candidates[_best([trials[i] for i in candidates], cfg.search)]
+    estimator = fit_learner(rows, header, cfg.training, trials[best].params, champion)
+    floor = cfg.training.params.get("exploration_floor")
+    evidence = learning_evidence(
+        estimator.policy_,
+        selected_champion_policy(trials[reference].params, champion, floor),
+        *logs,
+        confidence_level=cfg.search.confidence_level,
+    )
+    client = run.client()
+    log_metrics(client, run.run_id, {f"learning_{k}": v for k, v in evidence.to_dict().items()})
+    client.set_tag(run.run_id, "learning_evidence", "shown" if evidence.learned else "not shown")
+    task_logger().info(
+        "fit vs champion re-tempered (temperature x %g): R difference %.4g, %g%% upper bound "
+        "%.4g on %d validation rows -> %s",
+        trials[reference].params["temperature"],
+        evidence.difference,
+        100 * evidence.confidence_level,
+        evidence.upper,
+        evidence.n_validation,
+        "the fit" if evidence.learned else "the champion re-tempered",
+    )
+    if evidence.learned:
+        return best, estimator, evidence
+    return reference, None, evidence
 
 
 @task(name="record-search", cache_policy=NO_CACHE, **IO_RETRIES)

@@ -28,6 +28,17 @@ def prepare_rows(split: Any, training: TrainingConfig) -> tuple[TrainingRows, An
     return training_rows(split, estimator, release=release)
 
 
+def fit_learner(
+    rows: TrainingRows, header: Any, training: TrainingConfig, params: dict, champion: Any = None
+) -> Any:
+    """The learner with ``params`` fitted on ``rows`` (no logging; :func:`train_policy` logs)."""
+    estimator = build_learner(
+        training.learner, training.params, params, champion=champion, log=header
+    )
+    fit_on_rows(estimator, rows)
+    return estimator
+
+
 @task(name="train-policy", cache_policy=NO_CACHE, on_completion=[stage_done])
 def train_policy(
     rows: TrainingRows,
@@ -36,20 +47,21 @@ def train_policy(
     params: dict,
     run: TrackedRun,
     champion: Any = None,
+    fitted: Any = None,
 ) -> Any:
     """Fit the learner with ``params`` on ``training.refit_on``; log the fitted diagnostics.
 
     ``rows`` are the search's training rows; ``header`` the log's shape
     (:class:`~poem.log_rows.LogHeader`); ``champion`` (the registry's champion policy
-    or None) is the start of ``warm_start: champion``.
+    or None) is the start of ``warm_start: champion``. ``fitted`` is that fit on ``rows``
+    already made (by :func:`~flows.tasks.search.confirm_learning`): reused when
+    ``refit_on`` is ``rows``' part, not fitted again.
     """
     if training.refit_on != rows.part:
-        rows = TrainingRows(rows.split, training.refit_on)
-    estimator = build_learner(
-        training.learner, training.params, params, champion=champion, log=header
-    )
-    fit_on_rows(estimator, rows)
-    return record_fit(estimator, training, params, run)
+        rows, fitted = TrainingRows(rows.split, training.refit_on), None
+    if fitted is None:
+        fitted = fit_learner(rows, header, training, params, champion)
+    return record_fit(fitted, training, params, run)
 
 
 def record_fit(estimator: Any, training: TrainingConfig, params: dict, run: TrackedRun) -> Any:

@@ -275,6 +275,41 @@ def test_a_champion_start_without_champion_is_not_fitted_twice(
     assert first == second and TRIAL_METRICS <= set(first)
 
 
+def test_a_fit_is_served_only_when_shown_better_than_the_champion_retempered(
+    tmp_path, logs_dir, write_config
+):
+    """With a champion, a selected fit must beat its best re-tempered candidate, paired (DR)."""
+    config = write_config(logs_dir / "good")
+    weak = retrain(config, overrides={"training.params.max_iter": 4})  # v1: 4 L-BFGS steps
+    assert weak.decision == "promoted"
+    client = _client(tmp_path)
+    shown = retrain(config)  # 40 steps: better than v1 at any temperature
+    run = client.get_run(shown.mlflow_run_id).data
+    assert shown.challenger_kind == "learned", shown.best_params
+    assert run.tags["learning_evidence"] == "shown"
+    m = run.metrics
+    assert m["learning_upper"] < 0 and m["learning_learned"] == 1.0
+    assert m["learning_difference"] < m["learning_upper"]
+    assert m["learning_confidence_level"] == 0.95
+    assert m["learning_n_model_rows"] > m["learning_n_validation"] > 0
+    assert shown.headline()[2] == (
+        "  challenger learned: shown better than champion v1 re-tempered on validation "
+        "(paired DR bound)"
+    )
+
+    # the same data again: the selected fit is the champion v2 itself (Δ̂ = 0, se = 0), so it
+    # is not served as learned; the champion re-tempered is, and the gate rejects it
+    same = retrain(config)
+    run = client.get_run(same.mlflow_run_id).data
+    assert shown.decision == "promoted" and same.previous_champion_version == "2"
+    assert run.tags["learning_evidence"] == "not shown"
+    assert (run.metrics["learning_difference"], run.metrics["learning_upper"]) == (0.0, 0.0)
+    assert same.challenger_kind == "champion_retempered", same.best_params
+    assert run.tags["challenger_kind"] == "champion_retempered"
+    assert same.headline()[2].endswith("no learning: no fit was shown better on validation")
+    assert same.decision == "rejected"
+
+
 def test_champion_retempered_is_a_candidate_and_the_run_says_so(tmp_path, logs_dir, write_config):
     """With a champion, the search also scores it re-tempered (no refit); the runs say which won."""
     config = write_config(logs_dir / "good")
