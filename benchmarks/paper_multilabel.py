@@ -30,7 +30,7 @@ validation log, as in the flow. As the flow does when a champion exists (here h�
 from it), h₀ re-tempered at each serving temperature joins every selection as a "no learning"
 candidate (:func:`poem.learners.champion_candidates.champion_trials`), and a selected fit is
 served only when the paired doubly robust estimate of R(fit) − R(best candidate) on the
-validation rows has a one-sided ``search.confidence_level`` upper bound below 0
+validation rows has a one-sided ``search.learning_confidence_level`` upper bound below 0
 (:func:`poem.learners.learning_evidence.learning_evidence`, the flow's confirm-learning stage);
 the row ``POEM fits only`` is the flow's search without them (``--no-champion-candidates``
 drops them everywhere).
@@ -204,7 +204,7 @@ def flow_defaults(config: Path, overrides: list[str] = ()) -> dict:
     """The flow's default training and search settings (the one place that reads them).
 
     Returns ``{"params", "grid", "scoring", "min_ess_fraction", "min_ess", "temperatures",
-    "confidence_level"}`` from ``config`` (the repo-root
+    "confidence_level", "learning_confidence_level"}`` from ``config`` (the repo-root
     ``mlflow.yml``) through :func:`flows.config.load_config`; ``overrides`` are
     ``section.key[.key]=yaml`` strings for experiments.
     """
@@ -219,6 +219,7 @@ def flow_defaults(config: Path, overrides: list[str] = ()) -> dict:
         "min_ess": cfg.search.min_ess,
         "temperatures": cfg.search.temperatures,
         "confidence_level": cfg.search.confidence_level,
+        "learning_confidence_level": cfg.search.learning_confidence_level,
     }
     for item in overrides:
         key, _, value = item.partition("=")
@@ -462,7 +463,7 @@ def served_choice(fits, candidates, base, h0, floor, defaults, min_ess, ds, logs
             chosen.estimator.policy_,
             retempered_champion(h0, ref.params["temperature"], floor),
             *logs,
-            confidence_level=defaults["confidence_level"],
+            confidence_level=defaults["learning_confidence_level"],
         )
         if not evidence.learned:
             solver, chosen = None, ref

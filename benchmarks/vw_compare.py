@@ -67,6 +67,7 @@ from poem.learners.champion_candidates import (
     champion_trials,
     selected_champion_policy,
 )
+from poem.learners.learning_evidence import learning_evidence
 from poem.learners.search import ess_floor
 from poem.simulate import fit_logging_policy, supervised_to_bandit
 
@@ -222,6 +223,7 @@ def flow_defaults(config: Path) -> dict:
         "min_ess": cfg.search.min_ess,
         "temperatures": cfg.search.temperatures,
         "confidence_level": cfg.search.confidence_level,
+        "learning_confidence_level": cfg.search.learning_confidence_level,
         "refit_on": cfg.training.refit_on,
     }
 
@@ -231,7 +233,9 @@ def flow_search(defaults: dict, train, valid, seed: int, champion=None, refit_lo
 
     ``champion`` None is the flow's first run (``warm_start: champion`` = zeros, no
     candidates); a policy is a champion the fits start from and that is re-tempered.
-    Returns the served policy, what was selected, and the selected configuration refit on
+    A selected fit is served only when shown better than the best candidate
+    (:func:`~poem.learners.learning_evidence.learning_evidence`, the flow's confirm-learning
+    stage). Returns the served policy, what was selected, and the selected configuration refit on
     ``refit_log`` (``training.refit_on: train+validation``; None without it).
     """
     params = {**defaults["params"], "policy": "discrete", "random_state": seed}
@@ -266,6 +270,20 @@ def flow_search(defaults: dict, train, valid, seed: int, champion=None, refit_lo
     )
     best = select_trial(trials + candidates, defaults["scoring"], min_effective_sample_size=min_ess)
     chosen = (trials + candidates)[best]
+    floor = params.get("exploration_floor", 0.0)
+    evidence = None
+    if challenger_kind(chosen.params) == "learned" and candidates:  # the confirm-learning stage
+        ref = candidates[
+            select_trial(candidates, defaults["scoring"], min_effective_sample_size=min_ess)
+        ]
+        evidence = learning_evidence(
+            chosen.estimator.policy_,
+            selected_champion_policy(ref.params, champion).with_serving(exploration_floor=floor),
+            valid,
+            train,
+            confidence_level=defaults["learning_confidence_level"],
+        )
+        chosen = chosen if evidence.learned else ref
     refit = None
     if challenger_kind(chosen.params) == "learned":
         policy = chosen.estimator.policy_
@@ -275,7 +293,7 @@ def flow_search(defaults: dict, train, valid, seed: int, champion=None, refit_lo
                 refit = clone(chosen.estimator).fit(refit_log).policy_
     else:
         policy = selected_champion_policy(chosen.params, champion).with_serving(
-            exploration_floor=params.get("exploration_floor", 0.0)
+            exploration_floor=floor
         )
         refit = policy if refit_log is not None else None
     picked = {
@@ -287,6 +305,7 @@ def flow_search(defaults: dict, train, valid, seed: int, champion=None, refit_lo
         "converged": bool(chosen.converged),
         "n_iter": int(chosen.n_iter),
         "validation_ess": float(chosen.effective_sample_size),
+        "learning_evidence": None if evidence is None else evidence.to_dict(),
     }
     return policy, info, refit
 

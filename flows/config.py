@@ -300,7 +300,10 @@ class SearchConfig(_Section):
     """Hyperparameter grid searched on the validation split (selection by IPS or SNIPS).
 
     Trials whose validation ESS is below ``min_ess_fraction`` of the validation rows, or below
-    ``min_ess`` rows, rank after the others (:func:`poem.learners.search.select_trial`).
+    ``min_ess`` rows, rank after the others (:func:`poem.learners.search.select_trial`). With a
+    champion, a selected fit is served only when the one-sided ``learning_confidence_level``
+    bound of its paired doubly robust difference to the best re-tempered champion is below 0
+    (:func:`poem.learners.learning_evidence.learning_evidence`).
     """
 
     grid: dict[str, list[Scalar]] = Field(
@@ -316,6 +319,7 @@ class SearchConfig(_Section):
     min_ess_fraction: float = Field(0.01, ge=0, lt=1)
     min_ess: float = Field(10.0, ge=0)
     confidence_level: float = Field(0.95, gt=0, lt=1)
+    learning_confidence_level: float = Field(0.9, gt=0, lt=1)
     max_workers: int = Field(2, ge=1, le=64)
     cache_expiration_hours: float = Field(24.0, gt=0, le=24 * 365 * 10)
 

@@ -211,7 +211,7 @@ def confirm_learning(
     validation rows by the paired doubly robust estimate of R(fit) − R(candidate)
     (:func:`poem.learners.learning_evidence.learning_evidence`, its loss model cross-fitted on
     ``logs`` = :func:`evidence_logs`); the fit stays selected when the one-sided
-    ``search.confidence_level`` upper bound is below 0. Logs the metrics ``learning_*`` and
+    ``search.learning_confidence_level`` upper bound is below 0. Logs the metrics ``learning_*`` and
     the tag ``learning_evidence`` (``shown`` / ``not shown``).
 
     Returns ``(selected trial, the fitted estimator or None, evidence)``: the estimator is the
@@ -226,7 +226,7 @@ def confirm_learning(
         estimator.policy_,
         selected_champion_policy(trials[reference].params, champion, floor),
         *logs,
-        confidence_level=cfg.search.confidence_level,
+        confidence_level=cfg.search.learning_confidence_level,
     )
     client = run.client()
     log_metrics(client, run.run_id, {f"learning_{k}": v for k, v in evidence.to_dict().items()})
