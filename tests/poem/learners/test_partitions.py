@@ -27,7 +27,7 @@ from poem.learners.poem import POEM
 from poem.learners.prepared import prepare_log, prepare_training
 from poem.learners.search import run_trial
 from poem.learners.training_rows import TrainingRows, fit_on_rows, training_rows
-from poem.log_rows import as_partitions, policy_rows, split_partitioned, take_log
+from poem.log_rows import as_partitions, policy_rows, sample_log, split_partitioned, take_log
 from poem.policies import family_from_log
 from poem.splits import split_rows, split_summary
 
@@ -100,6 +100,24 @@ def test_take_log_gives_the_rows_of_every_family(family_log, sparse):
         np.testing.assert_array_equal(a.toarray() if sparse else a, b.toarray() if sparse else b)
     with pytest.raises(ValueError, match=r"no rows selected in any of the partitions \(0 rows\)"):
         take_log(parts, [np.zeros(0, int)] * 5)
+
+
+def test_sample_log_is_the_same_rows_on_every_layout(timed_log):
+    """Whole part when it fits; else max_rows rows in log order, the same on every layout."""
+    kw = dict(validation_fraction=0.3, test_fraction=0.2, by_time=True, random_state=4)
+    one, many = both(timed_log, **kw)
+    for split in (one, many):
+        whole = sample_log(split, "validation", 10_000)
+        assert whole.n_rows == one.n_rows("validation") == 120
+        np.testing.assert_array_equal(whole.propensities, one.log("validation").propensities)
+    a, b = (sample_log(s, "train", 50, random_state=3) for s in (one, many))
+    assert a.n_rows == b.n_rows == 50
+    np.testing.assert_array_equal(a.propensities, b.propensities)  # same rows, any layout
+    train = list(one.log("train").propensities)  # distinct values: they name the rows
+    positions = [train.index(p) for p in a.propensities]
+    assert positions == sorted(positions)  # in log order
+    with pytest.raises(ValueError, match="part must be one of"):
+        sample_log(one, "holdout", 10)
 
 
 # -- statistics and the fit -------------------------------------------------------------------
