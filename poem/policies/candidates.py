@@ -136,18 +136,6 @@ class CandidateFamily(PolicyFamily):
             ) * P + exploration_floor
         return P
 
-    def action_probability(
-        self,
-        coef: np.ndarray,
-        inputs: Any,
-        actions: np.ndarray,
-        temperature: float = 1.0,
-        exploration_floor: float = 0.0,
-    ) -> np.ndarray:
-        """Served probability of the given candidate indexes, shape (n_rows,)."""
-        P = self.predict_proba(coef, inputs, temperature, exploration_floor)
-        return P[self._logged_index(inputs, actions)]
-
     def sample(
         self,
         coef: np.ndarray,

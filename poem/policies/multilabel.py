@@ -36,14 +36,6 @@ class MultilabelFamily(PolicyFamily):
         """Per-label floor, at most 1/2."""
         return 0.5
 
-    def prepare(self, inputs: Any) -> Any:
-        """Validate the feature count and add the intercept column."""
-        return self._prepare_matrix(inputs)
-
-    def inputs_from_log(self, log: Any) -> Any:
-        """Prepared contexts of the log."""
-        return self.prepare(log.contexts)
-
     def _scores(self, coef: np.ndarray, X: Any) -> np.ndarray:
         return np.asarray(X @ coef.T)
 
