@@ -231,7 +231,6 @@ class PolicyFamily(ABC):
     ) -> np.ndarray:
         """Served distribution: (n, K) discrete, marginals (n, q) multilabel, flat candidates."""
 
-    @abstractmethod
     def sample(
         self,
         coef: np.ndarray,
@@ -241,6 +240,12 @@ class PolicyFamily(ABC):
         exploration_floor: float = 0.0,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Draw yᵢ ~ π(·|xᵢ); return the actions and their served probabilities."""
+        P = self.predict_proba(coef, inputs, temperature, exploration_floor)
+        return self._draw(P, inputs, rng)
+
+    @abstractmethod
+    def _draw(self, P: np.ndarray, inputs: Any, rng: np.random.Generator) -> tuple:
+        """:meth:`sample` from the served distribution ``P`` (:meth:`predict_proba`'s output)."""
 
     @abstractmethod
     def predict(self, coef: np.ndarray, inputs: Any) -> np.ndarray:

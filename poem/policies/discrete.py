@@ -119,16 +119,8 @@ class DiscreteFamily(PolicyFamily):
     def _logged_index(self, inputs: Any, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return np.arange(self.n_rows(inputs)), np.asarray(actions, dtype=np.int64)
 
-    def sample(
-        self,
-        coef: np.ndarray,
-        inputs: Any,
-        rng: np.random.Generator,
-        temperature: float = 1.0,
-        exploration_floor: float = 0.0,
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def _draw(self, P: np.ndarray, inputs: Any, rng: np.random.Generator) -> tuple:
         """Inverse-CDF sampling per row; returns (actions, their served probabilities)."""
-        P = self.predict_proba(coef, inputs, temperature, exploration_floor)
         u = rng.random(P.shape[0])
         actions = np.minimum((np.cumsum(P, axis=1) < u[:, None]).sum(axis=1), P.shape[1] - 1)
         return actions.astype(np.int64), P[np.arange(P.shape[0]), actions]
