@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -71,17 +72,22 @@ def command_parser(
     name: str,
     *,
     help: str,
-    description: str | None,
     run: Callable[[argparse.Namespace], int],
+    config: str | None = None,
 ) -> argparse.ArgumentParser:
-    """Add subcommand ``name`` whose ``--help`` shows the module docstring; dispatch to ``run``."""
+    """Add subcommand ``name`` whose ``--help`` shows the docstring of ``run``'s module.
+
+    It dispatches to ``run``; with ``config`` (its help text) it takes :func:`add_config_argument`.
+    """
     parser = subparsers.add_parser(
         name,
         help=help,
-        description=plain_text(description),
+        description=plain_text(sys.modules[run.__module__].__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.set_defaults(func=run)
+    if config is not None:
+        add_config_argument(parser, config)
     return parser
 
 

@@ -11,7 +11,7 @@ import argparse
 import sys
 from datetime import UTC, datetime
 
-from flows.commands import Deferred, add_config_argument, command_parser
+from flows.commands import Deferred, command_parser
 from flows.commands._console import quiet
 from flows.config import ConfigError, load_config
 from flows.store_faults import StoreError
@@ -41,10 +41,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         subparsers,
         "compare",
         help="table of the last runs' key metrics and gate decisions",
-        description=__doc__,
         run=run,
+        config="pipeline config file naming the tracking store",
     )
-    add_config_argument(parser, "pipeline config file naming the tracking store")
     parser.add_argument(
         "-n", "--last", type=int, default=10, help="number of runs to show (default: %(default)s)"
     )

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from flows.commands import Deferred, add_config_argument, command_parser
+from flows.commands import Deferred, command_parser
 from flows.commands._console import (
     EXIT_INTERRUPTED,
     StageProgress,
@@ -44,10 +44,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         subparsers,
         "demo",
         help="simulate digits logs and run the retrain flow twice (offline, about a minute)",
-        description=__doc__,
         run=run,
+        config="pipeline config; its tracking store receives the runs",
     )
-    add_config_argument(parser, "pipeline config; its tracking store receives the runs")
     parser.add_argument(
         "--out",
         type=Path,

@@ -22,7 +22,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         subparsers,
         "init",
         help="write the annotated default mlflow.yml into the current folder",
-        description=__doc__,
         run=run,
     )
     parser.add_argument(

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from flows.commands import Deferred, add_config_argument, command_parser
+from flows.commands import Deferred, command_parser
 from flows.commands._console import (
     EXIT_CONFIG,
     EXIT_FAILED,
@@ -64,10 +64,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         subparsers,
         "retrain",
         help="validate logs, learn a policy, gate it against the champion, register and promote",
-        description=__doc__,
         run=run,
+        config="pipeline config file",
     )
-    add_config_argument(parser, "pipeline config file")
     parser.add_argument(
         "--logs",
         type=Path,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from flows.commands import Deferred, add_config_argument, command_parser
+from flows.commands import Deferred, command_parser
 from flows.config import ConfigError, load_config
 
 registry = Deferred("flows.registry")  # MLflow: imported when the command runs
@@ -25,10 +25,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         subparsers,
         "rollback",
         help="move the champion alias back to the previous champion",
-        description=__doc__,
         run=run,
+        config="pipeline config file naming the tracking store and model",
     )
-    add_config_argument(parser, "pipeline config file naming the tracking store and model")
     parser.add_argument(
         "--to",
         dest="to_version",

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from flows.commands import Deferred, add_config_argument, command_parser
+from flows.commands import Deferred, command_parser
 
 closed_loop = Deferred("flows.closed_loop")  # Prefect, MLflow: imported when the command runs
 
@@ -30,12 +30,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         subparsers,
         "simulate",
         help="closed-loop simulation: serve the champion, log, retrain, gate, repeat",
-        description=__doc__,
         run=run,
-    )
-    add_config_argument(
-        parser,
-        "pipeline config whose training, search, checks and gate settings are used; "
+        config="pipeline config whose training, search, checks and gate settings are used; "
         "its tracking store is NOT touched",
     )
     parser.add_argument(

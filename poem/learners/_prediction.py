@@ -9,7 +9,20 @@ import numpy as np
 from sklearn.utils import check_scalar
 from sklearn.utils.validation import check_is_fitted
 
-__all__ = ["PolicyPredictionMixin", "check_shared_params"]
+from poem.policies.stochastic import StochasticPolicy
+
+__all__ = ["PolicyPredictionMixin", "check_shared_params", "store_params"]
+
+
+def store_params(estimator: Any, params: dict[str, Any]) -> None:
+    """Set every ``__init__`` argument as the attribute of its name, unchanged.
+
+    ``__init__`` calls ``store_params(self, locals())``: scikit-learn's convention (no logic, no
+    validation in ``__init__``), so ``get_params`` and ``clone`` see the arguments as given.
+    """
+    for name, value in params.items():
+        if name != "self":
+            setattr(estimator, name, value)
 
 
 def check_shared_params(estimator: Any) -> None:
@@ -51,6 +64,42 @@ class PolicyPredictionMixin:
             For an invalid hyperparameter; the message names it and the allowed values.
         """
         self._validate_params()
+        return self
+
+    def _store_fitted(
+        self,
+        family,
+        coef,
+        log,
+        *,
+        n_iter,
+        objective,
+        converged,
+        clip,
+        clipped_fraction,
+        variance_penalty,
+        metadata,
+    ) -> Any:
+        """Set the fitted attributes every learner has and the served ``policy_``; return ``self``.
+
+        ``metadata`` is the policy's, after ``"learner"`` (the class name).
+        """
+        self.family_ = family
+        self.coef_ = coef
+        self.n_features_in_ = int(log.n_features)
+        self.n_iter_ = int(n_iter)
+        self.objective_ = float(objective)
+        self.converged_ = bool(converged)
+        self.clip_ = clip
+        self.clipped_fraction_ = clipped_fraction
+        self.variance_penalty_ = variance_penalty
+        self.policy_ = StochasticPolicy(
+            family,
+            coef,
+            temperature=float(self.temperature),
+            exploration_floor=float(self.exploration_floor),
+            metadata={"learner": type(self).__name__, **metadata},
+        )
         return self
 
     def predict_proba(self, X: Any) -> np.ndarray:

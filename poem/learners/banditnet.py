@@ -32,7 +32,7 @@ from sklearn.utils import check_random_state, check_scalar
 from poem.data import LoggedBandit, check_logged_bandit, scale_losses
 from poem.estimators.ips import snips
 from poem.estimators.weights import importance_weights
-from poem.learners._prediction import PolicyPredictionMixin, check_shared_params
+from poem.learners._prediction import PolicyPredictionMixin, check_shared_params, store_params
 from poem.learners.objective import crm_objective_from_statistics, crm_statistics
 from poem.policies._base import check_serving_params
 from poem.policies.stochastic import StochasticPolicy, family_from_log
@@ -167,17 +167,7 @@ class BanditNet(PolicyPredictionMixin, BaseEstimator):
         exploration_floor=0.0,
         random_state=None,
     ):
-        self.policy = policy
-        self.loss_translations = loss_translations
-        self.validation_fraction = validation_fraction
-        self.refit = refit
-        self.l2_penalty = l2_penalty
-        self.max_iter = max_iter
-        self.tol = tol
-        self.fit_intercept = fit_intercept
-        self.temperature = temperature
-        self.exploration_floor = exploration_floor
-        self.random_state = random_state
+        store_params(self, locals())
 
     def _validate_params(self) -> None:
         if self.policy not in POLICIES:
@@ -303,27 +293,21 @@ class BanditNet(PolicyPredictionMixin, BaseEstimator):
                 ConvergenceWarning,
                 stacklevel=2,
             )
-        self.family_ = family
-        self.coef_ = w
-        self.n_features_in_ = int(log.n_features)
         self.loss_translation_ = float(best)
         self.search_results_ = tuple(results)
-        self.n_iter_ = int(res.nit)
-        self.objective_ = float(res.fun)
-        self.converged_ = bool(res.status == 0)
-        self.clip_ = float("inf")  # no clipping: BanditNet controls variance through λ, not M
-        self.clipped_fraction_ = 0.0
-        self.variance_penalty_ = 0.0
-        self.policy_ = StochasticPolicy(
+        return self._store_fitted(
             family,
             w,
-            temperature=float(self.temperature),
-            exploration_floor=float(self.exploration_floor),
+            log,
+            n_iter=res.nit,
+            objective=res.fun,
+            converged=res.status == 0,
+            clip=float("inf"),  # no clipping: BanditNet controls variance through λ, not M
+            clipped_fraction=0.0,
+            variance_penalty=0.0,
             metadata={
-                "learner": "BanditNet",
                 "loss_translation": float(best),
                 "l2_penalty": float(self.l2_penalty),
                 "feature_names": log.feature_names,
             },
         )
-        return self

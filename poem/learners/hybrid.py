@@ -30,10 +30,10 @@ from sklearn.utils.validation import check_is_fitted
 
 from poem.data import LoggedBandit, check_logged_bandit
 from poem.learners._hybrid_loss import REGULARIZERS, WEIGHTINGS, hybrid_objective
-from poem.learners._prediction import PolicyPredictionMixin, check_shared_params
+from poem.learners._prediction import PolicyPredictionMixin, check_shared_params, store_params
 from poem.learners.poem import resolve_clip
 from poem.policies._base import check_serving_params
-from poem.policies.stochastic import StochasticPolicy, family_from_log
+from poem.policies.stochastic import family_from_log
 
 __all__ = ["REGULARIZERS", "WEIGHTINGS", "HybridLearner", "hybrid_objective"]
 
@@ -112,18 +112,7 @@ class HybridLearner(PolicyPredictionMixin, BaseEstimator):
         exploration_floor=0.0,
         random_state=None,
     ):
-        self.policy = policy
-        self.weighting = weighting
-        self.clip = clip
-        self.regularizer = regularizer
-        self.regularizer_weight = regularizer_weight
-        self.weight_gradient = weight_gradient
-        self.l2_penalty = l2_penalty
-        self.max_iter = max_iter
-        self.tol = tol
-        self.temperature = temperature
-        self.exploration_floor = exploration_floor
-        self.random_state = random_state
+        store_params(self, locals())
 
     def _validate_params(self) -> None:
         if self.policy != "candidates":
@@ -212,31 +201,26 @@ class HybridLearner(PolicyPredictionMixin, BaseEstimator):
         value, _, n_clipped = hybrid_objective(
             coef, family, inputs, actions, scaled, log.propensities, **kwargs
         )
-        self.converged_ = bool(converged)
-        if not self.converged_:
+        if not converged:
             warnings.warn(
                 f"HybridLearner did not converge in {n_iter} iterations ({result.message}); "
                 "increase max_iter, raise tol or add l2_penalty.",
                 ConvergenceWarning,
                 stacklevel=2,
             )
-        self.family_ = family
-        self.coef_ = coef
-        self.n_features_in_ = int(log.n_features)
-        self.n_iter_ = int(n_iter)
-        self.objective_ = float(value)
-        self.clip_ = clip
-        self.clipped_fraction_ = n_clipped / log.n_rows
-        self.variance_penalty_ = (
-            float(self.regularizer_weight) if self.regularizer == "variance" else 0.0
-        )
-        self.policy_ = StochasticPolicy(
+        return self._store_fitted(
             family,
             coef,
-            temperature=float(self.temperature),
-            exploration_floor=float(self.exploration_floor),
+            log,
+            n_iter=n_iter,
+            objective=value,
+            converged=converged,
+            clip=clip,
+            clipped_fraction=n_clipped / log.n_rows,
+            variance_penalty=(
+                float(self.regularizer_weight) if self.regularizer == "variance" else 0.0
+            ),
             metadata={
-                "learner": "HybridLearner",
                 "weighting": self.weighting,
                 "clip": clip if np.isfinite(clip) else None,
                 "regularizer": self.regularizer,
@@ -244,7 +228,6 @@ class HybridLearner(PolicyPredictionMixin, BaseEstimator):
                 "l2_penalty": float(self.l2_penalty),
             },
         )
-        return self
 
     def predict_outcome(self, X):
         """Predicted probability of the best outcome (e.g. a click) of every candidate, σ(w·ψ).

@@ -29,7 +29,7 @@ from poem.estimators.weights import suggested_clip
 from poem.learners._adagrad import SolverResult, adagrad
 from poem.learners._additive import fit_additive_loss_model
 from poem.learners._lbfgs import lbfgs_statistics
-from poem.learners._prediction import PolicyPredictionMixin, check_shared_params
+from poem.learners._prediction import PolicyPredictionMixin, check_shared_params, store_params
 from poem.learners.prepared import CRMPartition, PreparedTraining, prepare_log
 from poem.policies._base import check_serving_params
 from poem.policies.stochastic import StochasticPolicy
@@ -301,28 +301,7 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
         standardize=True,
         warm_start="zeros",
     ):
-        self.policy = policy
-        self.solver = solver
-        self.objective = objective
-        self.clip = clip
-        self.variance_penalty = variance_penalty
-        self.variance_scale = variance_scale
-        self.l2_penalty = l2_penalty
-        self.max_iter = max_iter
-        self.tol = tol
-        self.learning_rate = learning_rate
-        self.learning_rate_unit = learning_rate_unit
-        self.batch_size = batch_size
-        self.fit_intercept = fit_intercept
-        self.temperature = temperature
-        self.exploration_floor = exploration_floor
-        self.random_state = random_state
-        self.majorize_every = majorize_every
-        self.progressive = progressive
-        self.chunk_size = chunk_size
-        self.max_epochs = max_epochs
-        self.standardize = standardize
-        self.warm_start = warm_start
+        store_params(self, locals())
 
     # -- validation ------------------------------------------------------------------------------
     def _validate_params(self) -> None:
@@ -556,22 +535,17 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
                 stacklevel=3,
             )
         coef = result.coef if scaling is None else scaling.to_raw(result.coef)
-        self.family_ = family
-        self.coef_ = coef
-        self.n_features_in_ = int(log.n_features)
-        self.n_iter_ = int(result.n_iter)
-        self.objective_ = float(result.objective)
-        self.converged_ = bool(result.converged)
-        self.clip_ = clip
-        self.variance_penalty_ = lam
-        self.clipped_fraction_ = result.n_clipped / log.n_rows
-        self.policy_ = StochasticPolicy(
+        return self._store_fitted(
             family,
             coef,
-            temperature=float(self.temperature),
-            exploration_floor=float(self.exploration_floor),
+            log,
+            n_iter=result.n_iter,
+            objective=result.objective,
+            converged=result.converged,
+            clip=clip,
+            clipped_fraction=result.n_clipped / log.n_rows,
+            variance_penalty=lam,
             metadata={
-                "learner": "POEM",
                 "solver": self.solver,
                 "clip": clip if np.isfinite(clip) else None,
                 "variance_penalty": lam,
@@ -580,7 +554,6 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
                 "feature_names": log.feature_names,
             },
         )
-        return self
 
 
 def _attach_loss_model(part: CRMPartition | None) -> CRMPartition | None:

@@ -139,7 +139,6 @@ class PolicyFamily(ABC):
             )
         return X
 
-    @abstractmethod
     def prepare(self, inputs: Any) -> Any:
         """Validate raw inputs (feature count) and add the intercept column if configured.
 
@@ -148,10 +147,11 @@ class PolicyFamily(ABC):
         ValueError
             If the number of features differs from ``n_features``.
         """
+        return self._prepare_matrix(inputs)
 
-    @abstractmethod
     def inputs_from_log(self, log: Any) -> Any:
         """Prepared inputs of a :class:`~poem.data.LoggedBandit`."""
+        return self.prepare(log.contexts)
 
     @staticmethod
     def n_rows(inputs: Any) -> int:
@@ -202,7 +202,10 @@ class PolicyFamily(ABC):
         log_p, vjp = self.log_prob_and_vjp(coef, inputs, actions)
         return np.exp(log_p), vjp
 
-    @abstractmethod
+    def _logged_index(self, inputs: Any, actions: np.ndarray) -> Any:
+        """Index of each row's action in :meth:`predict_proba`'s output."""
+        raise NotImplementedError(f"{type(self).__name__} has no flat action index")
+
     def action_probability(
         self,
         coef: np.ndarray,
@@ -211,7 +214,12 @@ class PolicyFamily(ABC):
         temperature: float = 1.0,
         exploration_floor: float = 0.0,
     ) -> np.ndarray:
-        """π(yᵢ|xᵢ) of the given actions under the served distribution, shape (n_samples,)."""
+        """π(yᵢ|xᵢ) of the given actions under the served distribution, shape (n_samples,).
+
+        Defaults to the entries of :meth:`predict_proba` at :meth:`_logged_index`.
+        """
+        P = self.predict_proba(coef, inputs, temperature, exploration_floor)
+        return P[self._logged_index(inputs, actions)]
 
     @abstractmethod
     def predict_proba(
@@ -223,7 +231,6 @@ class PolicyFamily(ABC):
     ) -> np.ndarray:
         """Served distribution: (n, K) discrete, marginals (n, q) multilabel, flat candidates."""
 
-    @abstractmethod
     def sample(
         self,
         coef: np.ndarray,
@@ -233,6 +240,12 @@ class PolicyFamily(ABC):
         exploration_floor: float = 0.0,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Draw yᵢ ~ π(·|xᵢ); return the actions and their served probabilities."""
+        P = self.predict_proba(coef, inputs, temperature, exploration_floor)
+        return self._draw(P, inputs, rng)
+
+    @abstractmethod
+    def _draw(self, P: np.ndarray, inputs: Any, rng: np.random.Generator) -> tuple:
+        """:meth:`sample` from the served distribution ``P`` (:meth:`predict_proba`'s output)."""
 
     @abstractmethod
     def predict(self, coef: np.ndarray, inputs: Any) -> np.ndarray:

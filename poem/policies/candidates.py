@@ -136,28 +136,8 @@ class CandidateFamily(PolicyFamily):
             ) * P + exploration_floor
         return P
 
-    def action_probability(
-        self,
-        coef: np.ndarray,
-        inputs: Any,
-        actions: np.ndarray,
-        temperature: float = 1.0,
-        exploration_floor: float = 0.0,
-    ) -> np.ndarray:
-        """Served probability of the given candidate indexes, shape (n_rows,)."""
-        P = self.predict_proba(coef, inputs, temperature, exploration_floor)
-        return P[self._logged_index(inputs, actions)]
-
-    def sample(
-        self,
-        coef: np.ndarray,
-        inputs: Any,
-        rng: np.random.Generator,
-        temperature: float = 1.0,
-        exploration_floor: float = 0.0,
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def _draw(self, P: np.ndarray, inputs: Any, rng: np.random.Generator) -> tuple:
         """Inverse-CDF sampling within each row's set; returns (indexes, served probabilities)."""
-        P = self.predict_proba(coef, inputs, temperature, exploration_floor)
         starts, sizes = inputs.offsets[:-1], inputs.sizes
         cum = np.cumsum(P)
         base = np.repeat(cum[starts] - P[starts], sizes)

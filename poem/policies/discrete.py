@@ -31,14 +31,6 @@ class DiscreteFamily(PolicyFamily):
         """(K, n_inputs)."""
         return (int(self.n_actions), self.n_inputs)
 
-    def prepare(self, inputs: Any) -> Any:
-        """Validate the feature count and add the intercept column."""
-        return self._prepare_matrix(inputs)
-
-    def inputs_from_log(self, log: Any) -> Any:
-        """Prepared contexts of the log."""
-        return self.prepare(log.contexts)
-
     def _scores(self, coef: np.ndarray, X: Any) -> np.ndarray:
         return np.asarray(X @ coef.T)
 
@@ -124,28 +116,11 @@ class DiscreteFamily(PolicyFamily):
             P = (1.0 - self.n_actions * exploration_floor) * P + exploration_floor
         return P
 
-    def action_probability(
-        self,
-        coef: np.ndarray,
-        inputs: Any,
-        actions: np.ndarray,
-        temperature: float = 1.0,
-        exploration_floor: float = 0.0,
-    ) -> np.ndarray:
-        """Served probability of the given actions, shape (n_samples,)."""
-        P = self.predict_proba(coef, inputs, temperature, exploration_floor)
-        return P[np.arange(P.shape[0]), np.asarray(actions, dtype=np.int64)]
+    def _logged_index(self, inputs: Any, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return np.arange(self.n_rows(inputs)), np.asarray(actions, dtype=np.int64)
 
-    def sample(
-        self,
-        coef: np.ndarray,
-        inputs: Any,
-        rng: np.random.Generator,
-        temperature: float = 1.0,
-        exploration_floor: float = 0.0,
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def _draw(self, P: np.ndarray, inputs: Any, rng: np.random.Generator) -> tuple:
         """Inverse-CDF sampling per row; returns (actions, their served probabilities)."""
-        P = self.predict_proba(coef, inputs, temperature, exploration_floor)
         u = rng.random(P.shape[0])
         actions = np.minimum((np.cumsum(P, axis=1) < u[:, None]).sum(axis=1), P.shape[1] - 1)
         return actions.astype(np.int64), P[np.arange(P.shape[0]), actions]

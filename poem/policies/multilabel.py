@@ -36,14 +36,6 @@ class MultilabelFamily(PolicyFamily):
         """Per-label floor, at most 1/2."""
         return 0.5
 
-    def prepare(self, inputs: Any) -> Any:
-        """Validate the feature count and add the intercept column."""
-        return self._prepare_matrix(inputs)
-
-    def inputs_from_log(self, log: Any) -> Any:
-        """Prepared contexts of the log."""
-        return self.prepare(log.contexts)
-
     def _scores(self, coef: np.ndarray, X: Any) -> np.ndarray:
         return np.asarray(X @ coef.T)
 
@@ -97,16 +89,8 @@ class MultilabelFamily(PolicyFamily):
         sig = self.predict_proba(coef, inputs, temperature, exploration_floor)
         return np.exp(np.sum(Y * np.log(sig) + (1.0 - Y) * np.log1p(-sig), axis=1))
 
-    def sample(
-        self,
-        coef: np.ndarray,
-        inputs: Any,
-        rng: np.random.Generator,
-        temperature: float = 1.0,
-        exploration_floor: float = 0.0,
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def _draw(self, sig: np.ndarray, inputs: Any, rng: np.random.Generator) -> tuple:
         """Independent Bernoulli draw per label; returns (bit vectors, joint probabilities)."""
-        sig = self.predict_proba(coef, inputs, temperature, exploration_floor)
         Y = (rng.random(sig.shape) < sig).astype(np.int64)
         prob = np.exp(np.sum(np.where(Y == 1, np.log(sig), np.log1p(-sig)), axis=1))
         return Y, prob
