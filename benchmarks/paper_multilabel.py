@@ -58,7 +58,7 @@ from poem.datasets import DATASETS, SupervisedDataset, load_dataset, load_files 
 from poem.learners import POEM, search_hyperparameters, select_trial  # noqa: E402
 from poem.learners.champion_candidates import champion_trials, retempered_champion  # noqa: E402
 from poem.learners.learning_evidence import learning_evidence  # noqa: E402
-from poem.learners.search import Trial, baseline_wins, ess_floor, validation_scores  # noqa: E402
+from poem.learners.search import Trial, ess_floor, validation_scores  # noqa: E402
 from poem.simulate import (  # noqa: E402
     fit_logging_policy,
     map_loss,
@@ -364,27 +364,23 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
         }
         for t in candidates
     ]
-    searched, base = {}, None
+    searched = {}
     for name, (solver, penalised) in LEARNERS.items():
         template, grid = learner_setup(defaults, solver, penalised, seed, args, h0)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="no configuration beats")  # recorded
-            result = search_hyperparameters(
-                template,
-                train,
-                valid,
-                grid,
-                scoring=defaults["scoring"],
-                min_effective_sample_size=min_ess,
-                keep_estimators=True,
-                temperatures=defaults["temperatures"],
-                baseline=h0,  # no harm: keep the logger when no fit beats it on validation
-            )
-        searched[name], base = result.trials, result.baseline
+        result = search_hyperparameters(
+            template,
+            train,
+            valid,
+            grid,
+            scoring=defaults["scoring"],
+            min_effective_sample_size=min_ess,
+            keep_estimators=True,
+            temperatures=defaults["temperatures"],
+        )
+        searched[name] = result.trials
         out[name] = served_choice(
             [(solver, t) for t in result.trials],
             candidates,
-            base,
             h0,
             floor,
             defaults,
@@ -422,9 +418,7 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
             for t in searched[row]
         ]
         extra = [] if name == "POEM fits only" else candidates
-        out[name] = served_choice(
-            pool, extra, base, h0, floor, defaults, min_ess, ds, (valid, train)
-        )
+        out[name] = served_choice(pool, extra, h0, floor, defaults, min_ess, ds, (valid, train))
         out[name]["seconds"] = float(np.mean([t.seconds for _, t in pool]))
     sky, seconds = fit_skyline(ds, intercept)
     out["skyline"] = {
@@ -436,13 +430,12 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
     return out
 
 
-def served_choice(fits, candidates, base, h0, floor, defaults, min_ess, ds, logs) -> dict:
+def served_choice(fits, candidates, h0, floor, defaults, min_ess, ds, logs) -> dict:
     """The flow's selection over fitted trials and champion candidates, and its test losses.
 
     ``fits`` are ``(solver, trial)`` pairs (trials keep their estimators); ``candidates`` are
     :func:`~poem.learners.champion_candidates.champion_trials` of h₀ (served re-tempered, no
-    fit, when one ranks first); a selected fit that h₀ itself (``base``) beats on validation
-    is replaced by h₀ (no harm, :func:`baseline_wins`). With candidates, a selected fit is
+    fit, when one ranks first). With candidates, a selected fit is
     served only when the paired doubly robust comparison on the validation rows shows it
     better than the best candidate (:func:`~poem.learners.learning_evidence.learning_evidence`,
     the flow's confirm-learning stage; ``logs`` = (validation, training) logs), else that
@@ -454,7 +447,7 @@ def served_choice(fits, candidates, base, h0, floor, defaults, min_ess, ds, logs
             [t for _, t in pool], scoring=defaults["scoring"], min_effective_sample_size=min_ess
         )
     ]
-    keep, evidence = False, None
+    evidence = None
     if solver is not None and candidates:
         ref = candidates[
             select_trial(candidates, scoring=defaults["scoring"], min_effective_sample_size=min_ess)
@@ -471,18 +464,12 @@ def served_choice(fits, candidates, base, h0, floor, defaults, min_ess, ds, logs
         policy = retempered_champion(h0, chosen.params["temperature"], floor)
         selected = dict(chosen.params)
     else:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="no configuration beats")
-            keep = baseline_wins(
-                chosen, base, defaults["scoring"], min_effective_sample_size=min_ess
-            )
-        policy = h0 if keep else chosen.estimator.policy_
+        policy = chosen.estimator.policy_
         selected = printable({"solver": solver, **chosen.params})
     return {
         "loss": learned_loss(policy, ds),
         "served_loss": true_expected_loss(policy, ds.X_test, ds.Y_test),
         "map_loss": map_loss(policy, ds.X_test, ds.Y_test),
-        "kept_h0": bool(keep),
         "retempered_h0": solver is None,
         "learning_evidence": None if evidence is None else evidence.to_dict(),
         "selected": selected,
@@ -558,7 +545,6 @@ def summarise(ds_name: str, runs: list[dict], args, wall: float, defaults: dict)
         if name in LEARNERS or name in COMBINED:
             entry["selected"] = [r[name]["selected"] for r in runs]
             entry["converged"] = [bool(r[name]["converged"]) for r in runs]
-            entry["kept_h0"] = [bool(r[name]["kept_h0"]) for r in runs]
             entry["retempered_h0"] = [bool(r[name].get("retempered_h0", False)) for r in runs]
         methods[name] = entry
     sharp = methods[SHARPENED]["loss"]

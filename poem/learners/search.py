@@ -39,8 +39,6 @@ from poem.log_rows import policy_rows
 
 __all__ = [
     "SearchResult",
-    "baseline_trial",
-    "baseline_wins",
     "Trial",
     "checked_temperatures",
     "ess_floor",
@@ -67,19 +65,11 @@ class SearchResult:
         Index of the selected trial.
     best_params : dict
         Its hyperparameters.
-    baseline : Trial or None
-        The ``baseline`` policy (the logger or the champion, no fit) scored on the same
-        validation log, when one was given.
-    baseline_selected : bool
-        True when the selection rule ranks the baseline before the best trial: no fit beats
-        the policy already serving, and the caller should keep it (no harm on small logs).
     """
 
     trials: tuple[Trial, ...]
     best_index: int
     best_params: dict
-    baseline: Trial | None = None
-    baseline_selected: bool = False
 
     @property
     def best_trial(self) -> Trial:
@@ -298,7 +288,6 @@ def search_hyperparameters(
     min_effective_sample_size: float = 0.0,
     keep_estimators: bool = False,
     temperatures: Sequence[float] | None = None,
-    baseline: Any = None,
 ) -> SearchResult:
     r"""Fit every configuration of ``grid`` and select by validation risk (paper §6).
 
@@ -327,10 +316,6 @@ def search_hyperparameters(
     temperatures : sequence of float or None, default=None
         Serving temperatures each fit is scored at (:func:`select_temperature`); the
         selected trial's ``params["temperature"]`` is its chosen one.
-    baseline : StochasticPolicy or None, default=None
-        The policy a fit must beat (the logging policy or the champion, as served): scored
-        on the validation log without a fit and compared with the selected trial by the
-        same rule (:func:`baseline_wins`).
 
     Returns
     -------
@@ -372,78 +357,4 @@ def search_hyperparameters(
         for p in configs
     )
     best = select_trial(trials, scoring, min_effective_sample_size=min_effective_sample_size)
-    if baseline is None:
-        return SearchResult(trials, best, dict(trials[best].params))
-    base = baseline_trial(baseline, validation_log, confidence_level)
-    wins = baseline_wins(
-        trials[best], base, scoring, min_effective_sample_size=min_effective_sample_size
-    )
-    return SearchResult(trials, best, dict(trials[best].params), base, wins)
-
-
-def baseline_trial(policy: Any, validation_log: LoggedBandit, confidence_level: float = 0.95):
-    """The :class:`Trial` of a policy that is not fitted (the logger, the champion).
-
-    Parameters
-    ----------
-    policy : StochasticPolicy
-        The policy as served.
-    validation_log : LoggedBandit
-        The validation log.
-    confidence_level : float, default=0.95
-        Level of the intervals.
-
-    Returns
-    -------
-    Trial
-        Its validation scores; ``params`` is ``{"baseline": True}``, no fit (0 seconds).
-    """
-    ips, snips = validation_scores(policy, validation_log, confidence_level)
-    return Trial(
-        {"baseline": True}, ips, snips, ips.effective_sample_size, 0.0, float("nan"), 0, True, 0.0
-    )
-
-
-def baseline_wins(
-    best: Trial, baseline: Trial, scoring: str, *, min_effective_sample_size: float = 0.0
-) -> bool:
-    """Whether the selection rule ranks the baseline before the best trial (no harm).
-
-    :func:`select_trial` over ``[best, baseline]``: the fit is kept only when its validation
-    score (e.g. the upper bound of ``snips_ucb``) is strictly better than the baseline's, so
-    a search on a log too small to show an improvement returns the policy already serving
-    instead of a fit that is worse in expectation. A ``UserWarning`` says so.
-
-    Parameters
-    ----------
-    best : Trial
-        The search's selected trial.
-    baseline : Trial
-        :func:`baseline_trial` of the serving policy.
-    scoring, min_effective_sample_size
-        As :func:`select_trial`.
-
-    Returns
-    -------
-    bool
-        True when the baseline ranks first.
-    """
-    wins = (
-        select_trial([baseline, best], scoring, min_effective_sample_size=min_effective_sample_size)
-        == 0
-    )
-    if wins:
-        warnings.warn(
-            f"no configuration beats the baseline policy on validation ({scoring}: "
-            f"best fit {_score(best, scoring):.4g} vs baseline {_score(baseline, scoring):.4g}); "
-            "keep the baseline",
-            UserWarning,
-            stacklevel=3,
-        )
-    return wins
-
-
-def _score(trial: Trial, scoring: str) -> float:
-    """The trial's primary criterion under ``scoring`` (for messages)."""
-    name, _, bound = scoring.partition("_")
-    return float(getattr(getattr(trial, name), "upper" if bound else "value"))
+    return SearchResult(trials, best, dict(trials[best].params))

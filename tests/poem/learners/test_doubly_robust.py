@@ -10,6 +10,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from poem.learners import POEM
 from poem.learners._additive import fit_additive_loss_model
+from poem.learners.learning_evidence import learning_evidence
 from poem.learners.objective import (
     crm_objective_from_statistics,
     crm_statistics,
@@ -162,31 +163,22 @@ def test_dr_fit_from_the_logger_beats_the_ips_fit_in_true_loss(multilabel_proble
     assert losses["dr"] < losses["ips"] - 0.05
 
 
-def test_search_keeps_the_baseline_when_no_fit_beats_it(multilabel_problem):
+def test_no_harm_a_fit_must_be_shown_better_than_the_logger(multilabel_problem):
+    """A 3-step fit from zeros is not shown better than h₀; a DR fit from h₀ is (paired DR)."""
     h0, log, _, _ = multilabel_problem
     train, valid = log.take(np.arange(800, log.n_rows)), log.take(np.arange(800))
     bad = POEM(policy="multilabel", solver="lbfgs", max_iter=3, warm_start="zeros")
-    with pytest.warns(UserWarning, match="no configuration beats the baseline policy"):
-        result = search_hyperparameters(
-            bad, train, valid, {"variance_penalty": [0.0]}, scoring="snips_ucb", baseline=h0
-        )
-    assert result.baseline_selected
-    assert result.baseline.params == {"baseline": True}
-    assert result.baseline.snips.upper < result.best_trial.snips.upper
     good = POEM(policy="multilabel", solver="lbfgs", objective="dr", warm_start=h0, max_iter=50)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        result = search_hyperparameters(
-            good,
-            train,
-            valid,
-            {"variance_penalty": [0.0]},
-            scoring="snips_ucb",
-            baseline=h0,
-            temperatures=[1.0, 0.25],
-        )
-    assert not result.baseline_selected
-    assert result.best_trial.snips.upper < result.baseline.snips.upper
+    verdicts = {}
+    for name, model in (("bad", bad), ("good", good)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            fit = search_hyperparameters(
+                model, train, valid, {"variance_penalty": [0.0]}, keep_estimators=True
+            ).best_trial
+        verdicts[name] = learning_evidence(fit.estimator.policy_, h0, valid, train)
+    assert not verdicts["bad"].learned and verdicts["bad"].difference > 0
+    assert verdicts["good"].learned and verdicts["good"].upper < 0
 
 
 def test_adagrad_checks_its_epochs_on_the_doubly_robust_objective(multilabel_problem):
