@@ -10,7 +10,7 @@ summary) over a partition set (:class:`~poem.io.partitions.LocalPartitions`, or
 :class:`~poem._dask.ClusterPartitions` on a Dask cluster) and adds up the small results: the
 partitions' :class:`~data_checks.report.DataCheckReport`
 (:func:`~data_checks.report.merge_reports`) and
-:class:`~poem.diagnostics.propensity_summary.PropensitySummary` (merged, then one
+:class:`~poem.diagnostics.propensity.PropensitySummary` (merged, then one
 :class:`~poem.diagnostics.propensity.PropensityReport`). A partition is a Parquet row group
 (:class:`~poem.io.partitions.LogPartition`, read where it is checked) or a
 :class:`~poem.io.logs.LogTable` already read (``check`` in memory: one partition). So k
@@ -48,8 +48,12 @@ from poem._dask import ClusterPartitions
 from poem._dask_cluster import local_client
 from poem.data import LoggedBandit
 from poem.diagnostics.plots import save_diagnostic_plots
-from poem.diagnostics.propensity import PropensityReport, PropensityThresholds
-from poem.diagnostics.propensity_summary import merge_summaries, summary_report
+from poem.diagnostics.propensity import (
+    PropensityReport,
+    PropensityThresholds,
+    merge_summaries,
+    summary_report,
+)
 from poem.exceptions import InvalidLogError
 from poem.io.logs import log_files
 from poem.io.parquet import skipped_log_files

@@ -24,7 +24,7 @@ from data_checks.stages import (
     quarantine_stage,
     validate_stage,
 )
-from poem.diagnostics.propensity_summary import PropensitySummary, propensity_summary
+from poem.diagnostics.propensity import PropensitySummary, propensity_summary
 from poem.exceptions import InvalidLogError
 from poem.io.logs import LogTable, table_from_frame
 from poem.io.partitions import LogPartition, read_partition_frame

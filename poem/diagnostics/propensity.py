@@ -1,7 +1,12 @@
-"""Propensity sanity checks (DESIGN §4.6): :func:`propensity_report` → :class:`PropensityReport`.
+"""Propensity sanity checks (DESIGN §4.6) of a log held as one partition or many (DESIGN §8).
+
+:func:`propensity_summary` reduces a partition's :class:`~poem.data.LoggedBandit` to a small
+:class:`PropensitySummary` (a few kilobytes whatever its size); the summaries of the partitions
+of one log add up with :func:`merge_summaries`, and :func:`summary_report` grades the total as a
+:class:`PropensityReport`. :func:`propensity_report` is the case of one partition.
 
 The hard invariants (p finite and in (0, 1], valid actions, bounded losses) are enforced by
-:class:`poem.data.LoggedBandit` itself; this module checks whether the propensities look like
+:class:`poem.data.LoggedBandit` itself; these checks ask whether the propensities look like
 those of a *stochastic logger* and how much a log can tell about a target policy. Every
 check gets a status ``"pass" | "warn" | "fail"`` from :class:`PropensityThresholds` and a
 one-line explanation. Checks that do not apply (support for candidate sets, the logging
@@ -11,41 +16,45 @@ The key test uses the uniform reference policy u: its importance weights
 wᵢ = u(yᵢ|xᵢ)/pᵢ have expectation exactly 1 under the logger when the logger has full
 support, so a confidence interval of their mean that excludes 1 signals propensities that are
 not the logger's (e.g. all multiplied by 0.5 gives a mean of 2).
+
+Counts, the extreme propensities and the weights' moments are exact
+(:class:`~poem.diagnostics.mergeable.Moments`); the quantiles p01, p10, p50, p90 come from a
+:class:`~poem.diagnostics.mergeable.LogHistogram`, so each is within relative ρ = 2⁻¹⁰ of
+``numpy.quantile``, the suggested clip M = p₉₀/p₁₀ within 2ρ, and the clipped fraction counts
+the weight sketch's bins at or above M (it can differ from the exact fraction by the weights
+within relative 3ρ of M). Whatever the partitioning, the report is the same.
 """
 
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from poem.data import LoggedBandit
-from poem.estimators.bounds import confidence_interval, standard_error
-from poem.estimators.reliability import interval_flags
-from poem.estimators.weights import (
-    clipped_fraction,
-    effective_sample_size,
-    importance_weights,
-    suggested_clip,
-)
+from poem.diagnostics.mergeable import LogHistogram, Moments
+from poem.estimators.bounds import confidence_interval
+from poem.estimators.reliability import flags_from_moments
+from poem.estimators.weights import importance_weights
 from poem.exceptions import PropensityWarning
 
 __all__ = [
     "PropensityCheck",
     "PropensityReport",
+    "PropensitySummary",
     "PropensityThresholds",
+    "merge_summaries",
     "propensity_report",
+    "propensity_summary",
     "reference_probabilities",
-    "report_from_statistics",
-    "suggested_clip",
-    "support_and_distribution",
+    "summary_report",
 ]
 
 STATUSES = ("pass", "warn", "fail")
-_QUANTILES = (0.0, 0.01, 0.1, 0.5, 0.9, 1.0)
-QUANTILE_NAMES = ("min", "p01", "p10", "p50", "p90", "max")
+_QUANTILES = {"min": 0.0, "p01": 0.01, "p10": 0.1, "p50": 0.5, "p90": 0.9, "max": 1.0}
 
 
 @dataclass(frozen=True)
@@ -231,42 +240,51 @@ def reference_probabilities(log: LoggedBandit) -> np.ndarray:
     return np.full(n, 1.0 / float(log.n_actions))
 
 
-def _grade(bad: bool, fail: bool) -> str:
-    return "fail" if fail else ("warn" if bad else "pass")
+@dataclass(frozen=True)
+class PropensitySummary:
+    """Additive summary of one partition (or of several, merged) for the propensity checks.
 
-
-def support_and_distribution(
-    log: LoggedBandit, tolerance: float
-) -> tuple[np.ndarray | None, tuple[int, int, int] | None]:
-    """Per-action logged counts and the logging-distribution check's counts (DESIGN §4.6).
-
-    Parameters
+    Attributes
     ----------
-    log : LoggedBandit
-        The log (or one partition of it: both results add up over partitions).
-    tolerance : float
-        Allowed deviation of a row's distribution sum from 1 and of its entry at yᵢ from pᵢ.
-
-    Returns
-    -------
-    support : ndarray of shape (n_actions,) or None
-        Times each action (label) was logged; None for candidate sets.
-    distribution : tuple of int or None
-        Rows whose distribution does not sum to 1, rows whose entry at the logged action
-        differs from pᵢ, and rows with either; None when the log carries no distribution.
+    family : str
+        Policy family.
+    n_actions : int
+        Actions K (discrete) or labels q (multilabel); 0 for candidates.
+    propensities : LogHistogram
+        Sketch of the propensities pᵢ.
+    near_deterministic : int
+        Rows with p ≥ 1 − ε.
+    uniform : Moments
+        Moments of the uniform policy's weights u(yᵢ|xᵢ)/pᵢ.
+    clip_weights : LogHistogram
+        Sketch of the positive weights the clipping check uses (the target's, else the
+        uniform's; a zero weight never reaches M).
+    target : Moments or None
+        Moments of the target policy's weights (for its ESS).
+    target_name : str or None
+        Description of the target policy.
+    action_counts : ndarray or None
+        Rows per action (discrete) or per label switched on (multilabel); None for candidates.
+    distribution_bad : tuple of int or None
+        Rows whose logging distribution does not sum to 1, rows where it differs from p at
+        the logged action, and rows with either problem; None without a logging distribution.
     """
-    support = None
-    if log.family == "discrete":
-        support = np.bincount(log.actions, minlength=int(log.n_actions)).astype(np.int64)
-    elif log.family == "multilabel":
-        support = np.asarray(log.actions.sum(axis=0), dtype=np.int64).ravel()
-    distribution = None
-    if log.logging_distribution is not None:
-        dist, p = log.logging_distribution, log.propensities
-        bad_sum = np.abs(dist.sum(axis=1) - 1.0) > tolerance
-        bad_p = np.abs(dist[np.arange(log.n_rows), log.actions] - p) > tolerance
-        distribution = (int(bad_sum.sum()), int(bad_p.sum()), int((bad_sum | bad_p).sum()))
-    return support, distribution
+
+    family: str
+    n_actions: int
+    propensities: LogHistogram
+    near_deterministic: int
+    uniform: Moments
+    clip_weights: LogHistogram
+    target: Moments | None = None
+    target_name: str | None = None
+    action_counts: np.ndarray | None = field(default=None, repr=False)
+    distribution_bad: tuple[int, int, int] | None = None
+
+    @property
+    def n_rows(self) -> int:
+        """Rows summarised."""
+        return self.uniform.n
 
 
 def propensity_report(
@@ -275,7 +293,7 @@ def propensity_report(
     target_policy: Any = None,
     thresholds: PropensityThresholds | None = None,
 ) -> PropensityReport:
-    """Run the propensity sanity checks of DESIGN §4.6 on a (valid) log.
+    """Run the propensity sanity checks on a (valid) log: :func:`summary_report` of one partition.
 
     Parameters
     ----------
@@ -291,106 +309,131 @@ def propensity_report(
     -------
     PropensityReport
     """
-    t = thresholds or PropensityThresholds()
-    p, n = log.propensities, log.n_rows
-    qs = np.quantile(p, _QUANTILES)
-    quantiles = dict(zip(QUANTILE_NAMES, (float(v) for v in qs), strict=True))
-    clip = suggested_clip(p)
-    w = importance_weights(reference_probabilities(log), p)
-    uniform = None
-    if w.size >= 2:
-        uniform = (standard_error(w), effective_sample_size(w), interval_flags(w, w))
-    support, distribution = support_and_distribution(log, t.distribution_tolerance)
-    target, target_ess, weights = None, None, w
-    if target_policy is not None:
-        weights = importance_weights(target_policy.log_action_probability_on(log), p)
-        target_ess = effective_sample_size(weights)
-        target = f"{type(target_policy).__name__}({target_policy.family.__class__.__name__})"
-    return report_from_statistics(
-        t,
-        n=n,
-        family=log.family,
-        quantiles=quantiles,
-        clip=clip,
-        near_deterministic=float(np.mean(p >= 1.0 - t.near_deterministic_epsilon)),
-        uniform_mean=float(w.mean()),
-        uniform=uniform,
-        support=support,
-        distribution=distribution,
-        target=target,
-        target_ess=target_ess,
-        clipped=clipped_fraction(weights, clip),
-    )
+    summary = propensity_summary(log, target_policy=target_policy, thresholds=thresholds)
+    return summary_report(summary, thresholds=thresholds)
 
 
-def report_from_statistics(
-    t: PropensityThresholds,
+def propensity_summary(
+    log: LoggedBandit,
     *,
-    n: int,
-    family: str,
-    quantiles: dict,
-    clip: float,
-    near_deterministic: float,
-    uniform_mean: float,
-    uniform: tuple[float, float, tuple[str, ...]] | None,
-    support: np.ndarray | None,
-    distribution: tuple[int, int, int] | None,
-    target: str | None,
-    target_ess: float | None,
-    clipped: float,
-) -> PropensityReport:
-    """Grade and explain the checks from a log's statistics (the one place that does).
-
-    :func:`propensity_report` computes the statistics of a log in memory,
-    :func:`poem.diagnostics.propensity_summary.summary_report` from the merged summaries of
-    its partitions.
+    target_policy: Any = None,
+    thresholds: PropensityThresholds | None = None,
+) -> PropensitySummary:
+    """Summarise one partition for :func:`summary_report`.
 
     Parameters
     ----------
-    t : PropensityThresholds
-        Thresholds.
-    n : int
-        Rows.
-    family : str
-        Policy family.
-    quantiles : dict
-        Propensity quantiles ``{"min", "p01", "p10", "p50", "p90", "max"}``.
-    clip : float
-        Suggested clip M = p₉₀/p₁₀.
-    near_deterministic : float
-        Fraction of rows with p ≥ 1 − ε.
-    uniform_mean : float
-        Mean weight of the uniform reference policy.
-    uniform : tuple or None
-        Its standard error, Kong's ESS and :func:`~poem.estimators.reliability.interval_flags`
-        (None for fewer than 2 rows).
-    support : ndarray or None
-        Rows per action (discrete) or per label switched on (multilabel); None for candidates.
-    distribution : tuple of int or None
-        Rows whose logging distribution does not sum to 1, rows where it differs from p at
-        the logged action, rows with either problem; None without a logging distribution.
-    target : str or None
-        Description of the target policy.
-    target_ess : float or None
-        Kong's ESS of the target's weights.
-    clipped : float
-        Fraction of the target's (else the uniform policy's) weights reaching M.
+    log : LoggedBandit
+        The partition's kept rows.
+    target_policy : StochasticPolicy or None, default=None
+        As in :func:`propensity_report`.
+    thresholds : PropensityThresholds or None, default=None
+        Only ``near_deterministic_epsilon`` and ``distribution_tolerance`` are used here.
+
+    Returns
+    -------
+    PropensitySummary
+    """
+    t = thresholds or PropensityThresholds()
+    p = log.propensities
+    uniform = importance_weights(reference_probabilities(log), p)
+    target, name, clip_weights = None, None, uniform
+    if target_policy is not None:
+        clip_weights = importance_weights(target_policy.log_action_probability_on(log), p)
+        target = Moments.of(clip_weights)
+        name = f"{type(target_policy).__name__}({target_policy.family.__class__.__name__})"
+    counts = None
+    if log.family == "discrete":
+        counts = np.bincount(log.actions, minlength=int(log.n_actions)).astype(np.int64)
+    elif log.family == "multilabel":
+        counts = np.asarray(log.actions.sum(axis=0), dtype=np.int64).ravel()
+    bad = None
+    if (dist := log.logging_distribution) is not None:
+        bad_sum = np.abs(dist.sum(axis=1) - 1.0) > t.distribution_tolerance
+        bad_p = np.abs(dist[np.arange(log.n_rows), log.actions] - p) > t.distribution_tolerance
+        bad = (int(bad_sum.sum()), int(bad_p.sum()), int((bad_sum | bad_p).sum()))
+    return PropensitySummary(
+        log.family,
+        0 if log.family == "candidates" else int(log.n_actions),
+        LogHistogram.of(p),
+        int(np.sum(p >= 1.0 - t.near_deterministic_epsilon)),
+        Moments.of(uniform),
+        LogHistogram.of(clip_weights[clip_weights > 0]),
+        target,
+        name,
+        counts,
+        bad,
+    )
+
+
+def merge_summaries(summaries: Sequence[PropensitySummary]) -> PropensitySummary:
+    """Add up the summaries of the partitions of one log.
+
+    Raises
+    ------
+    ValueError
+        When ``summaries`` is empty or mixes families or numbers of actions.
+    """
+    if not summaries:
+        raise ValueError("merge_summaries needs at least one summary")
+    total = summaries[0]
+    for s in summaries[1:]:
+        if (s.family, s.n_actions) != (total.family, total.n_actions):
+            raise ValueError(
+                f"partitions disagree: family {s.family!r} with {s.n_actions} actions vs "
+                f"{total.family!r} with {total.n_actions}"
+            )
+        total = replace(
+            total,
+            propensities=total.propensities.merge(s.propensities),
+            near_deterministic=total.near_deterministic + s.near_deterministic,
+            uniform=total.uniform.merge(s.uniform),
+            clip_weights=total.clip_weights.merge(s.clip_weights),
+            target=None if total.target is None else total.target.merge(s.target),
+            action_counts=None
+            if total.action_counts is None
+            else total.action_counts + s.action_counts,
+            distribution_bad=None
+            if total.distribution_bad is None
+            else tuple(
+                a + b for a, b in zip(total.distribution_bad, s.distribution_bad, strict=True)
+            ),
+        )
+    return total
+
+
+def summary_report(
+    summary: PropensitySummary, *, thresholds: PropensityThresholds | None = None
+) -> PropensityReport:
+    """Grade and explain the checks of a (merged) summary: the one place that does.
+
+    Parameters
+    ----------
+    summary : PropensitySummary
+        Summary of a log: one partition's, or the partitions' merged by
+        :func:`merge_summaries`.
+    thresholds : PropensityThresholds or None, default=None
+        Thresholds; defaults when None.
 
     Returns
     -------
     PropensityReport
     """
-    lo = quantiles["min"]
+    t = thresholds or PropensityThresholds()
+    n, family = summary.n_rows, summary.family
+    qs = summary.propensities.quantile(list(_QUANTILES.values()))
+    quantiles = dict(zip(_QUANTILES, (float(v) for v in qs), strict=True))
+    lo, clip = quantiles["min"], quantiles["p90"] / quantiles["p10"]
     checks = [
         PropensityCheck(
             "min_propensity",
             _grade(lo < t.min_propensity_warn, False),
-            float(lo),
+            lo,
             f"smallest propensity {lo:.3g} (largest weight 1/p = {1 / lo:.3g}); "
             f"warn below {t.min_propensity_warn:g}",
         ),
     ]
-    frac = near_deterministic
+    frac = summary.near_deterministic / n
     checks.append(
         PropensityCheck(
             "near_deterministic",
@@ -401,13 +444,13 @@ def report_from_statistics(
             "information about other actions",
         )
     )
-    checks.append(_uniform_weight_check(n, uniform_mean, uniform, t))
-    if support is not None:
-        checks.append(_support_check(family, support, n, t))
-    if distribution is not None:
-        checks.append(_distribution_check(distribution, n, t))
-    if target_ess is not None:
-        ess = target_ess
+    checks.append(_uniform_weight_check(summary.uniform, t))
+    if summary.action_counts is not None:
+        checks.append(_support_check(family, summary.action_counts, n, t))
+    if summary.distribution_bad is not None:
+        checks.append(_distribution_check(summary.distribution_bad, n, t))
+    if summary.target is not None:
+        ess = summary.target.ess
         checks.append(
             PropensityCheck(
                 "effective_sample_size",
@@ -419,7 +462,8 @@ def report_from_statistics(
                 {"ess": ess},
             )
         )
-    which = "target" if target is not None else "uniform reference"
+    clipped = summary.clip_weights.count_at_least(clip) / n
+    which = "target" if summary.target_name is not None else "uniform reference"
     note = " (propensities nearly constant: set M explicitly, e.g. 100)" if clip < 1.5 else ""
     checks.append(
         PropensityCheck(
@@ -431,31 +475,31 @@ def report_from_statistics(
             {"suggested_clip": clip},
         )
     )
-    return PropensityReport(n, family, quantiles, clip, tuple(checks), target)
+    return PropensityReport(n, family, quantiles, clip, tuple(checks), summary.target_name)
 
 
-def _uniform_weight_check(
-    n: int,
-    mean: float,
-    stats: tuple[float, float, tuple[str, ...]] | None,
-    t: PropensityThresholds,
-) -> PropensityCheck:
-    if stats is None:
+def _grade(bad: bool, fail: bool) -> str:
+    return "fail" if fail else ("warn" if bad else "pass")
+
+
+def _uniform_weight_check(m: Moments, t: PropensityThresholds) -> PropensityCheck:
+    n, mean = m.n, m.mean
+    if n < 2:
         return PropensityCheck(
             "uniform_weight", "warn", mean, "mean uniform weight needs at least 2 rows"
         )
-    se, ess, flags = stats
-    lo, hi = confidence_interval(mean, se, n, t.confidence_level)  # CI of (1/n) Σ u/pᵢ
-    details = {"lower": lo, "upper": hi, "ess": ess}
-    if ess < t.uniform_weight_min_ess:
+    lo, hi = confidence_interval(mean, m.standard_error, n, t.confidence_level)  # (1/n) Σ u/pᵢ
+    details = {"lower": lo, "upper": hi, "ess": m.ess}
+    if m.ess < t.uniform_weight_min_ess:
         return PropensityCheck(
             "uniform_weight",
             "warn",
             mean,
-            f"inconclusive: the uniform policy's weights are too heavy-tailed (ESS {ess:.3g} < "
+            f"inconclusive: the uniform policy's weights are too heavy-tailed (ESS {m.ess:.3g} < "
             f"{t.uniform_weight_min_ess:g}) to test their mean {mean:.3g} against 1",
             details,
         )
+    flags = flags_from_moments(n, m.ess, m.nonzero, m.skewness, kurtosis=m.kurtosis)
     tol = t.uniform_weight_fail_tolerance
     status = _grade(not lo <= 1.0 <= hi, hi < 1.0 - tol or lo > 1.0 + tol)
     verdict = {

@@ -11,12 +11,13 @@ import pytest
 from scipy import stats
 
 from poem.data import CandidateSets, LoggedBandit
+from poem.diagnostics.mergeable import SKETCH_RELATIVE_ERROR
 from poem.diagnostics.propensity import (
     PropensityThresholds,
     propensity_report,
     reference_probabilities,
-    suggested_clip,
 )
+from poem.estimators.weights import suggested_clip
 from poem.exceptions import PropensityWarning
 from poem.policies.stochastic import StochasticPolicy, family_from_log
 
@@ -32,9 +33,13 @@ def test_tiny_log_hand_computed(tiny_log):
     assert (check.details["lower"], check.details["upper"]) == pytest.approx((lo, hi))
     assert check.status == "pass"
     assert report.quantiles["min"] == 0.2 and report.quantiles["max"] == 0.5
-    p10, p90 = np.quantile([0.5, 0.25, 0.2, 0.5, 0.4], [0.1, 0.9])
-    assert (
-        report.suggested_clip == pytest.approx(p90 / p10) == suggested_clip(tiny_log.propensities)
+    levels = [0.0, 0.01, 0.1, 0.5, 0.9, 1.0]  # the sketch's quantiles: within ρ = 2^-10
+    exact = np.quantile([0.5, 0.25, 0.2, 0.5, 0.4], levels)
+    np.testing.assert_allclose(
+        list(report.quantiles.values()), exact, rtol=SKETCH_RELATIVE_ERROR, atol=0
+    )
+    assert report.suggested_clip == pytest.approx(
+        suggested_clip(tiny_log.propensities), rel=2 * SKETCH_RELATIVE_ERROR
     )
     assert report.check("support").value == 0 and report.check("near_deterministic").value == 0
     assert [c.name for c in report.checks] == [
@@ -168,3 +173,28 @@ def test_report_serialises_and_warns(synthetic_log):
 def test_bad_thresholds(kwargs, message):
     with pytest.raises(ValueError, match=message):
         PropensityThresholds(**kwargs)
+
+
+class _FirstAction:
+    """A deterministic target policy: action 0 always (weight 0 on every other row)."""
+
+    family = object()
+
+    def log_action_probability_on(self, log):
+        return (log.actions == 0).astype(np.float64)
+
+
+def test_deterministic_target_policy_zero_weights(synthetic_log):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no log(0) in the weight sketch
+        report = propensity_report(synthetic_log, target_policy=_FirstAction())
+    w = (synthetic_log.actions == 0) / synthetic_log.propensities
+    assert report.target == "_FirstAction(object)"
+    assert report.check("effective_sample_size").details["ess"] == pytest.approx(
+        w.sum() ** 2 / (w @ w)
+    )
+    clipping, clip, rho = report.check("clipping"), report.suggested_clip, SKETCH_RELATIVE_ERROR
+    assert (
+        np.mean(w >= clip * (1 + 3 * rho)) <= clipping.value <= np.mean(w >= clip * (1 - 3 * rho))
+    )
+    assert "of the target policy's weights reach M" in clipping.explanation
