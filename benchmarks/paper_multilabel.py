@@ -57,7 +57,7 @@ sys.path.insert(0, str(REPO_ROOT))
 from poem.datasets import DATASETS, SupervisedDataset, load_dataset, load_files  # noqa: E402
 from poem.learners import POEM, search_hyperparameters, select_trial  # noqa: E402
 from poem.learners.champion_candidates import champion_trials, retempered_champion  # noqa: E402
-from poem.learners.learning_evidence import learning_evidence  # noqa: E402
+from poem.learners.learning_evidence import confirm_fit  # noqa: E402
 from poem.learners.search import Trial, ess_floor, validation_scores  # noqa: E402
 from poem.simulate import (  # noqa: E402
     fit_logging_policy,
@@ -448,18 +448,19 @@ def served_choice(fits, candidates, h0, floor, defaults, min_ess, ds, logs) -> d
         )
     ]
     evidence = None
-    if solver is not None and candidates:
-        ref = candidates[
-            select_trial(candidates, scoring=defaults["scoring"], min_effective_sample_size=min_ess)
-        ]
-        evidence = learning_evidence(
+    if solver is not None and candidates:  # the flow's confirm-learning stage
+        ref, evidence = confirm_fit(
             chosen.estimator.policy_,
-            retempered_champion(h0, ref.params["temperature"], floor),
+            candidates,
+            h0,
             *logs,
+            scoring=defaults["scoring"],
+            min_effective_sample_size=min_ess,
+            exploration_floor=floor,
             confidence_level=defaults["learning_confidence_level"],
         )
         if not evidence.learned:
-            solver, chosen = None, ref
+            solver, chosen = None, candidates[ref]
     if solver is None:
         policy = retempered_champion(h0, chosen.params["temperature"], floor)
         selected = dict(chosen.params)

@@ -67,7 +67,7 @@ from poem.learners.champion_candidates import (
     champion_trials,
     selected_champion_policy,
 )
-from poem.learners.learning_evidence import learning_evidence
+from poem.learners.learning_evidence import confirm_fit
 from poem.learners.search import ess_floor
 from poem.simulate import fit_logging_policy, supervised_to_bandit
 
@@ -273,17 +273,18 @@ def flow_search(defaults: dict, train, valid, seed: int, champion=None, refit_lo
     floor = params.get("exploration_floor", 0.0)
     evidence = None
     if challenger_kind(chosen.params) == "learned" and candidates:  # the confirm-learning stage
-        ref = candidates[
-            select_trial(candidates, defaults["scoring"], min_effective_sample_size=min_ess)
-        ]
-        evidence = learning_evidence(
+        ref, evidence = confirm_fit(
             chosen.estimator.policy_,
-            selected_champion_policy(ref.params, champion).with_serving(exploration_floor=floor),
+            candidates,
+            champion,
             valid,
             train,
+            scoring=defaults["scoring"],
+            min_effective_sample_size=min_ess,
+            exploration_floor=floor,
             confidence_level=defaults["learning_confidence_level"],
         )
-        chosen = chosen if evidence.learned else ref
+        chosen = chosen if evidence.learned else candidates[ref]
     refit = None
     if challenger_kind(chosen.params) == "learned":
         policy = chosen.estimator.policy_

@@ -50,7 +50,7 @@ from poem.learners.champion_candidates import (
     champion_trials,
     selected_champion_policy,
 )
-from poem.learners.learning_evidence import LearningEvidence, learning_evidence
+from poem.learners.learning_evidence import LearningEvidence, confirm_fit
 from poem.learners.search import Trial, ess_floor, run_trial, select_trial
 from poem.learners.training_rows import TrainingRows
 from poem.log_rows import sample_log
@@ -169,16 +169,14 @@ def select_best(trials: list[Trial], search: SearchConfig) -> int:
     Trials whose validation ESS is below ``search.min_ess_fraction`` of the validation rows, or
     below ``search.min_ess`` rows, rank last.
     """
-    return _best(trials, search)
-
-
-def _best(trials: list[Trial], search: SearchConfig) -> int:
-    n_validation = trials[0].ips.n if trials else 0
     return select_trial(
-        trials,
-        scoring=search.scoring,
-        min_effective_sample_size=ess_floor(n_validation, search.min_ess_fraction, search.min_ess),
+        trials, scoring=search.scoring, min_effective_sample_size=_ess_guard(trials, search)
     )
+
+
+def _ess_guard(trials: list[Trial], search: SearchConfig) -> float:
+    n_validation = trials[0].ips.n if trials else 0
+    return ess_floor(n_validation, search.min_ess_fraction, search.min_ess)
 
 
 EVIDENCE_ROWS = 200_000  # validation and training rows each, at most, of the learning evidence
@@ -219,15 +217,18 @@ def confirm_learning(
     stays selected, None when the candidate replaces it.
     """
     candidates = [i for i, t in enumerate(trials) if challenger_kind(t.params) == RETEMPERED]
-    reference = candidates[_best([trials[i] for i in candidates], cfg.search)]
     estimator = fit_learner(rows, header, cfg.training, trials[best].params, champion)
-    floor = cfg.training.params.get("exploration_floor")
-    evidence = learning_evidence(
+    position, evidence = confirm_fit(
         estimator.policy_,
-        selected_champion_policy(trials[reference].params, champion, floor),
+        [trials[i] for i in candidates],
+        champion,
         *logs,
+        scoring=cfg.search.scoring,
+        min_effective_sample_size=_ess_guard(trials, cfg.search),
+        exploration_floor=cfg.training.params.get("exploration_floor"),
         confidence_level=cfg.search.learning_confidence_level,
     )
+    reference = candidates[position]
     client = run.client()
     log_metrics(client, run.run_id, {f"learning_{k}": v for k, v in evidence.to_dict().items()})
     client.set_tag(run.run_id, "learning_evidence", "shown" if evidence.learned else "not shown")

@@ -41,10 +41,12 @@ from sklearn.linear_model import Ridge
 from poem.data import LoggedBandit
 from poem.estimators.dr import LossPredictions, fit_loss_model
 from poem.learners._additive import fit_additive_loss_model
+from poem.learners._trials import Trial, select_trial
+from poem.learners.champion_candidates import selected_champion_policy
 from poem.learners.prepared import prepare_log
 from poem.log_rows import concat_logs
 
-__all__ = ["LearningEvidence", "learning_evidence"]
+__all__ = ["LearningEvidence", "confirm_fit", "learning_evidence"]
 
 
 @dataclass(frozen=True)
@@ -190,3 +192,40 @@ def learning_evidence(
         n_model_rows=rows.n_rows,
         loss_model_r2=1.0 - float(np.sum(residual**2)) / ss if ss > 0 else float("nan"),
     )
+
+
+def confirm_fit(
+    fit: Any,
+    candidates: list[Trial],
+    champion: Any,
+    validation_log: LoggedBandit,
+    model_log: LoggedBandit | None = None,
+    *,
+    scoring: str,
+    min_effective_sample_size: float = 0.0,
+    exploration_floor: float | None = None,
+    confidence_level: float = 0.9,
+) -> tuple[int, LearningEvidence]:
+    """The best champion candidate and the evidence that ``fit`` beats it (confirm-learning).
+
+    The candidate is the search's own choice among ``candidates``
+    (:func:`~poem.learners._trials.select_trial` with ``scoring`` and the ESS guard), served as
+    :func:`~poem.learners.champion_candidates.selected_champion_policy`; the evidence is
+    :func:`learning_evidence` of ``fit`` against it. The fit is served when
+    ``evidence.learned``, else that candidate.
+
+    Returns
+    -------
+    reference : int
+        Position of the best candidate in ``candidates``.
+    evidence : LearningEvidence
+        R(fit) − R(candidate) on the validation rows, with its one-sided bound.
+    """
+    reference = select_trial(
+        candidates, scoring, min_effective_sample_size=min_effective_sample_size
+    )
+    candidate = selected_champion_policy(candidates[reference].params, champion, exploration_floor)
+    evidence = learning_evidence(
+        fit, candidate, validation_log, model_log, confidence_level=confidence_level
+    )
+    return reference, evidence
