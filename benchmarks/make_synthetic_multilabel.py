@@ -5,6 +5,8 @@ training part gives the small logs on which a learner must not do harm (issue 21
 
     python benchmarks/make_synthetic_multilabel.py /tmp/synth --train-rows 300
     python benchmarks/paper_multilabel.py --train /tmp/synth/train.svm --test /tmp/synth/test.svm
+
+``--labels-per-row 1 --labels 19`` makes a sparse-label set (many rows with no label).
 """
 
 from __future__ import annotations
@@ -22,13 +24,19 @@ def main(argv=None) -> int:
     p.add_argument("--test-rows", type=int, default=2000)
     p.add_argument("--features", type=int, default=30)
     p.add_argument("--labels", type=int, default=8)
+    p.add_argument(
+        "--labels-per-row",
+        type=int,
+        default=2,
+        help="mean labels per row (Poisson); 1 gives many rows with no label, as MULAN birds",
+    )
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     X, Y = make_multilabel_classification(
         n_samples=args.train_rows + args.test_rows,
         n_features=args.features,
         n_classes=args.labels,
-        n_labels=2,
+        n_labels=args.labels_per_row,
         random_state=args.seed,
     )
     args.out.mkdir(parents=True, exist_ok=True)

@@ -167,7 +167,7 @@ class RetrainResult:
             return "challenger learned (no champion coefficients to re-temper: the logging policy)"
         return (
             f"challenger learned: shown better than champion v{self.previous_champion_version} "
-            "re-tempered on validation (paired DR bound)"
+            "re-tempered on validation (paired DR and model bounds)"
         )
 
 

@@ -209,7 +209,8 @@ def confirm_learning(
     validation rows by the paired doubly robust estimate of R(fit) − R(candidate)
     (:func:`poem.learners.learning_evidence.learning_evidence`, its loss model cross-fitted on
     ``logs`` = :func:`evidence_logs`); the fit stays selected when the one-sided
-    ``search.learning_confidence_level`` upper bound is below 0. Logs the metrics ``learning_*`` and
+    ``search.learning_confidence_level`` upper bounds of that estimate and of its model term are
+    both below 0. Logs the metrics ``learning_*`` and
     the tag ``learning_evidence`` (``shown`` / ``not shown``).
 
     Returns ``(selected trial, the fitted estimator or None, evidence)``: the estimator is the
@@ -234,11 +235,13 @@ def confirm_learning(
     client.set_tag(run.run_id, "learning_evidence", "shown" if evidence.learned else "not shown")
     task_logger().info(
         "fit vs champion re-tempered (temperature x %g): R difference %.4g, %g%% upper bound "
-        "%.4g on %d validation rows -> %s",
+        "%.4g (model term %.4g, bound %.4g) on %d validation rows -> %s",
         trials[reference].params["temperature"],
         evidence.difference,
         100 * evidence.confidence_level,
         evidence.upper,
+        evidence.model_difference,
+        evidence.model_upper,
         evidence.n_validation,
         "the fit" if evidence.learned else "the champion re-tempered",
     )

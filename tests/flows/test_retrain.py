@@ -290,11 +290,12 @@ def test_a_fit_is_served_only_when_shown_better_than_the_champion_retempered(
     m = run.metrics
     assert m["learning_upper"] < 0 and m["learning_learned"] == 1.0
     assert m["learning_difference"] < m["learning_upper"]
+    assert m["learning_model_difference"] < m["learning_model_upper"] < 0
     assert m["learning_confidence_level"] == 0.9
     assert m["learning_n_model_rows"] > m["learning_n_validation"] > 0
     assert shown.headline()[2] == (
         "  challenger learned: shown better than champion v1 re-tempered on validation "
-        "(paired DR bound)"
+        "(paired DR and model bounds)"
     )
 
     # the same data again: the selected fit is the champion v2 itself (Δ̂ = 0, se = 0), so it
