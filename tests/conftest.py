@@ -14,6 +14,11 @@ import pytest
 
 from poem.data import LoggedBandit
 
+try:  # pytest >= 9.2 (see pytest_collection_modifyitems)
+    from _pytest.nodeid import coerce_node_id
+except ImportError:  # older pytest: xdist's own grouping works
+    coerce_node_id = None
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -23,6 +28,32 @@ def pytest_addoption(parser):
         default=str(REPO_ROOT.parent / "shared" / "data"),
         help="folder with the shared data sets (yeast/, tmc2007/, obd/, criteo_testbed_sample/)",
     )
+
+
+def _start_rank(item: pytest.Item) -> int:
+    """0: the README run and the team topology (minutes each), 1: other ``slow`` tests, 2: rest."""
+    group = item.get_closest_marker("xdist_group")
+    if item.get_closest_marker("readme") or (group is not None and group.args == ("team",)):
+        return 0
+    return 1 if item.get_closest_marker("slow") else 2
+
+
+def pytest_collection_modifyitems(config, items):
+    """On an xdist worker (``.ci/test``: ``-n 2 --dist loadgroup --no-loadscope-reorder``): the
+    longest tests are handed out first, and ``xdist_group`` marks really group.
+
+    pytest-xdist 3.8 groups by appending ``@<group>`` to ``item._nodeid``; pytest 9.2 keeps the
+    node id in ``item._id``, so that assignment is lost and every test was its own unit (the team
+    topology started on both workers). The suffix is set here the way pytest 9.2 stores it.
+    """
+    if not hasattr(config, "workerinput"):
+        return
+    items.sort(key=_start_rank)  # stable: collection order within a rank
+    if config.getvalue("loadgroup") and coerce_node_id is not None:
+        for item in items:
+            names = sorted({str(m.args[0]) for m in item.iter_markers("xdist_group") if m.args})
+            if names and "@" not in item.nodeid:
+                item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(names)}")
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ from mlflow import MlflowClient
 
 from deploy.serve import ModelServer, invocation_body
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("serving")]  # one server per run
 
 FEATURES = ["f_a", "f_b", "f_c"]
 NAME = "pyfunc-discrete"

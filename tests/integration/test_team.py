@@ -18,7 +18,7 @@ import urllib.request
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("team")]  # one topology per run
 
 DAYS = ("2026-01-01", "2026-01-02")
 

@@ -84,6 +84,7 @@ def _render(url: str, screenshot: Path) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("team")  # the topology of test_team.py, not a second one
 def test_the_runs_table_shows_decision_risks_and_versions(team):
     base = team.mlflow_url
     if not any((team.work / "decisions").glob("date=*")):  # run alone: one retrain first

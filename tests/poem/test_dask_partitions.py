@@ -16,6 +16,8 @@ dask = pytest.importorskip("dask")
 from poem._dask import SCATTER_BYTES, ClusterPartitions  # noqa: E402 - after the skip
 from poem._dask_cluster import local_client  # noqa: E402
 
+pytestmark = pytest.mark.xdist_group("scatter-cluster")  # one LocalCluster (module fixture) per run
+
 N_PARTS, N_ROWS, TAKEN = 4, 30_000, 20_000  # 20,000 row positions: 160 kB per partition
 THRESHOLD = "100kB"  # large-graph warning threshold of the tests (default 10 MB)
 

@@ -49,6 +49,7 @@ def test_partitions_cover_the_log_with_an_empty_one(family_log, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("learners-cluster")  # one LocalCluster (module fixture) per run
 @pytest.mark.parametrize("solver", ["lbfgs", "adagrad"])
 def test_cluster_partitions_fit_and_score_as_local_ones(client, make_log, tmp_path, solver):
     from poem._dask import ClusterPartitions
