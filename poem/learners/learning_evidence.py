@@ -42,7 +42,9 @@ one-sided upper bounds at level 1 − γ are below 0:
 
 Requiring the second condition too is an intersection–union test: it can only turn a
 "shown" into "not shown", so the chance of serving a fit that is not better stays at most
-that of the DR bound alone.
+that of the DR bound alone. The model term's standard error treats the cross-fitted
+predictions as fixed (it omits the loss model's own fitting error), so its bound is a
+necessary agreement, not a test on its own: the guarantee is the DR bound's.
 
 The loss model δ̂ is cross-fitted (``n_folds``) on the validation rows together with
 ``model_log`` (training rows): each validation row's prediction comes from a model that did
