@@ -29,8 +29,9 @@ through the library functions the ``retrain`` flow calls on its Dask path:
 Memory: a thread samples, every 0.2 s, the resident set size of this process and every
 descendant (the ``LocalCluster``'s scheduler runs in this process; its nannies and workers
 are children), summed; each stage prints its wall time and the peak of that sum. Workers
-never spill to disk (a spill would time the disk and hide the memory) and use the system
-allocator for Arrow (freed memory returns to the system).
+never spill to disk (a spill would time the disk and hide the memory), use the system
+allocator for Arrow (freed memory returns to the system) and glibc's settings of the product's
+clusters (:data:`poem._dask_cluster.WORKER_MALLOC`).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from scale_retrain import ensure_logs
 
 from data_checks.check import check_partitioned
 from data_checks.stages import CheckSettings
+from poem._dask_cluster import WORKER_MALLOC
 from poem.diagnostics.propensity import PropensityThresholds
 from poem.gate import counterfactual_ab_test
 from poem.io.partitions import log_partitions
@@ -57,7 +59,7 @@ from poem.log_rows import policy_rows, split_partitioned
 
 GIB = 2**30
 # memory freed by the workers goes back to the system (not kept by Arrow's mimalloc pool)
-WORKER_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "MALLOC_TRIM_THRESHOLD_": "65536"}
+WORKER_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system"}
 TRAINING = dict(  # mlflow.yml training.params (max_iter from --max-iter)
     policy="discrete",
     solver="lbfgs",
@@ -106,6 +108,8 @@ def _cluster(workers: int, budget_gib: float):
             "distributed.worker.memory.spill": False,
             "distributed.worker.memory.pause": False,
             "distributed.worker.memory.terminate": False,
+            # the product's allocator settings (poem._dask_cluster.local_client)
+            **{f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in WORKER_MALLOC.items()},
         }
     )
     cluster = LocalCluster(

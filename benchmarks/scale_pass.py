@@ -8,7 +8,8 @@ Usage::
         [--lbfgs-iter 20] [--memory-budget-gib 7.5]
 
 For each row count (a prefix of the log's ``part-*.parquet`` partitions) and worker count, it
-starts a ``LocalCluster`` (processes, one thread each), reads the partitions on the workers
+starts a ``LocalCluster`` (processes, one thread each, glibc's settings of the product's
+clusters: :data:`poem._dask_cluster.WORKER_MALLOC`), reads the partitions on the workers
 (:class:`poem._dask.ClusterPartitions`, prepared there by
 :func:`poem.learners.prepared.prepare_training`), and times one objective + gradient pass at a
 random w (:meth:`~poem.learners.prepared.PreparedTraining.statistics`: map, reduce, then J,
@@ -35,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from poem._dask import ClusterPartitions
+from poem._dask_cluster import WORKER_MALLOC
 from poem.io.partitions import log_partitions, read_partition
 from poem.learners._lbfgs import lbfgs_statistics
 from poem.learners.objective import crm_objective_from_statistics, crm_statistics
@@ -71,6 +73,8 @@ def _cluster(workers, memory_limit):
             "distributed.worker.memory.target": False,
             "distributed.worker.memory.spill": False,
             "distributed.worker.memory.pause": 0.95,
+            # the product's allocator settings (poem._dask_cluster.local_client)
+            **{f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in WORKER_MALLOC.items()},
         }
     )
     cluster = LocalCluster(
