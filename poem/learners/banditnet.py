@@ -129,27 +129,18 @@ class BanditNet(PolicyPredictionMixin, BaseEstimator):
 
     Attributes
     ----------
-    coef_ : ndarray
-        Learned w.
-    policy_ : StochasticPolicy
-        Learned policy with the serving α and ε.
-    family_ : PolicyFamily
-        Policy family.
-    n_features_in_ : int
-        Feature dimension.
+    coef_, policy_, family_, n_features_in_, n_iter_, converged_
+        As every learner's (:class:`~poem.learners._prediction.PolicyPredictionMixin`), of the
+        final fit.
+    objective_ : float
+        Final J_λ(w) (scaled units).
+    clip_, clipped_fraction_, variance_penalty_ : float
+        ∞, 0 and 0 (no clip, no variance term).
     loss_translation_ : float
         Selected λ (loss units).
     search_results_ : tuple of dict
         Per λ: ``loss_translation``, ``snips_risk`` (validation), ``mean_weight`` S (training
         rows), ``objective``, ``n_iter``, ``converged``.
-    n_iter_ : int
-        Iterations of the final fit.
-    objective_ : float
-        Final J_λ(w) (scaled units).
-    converged_ : bool
-        Whether the final fit converged.
-    clip_, clipped_fraction_, variance_penalty_ : float
-        ∞, 0 and 0 (no clip, no variance term); named as POEM's so the search can report them.
     """
 
     def __init__(

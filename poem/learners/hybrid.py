@@ -74,26 +74,15 @@ class HybridLearner(PolicyPredictionMixin, BaseEstimator):
 
     Attributes
     ----------
-    coef_ : ndarray of shape (n_features,)
-        Learned w.
-    policy_ : StochasticPolicy
-        Softmax of the scores within each candidate set, with the serving α and ε.
-    family_ : CandidateFamily
-        Policy family.
-    n_features_in_ : int
-        Candidate feature dimension.
+    coef_, policy_, family_, n_features_in_, converged_, clip_, clipped_fraction_
+        As every learner's (:class:`~poem.learners._prediction.PolicyPredictionMixin`);
+        ``policy_`` is the softmax of the scores within each candidate set.
     n_iter_ : int
         Solver iterations (summed over reweighting rounds).
     objective_ : float
         Final L(w).
-    converged_ : bool
-        Whether L-BFGS-B converged.
-    clip_ : float
-        Resolved M.
-    clipped_fraction_ : float
-        Fraction of rows whose weight reached M at the solution.
     variance_penalty_ : float
-        λ of the variance regularizer (0 without it); same name as POEM's for the search.
+        λ of the variance regularizer (0 without it).
     """
 
     def __init__(
