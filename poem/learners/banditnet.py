@@ -1,8 +1,7 @@
 r"""BanditNet: SNIPS learning via the loss translation δ − λ (Joachims, Swaminathan, de Rijke 2018).
 
-The self-normalized risk Σ δᵢ rᵢ / Σ rᵢ is not a sum over rows, so it cannot be minimised by
-SGD directly. For a fixed value S = (1/n) Σ rᵢ of the weights' mean it equals the IPS risk of the
-translated losses, and the Lagrangian of "minimise IPS subject to (1/n) Σ rᵢ = S" is, up to a
+The self-normalized risk Σ δᵢ rᵢ / Σ rᵢ is not a sum over rows; for a fixed weights' mean
+S = (1/n) Σ rᵢ, the Lagrangian of "minimise IPS subject to (1/n) Σ rᵢ = S" is, up to a
 constant, the IPS risk of δ − λ:
 
 .. math::
@@ -11,10 +10,8 @@ constant, the IPS risk of δ − λ:
         \frac{\pi_w(y_i|x_i)}{p_i} + \mu \lVert w \rVert^2
 
 where δ'ᵢ ∈ [−1, 0] are the scaled losses (DESIGN §4.1), λ' the translation in the same units,
-pᵢ the propensities and μ the L2 penalty. BanditNet solves it for a grid of λ and keeps the λ whose
-solution has the lowest SNIPS risk on held-out rows. The objective and gradient are
-:mod:`poem.learners.objective`'s CRM objective with losses δ' − λ', no clip and no variance term.
-The learned policy uses the same families and :class:`~poem.policies.StochasticPolicy` as POEM.
+pᵢ the propensities and μ the L2 penalty. BanditNet solves it for a grid of λ and keeps the λ
+whose solution has the lowest SNIPS risk on held-out rows (:func:`translated_ips_objective`).
 """
 
 from __future__ import annotations
@@ -64,18 +61,8 @@ def translated_ips_objective(
 
     Parameters
     ----------
-    coef : ndarray of shape ``family.coef_shape``
-        Parameters w.
-    family : PolicyFamily
-        Policy family.
-    inputs : prepared inputs
-        ``family.inputs_from_log(log)``.
-    actions : ndarray
-        Logged actions yᵢ.
-    scaled_losses : ndarray of shape (n_samples,)
-        δ'ᵢ ∈ [−1, 0].
-    propensities : ndarray of shape (n_samples,)
-        pᵢ.
+    coef, family, inputs, actions, scaled_losses, propensities
+        w, the family and the rows, as :func:`~poem.learners.objective.crm_statistics`'s.
     loss_translation : float
         λ' in scaled units.
     l2_penalty : float, default=0.0

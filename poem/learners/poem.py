@@ -168,8 +168,7 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
         u_i = \delta'_i \min(M, \pi_w(y_i|x_i)/p_i)
 
     where δ'ᵢ are scaled losses, pᵢ propensities, M the clip, λ the variance penalty and μ
-    the L2 penalty (Eq. 10/12). Optimisation starts at w₀ = 0 (the uniform policy) unless
-    ``warm_start`` gives another w₀.
+    the L2 penalty (Eq. 10/12).
 
     Parameters
     ----------
@@ -283,11 +282,7 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
             raise ValueError(f"solver must be one of {list(SOLVERS)}, got {self.solver!r}")
         if self.objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {list(OBJECTIVES)}, got {self.objective!r}")
-        if isinstance(self.clip, str) and self.clip not in CLIP_RULES:
-            raise ValueError(
-                f"clip must be one of {list(CLIP_RULES)}, a number > 0 or None, got {self.clip!r}"
-            )
-        if self.clip is not None and not isinstance(self.clip, str):
+        if not (isinstance(self.clip, str) and self.clip in CLIP_RULES):  # without data
             resolve_clip(self.clip, np.ones(1))
         if isinstance(self.variance_penalty, str):
             if self.variance_penalty != "calibrated":
