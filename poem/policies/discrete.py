@@ -31,9 +31,6 @@ class DiscreteFamily(PolicyFamily):
         """(K, n_inputs)."""
         return (int(self.n_actions), self.n_inputs)
 
-    def _scores(self, coef: np.ndarray, X: Any) -> np.ndarray:
-        return np.asarray(X @ coef.T)
-
     @staticmethod
     def _scores_t(coef: np.ndarray, X: Any) -> np.ndarray:
         """Scores transposed, shape (K, n), a fresh C-contiguous array.
