@@ -2,15 +2,9 @@ r"""Minibatch AdaGrad with iterated variance majorization (paper §5.3, Alg. 1; 
 
 The variance term √V̂(u_w) of the CRM objective is not a sum over rows, so it has no unbiased
 minibatch gradient. Proposition 4 of Swaminathan & Joachims (2015) bounds it at the last
-majorization point w₀ by a function that *is* a sum over rows,
-
-.. math::
-
-    \sqrt{\hat V(u_w)} \le A \sum_i u_i + B \sum_i u_i^2 + C,
-
+majorization point w₀ by a sum over rows (:func:`~poem.learners.objective.majorizer_coefficients`),
 so each epoch minimises the majorized objective by AdaGrad (Duchi et al., 2011) and then
-re-majorizes at the new w. Both the majorizer and the convergence check use
-:mod:`poem.learners.objective`; nothing here re-derives the objective.
+re-majorizes at the new w.
 
 **The minibatch order.** The training rows are a partition set
 (:class:`~poem.learners.prepared.PreparedTraining`). An epoch visits the partitions in log

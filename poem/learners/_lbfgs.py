@@ -1,9 +1,4 @@
-"""Batch solver: scipy's L-BFGS-B on the exact CRM objective and gradient (POEM(B), paper §6).
-
-The objective and gradient come from the full-batch statistics
-(:func:`poem.learners.objective.crm_objective_from_statistics`); this module only adapts the
-parameter array to scipy's flat vector.
-"""
+"""Batch solver: scipy's L-BFGS-B on the exact CRM objective and gradient (POEM(B), paper §6)."""
 
 from __future__ import annotations
 
@@ -28,24 +23,14 @@ def lbfgs_statistics(
     max_iter: int = 200,
     tol: float = 1e-6,
 ) -> SolverResult:
-    r"""Minimise the CRM objective J(w) with L-BFGS-B from w₀ (Eq. 10/12).
-
-    .. math::
-
-        \hat w = \arg\min_w \; \bar u_w + \lambda \sqrt{\hat V(u_w)/n}
-        + \mu \lVert w \rVert^2
-
-    where ū_w is the clipped IPS risk on scaled losses, V̂ its sample variance, n the number
-    of rows, λ the variance penalty and μ the L2 penalty. J(w) and ∇J(w) come from the
-    full-batch statistics, computed by any source (the map-reduce seam, DESIGN §8).
+    """Minimise the CRM objective J(w) of :mod:`poem.learners.objective` with L-BFGS-B from w₀.
 
     Parameters
     ----------
     statistics : callable
         ``statistics(w)`` returns the :class:`~poem.learners.objective.CRMStatistics` of the
-        whole training set at w — computed in memory, or as a sum of per-partition statistics
-        (:meth:`poem.learners.prepared.PreparedTraining.statistics`); J(w) and ∇J(w) follow
-        exactly (Eq. 10/12).
+        whole training set at w (e.g. :meth:`~poem.learners.prepared.PreparedTraining.statistics`),
+        from which J(w) and ∇J(w) follow exactly.
     coef0 : ndarray
         Starting point w₀; its shape is the parameters' shape.
     variance_penalty : float

@@ -146,12 +146,8 @@ def standardize(inputs: Any, n_features: int, fit_intercept: bool) -> tuple[Any,
 
     Parameters
     ----------
-    inputs : ndarray or sparse matrix of shape (n_samples, n_inputs)
-        Prepared inputs (the intercept column last when ``fit_intercept``).
-    n_features : int
-        Number of raw feature columns.
-    fit_intercept : bool
-        Whether the last column is the intercept.
+    inputs, n_features, fit_intercept
+        As :func:`fit_feature_scaling`'s.
 
     Returns
     -------

@@ -1,18 +1,11 @@
-r"""Hybrid counterfactual–supervised learner (Li & Joachims; DESIGN §4.8).
+"""Hybrid counterfactual–supervised learner (Li & Joachims; DESIGN §4.8).
 
 A linear score s_{i,c} = w·ψ_{i,c} per candidate serves twice: h = σ(s) predicts the logged
 candidate's outcome (a click model), and the policy is the softmax of the scores within each
-row's candidate set (:class:`~poem.policies.CandidateFamily`). Training minimises a weighted
-cross entropy on the logged candidates,
-
-.. math::
-
-    L(w) = \frac{1}{n} \sum_{i=1}^n \omega_i \, \ell_i(w) + \lambda \, \mathrm{Reg}(w)
-        + \mu \lVert w \rVert^2,
-    \quad \ell_i = -[y_i \log h_i + (1 - y_i) \log(1 - h_i)],
-
-with yᵢ = −δ'ᵢ ∈ [0, 1] (1 = best outcome, e.g. a click) and the weighting ωᵢ one of 1 (Eq. 8),
-1/pᵢ (Eq. 9), min(M, 1/pᵢ) (Eq. 10) or min(M, π_w(yᵢ|xᵢ)/pᵢ) (Eq. 12/14, "hybrid").
+row's candidate set (:class:`~poem.policies.CandidateFamily`). Training minimises the weighted
+cross entropy L(w) of :func:`~poem.learners._hybrid_loss.hybrid_objective`, with yᵢ = −δ'ᵢ
+(1 = best outcome) and ωᵢ one of 1 (Eq. 8), 1/pᵢ (Eq. 9), min(M, 1/pᵢ) (Eq. 10) or
+min(M, π_w(yᵢ|xᵢ)/pᵢ) (Eq. 12/14, "hybrid").
 """
 
 from __future__ import annotations
