@@ -31,6 +31,7 @@ from poem.learners.objective import (
     majorized_gradient,
     majorizer_coefficients,
 )
+from poem.learners.prepared import partition_statistics
 from poem.policies._base import PolicyFamily
 
 __all__ = ["EpochState", "SolverResult", "adagrad", "partition_epoch"]
@@ -130,12 +131,8 @@ def partition_epoch(
     penalties = dict(n_total=n_total, variance_penalty=variance_penalty, l2_penalty=l2_penalty)
     for start in range(0, n, b):
         if majorize_every and k and k % majorize_every == 0 and variance_penalty:
-            whole = crm_statistics(
-                w, family, partition.inputs, partition.actions, partition.scaled_losses,
-                partition.propensities, clip, chunk_size=chunk_size,
-                loss_model=partition.loss_model,
-            )  # fmt: skip
-            coefficients = majorizer_coefficients(whole)
+            kw = dict(coef=w, family=family, clip=clip, chunk_size=chunk_size)
+            coefficients = majorizer_coefficients(partition_statistics(partition, **kw))
         stop = min(n, start + b)
         rows = (family.row_slice(X, start, stop), a[start:stop], d[start:stop], p[start:stop])
         m_rows = None if m is None else m[start:stop]

@@ -73,8 +73,7 @@ class PolicyPredictionMixin:
     def validate_params(self) -> Any:
         """Check the hyperparameters as ``fit`` does, without data; return ``self``.
 
-        The pipeline calls it on ``clone(est).set_params(**p)`` for every configured value when
-        ``mlflow.yml`` is loaded, so a bad value fails before any data is read.
+        The pipeline calls it for every configured value, so a bad one fails before data is read.
 
         Returns
         -------

@@ -1,10 +1,4 @@
-"""Trials of the counterfactual search: a fit's validation scores and the selection rule.
-
-:class:`Trial` records one fitted configuration scored on the validation log
-(:func:`validation_scores`: IPS and SNIPS, Eq. 1 and its self-normalized form);
-:func:`select_trial` is the rule that picks among trials (and, in
-:func:`poem.learners.search.select_temperature`, among one fit's serving temperatures).
-"""
+"""Trials of the counterfactual search: a fit's validation scores and the selection rule."""
 
 from __future__ import annotations
 

@@ -302,12 +302,9 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
                 f"learning_rate_unit must be 'step' or 'epoch', got {self.learning_rate_unit!r}"
             )
         check_scalar(self.batch_size, "batch_size", Integral, min_val=1)
-        if self.majorize_every is not None:
-            check_scalar(self.majorize_every, "majorize_every", Integral, min_val=1)
-        if self.chunk_size is not None:
-            check_scalar(self.chunk_size, "chunk_size", Integral, min_val=1)
-        if self.max_epochs is not None:
-            check_scalar(self.max_epochs, "max_epochs", Integral, min_val=1)
+        for name in ("majorize_every", "chunk_size", "max_epochs"):  # each None or ≥ 1
+            if getattr(self, name) is not None:
+                check_scalar(getattr(self, name), name, Integral, min_val=1)
         if isinstance(self.warm_start, str) and self.warm_start != "zeros":
             raise ValueError(
                 "warm_start must be 'zeros', an array, a StochasticPolicy or a fitted "

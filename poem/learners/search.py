@@ -1,14 +1,8 @@
-r"""Counterfactual hyperparameter search: fit on a training log, score on a validation log (§6).
+"""Counterfactual hyperparameter search: fit on a training log, score on a validation log (§6).
 
-Every configuration is fitted with ``clone(estimator).set_params(**params)`` and scored by the
-unbiased IPS estimate (Eq. 1) of the fitted stochastic policy on the held-out validation log,
-
-.. math:: \hat R(\pi_w) = \frac{1}{n_v} \sum_{i=1}^{n_v} \delta_i \frac{\pi_w(y_i|x_i)}{p_i},
-
-in original loss units, using the same estimator functions as the gate
-(:func:`poem.estimators.ips.evaluate_policy`). SNIPS breaks ties. With ``temperatures`` each fit
-is also scored at those serving temperatures α (the policy π_{w/α}, no refit) and served at the
-one the same rule selects (:func:`select_temperature`).
+Every configuration is fitted on the training rows and scored on the held-out validation rows
+by the gate's estimators (:func:`run_trial`); with ``temperatures`` each fit is also served at
+the validation-chosen serving temperature (:func:`select_temperature`).
 """
 
 from __future__ import annotations

@@ -24,9 +24,8 @@ import scipy.sparse as sp
 
 __all__ = ["MAX_COEFFICIENTS", "PolicyFamily", "check_policy_size", "check_serving_params"]
 
-# Largest parameter array w a family may have: 2**25 float64 = 256 MiB per copy; the solvers
-# hold a few dozen copies (gradient, AdaGrad accumulators, L-BFGS history), so training a
-# policy this size needs several GiB. The log checks refuse wider logs with this same limit.
+# Largest parameter array w a family may have: 2**25 float64 = 256 MiB per copy, of which the
+# solvers hold a few dozen. The log checks refuse wider logs with this same limit.
 MAX_COEFFICIENTS = 2**25
 
 
