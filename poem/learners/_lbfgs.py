@@ -11,7 +11,13 @@ from scipy.optimize import minimize
 from poem.learners._adagrad import SolverResult
 from poem.learners.objective import CRMStatistics, crm_objective_from_statistics
 
-__all__ = ["lbfgs_statistics"]
+__all__ = ["lbfgs", "lbfgs_statistics"]
+
+
+def lbfgs(fun: Callable, x0: np.ndarray, max_iter: int, tol: float) -> Any:
+    """Run scipy's L-BFGS-B on ``fun(x) -> (value, gradient)`` with ``gtol = ftol = tol``."""
+    options = {"maxiter": int(max_iter), "gtol": tol, "ftol": tol}
+    return minimize(fun, x0, jac=True, method="L-BFGS-B", options=options)
 
 
 def lbfgs_statistics(
@@ -61,13 +67,7 @@ def lbfgs_statistics(
         last.update(stats=stats, value=value, grad=grad)
         return value, grad.ravel()
 
-    result = minimize(
-        fun,
-        np.ravel(coef0).astype(np.float64),
-        jac=True,
-        method="L-BFGS-B",
-        options={"maxiter": int(max_iter), "gtol": tol, "ftol": tol},
-    )
+    result = lbfgs(fun, np.ravel(coef0).astype(np.float64), max_iter, tol)
     w = result.x.reshape(shape)
     fun(result.x)  # statistics at the returned point (the last evaluation may be a trial)
     converged = bool(result.status == 0)

@@ -21,7 +21,6 @@ from numbers import Real
 from typing import Any
 
 import numpy as np
-from scipy.optimize import minimize
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state, check_scalar
@@ -29,6 +28,7 @@ from sklearn.utils import check_random_state, check_scalar
 from poem.data import LoggedBandit, check_logged_bandit, scale_losses
 from poem.estimators.ips import snips
 from poem.estimators.weights import importance_weights
+from poem.learners._lbfgs import lbfgs
 from poem.learners._prediction import PolicyPredictionMixin, check_shared_params, store_params
 from poem.learners.objective import crm_objective_from_statistics, crm_statistics
 from poem.policies._base import check_serving_params
@@ -183,13 +183,7 @@ class BanditNet(PolicyPredictionMixin, BaseEstimator):
             )
             return value, grad.ravel()
 
-        result = minimize(
-            fun,
-            np.zeros(int(np.prod(family.coef_shape))),
-            jac=True,
-            method="L-BFGS-B",
-            options={"maxiter": int(self.max_iter), "gtol": self.tol, "ftol": self.tol},
-        )
+        result = lbfgs(fun, np.zeros(int(np.prod(family.coef_shape))), self.max_iter, self.tol)
         return result.x.reshape(family.coef_shape), result
 
     def fit(self, log: LoggedBandit) -> BanditNet:

@@ -1,13 +1,9 @@
 r"""The champion re-tempered, no refit: candidates of the search beside the fitted trials.
 
 A learned challenger has to beat what serving the champion at another temperature does
-without any learning. For a champion :math:`\pi_{w_c/\tau_c}` (coefficients w_c served at
-temperature τ_c) and each serving temperature α of the search, the candidate is
-
-.. math:: \pi^{(\alpha)} = \pi_{(w_c/\tau_c)/\alpha},
-
-exactly what a ``warm_start: champion`` fit that took no step would serve at α (α = 1 is the
-champion itself), with the champion's exploration floor. Each candidate is scored like the
+without any learning. For each serving temperature α of the search the candidate is
+:func:`retempered_champion`, exactly what a ``warm_start: champion`` fit that took no step
+would serve at α (α = 1 is the champion itself). Each candidate is scored like the
 fitted trials (:func:`~poem.learners._trials.validation_scores`) in one probability pass
 over the validation rows and enters the same selection
 (:func:`~poem.learners._trials.select_trial`). Its :class:`~poem.learners._trials.Trial`

@@ -14,7 +14,6 @@ import warnings
 from numbers import Real
 
 import numpy as np
-from scipy.optimize import minimize
 from scipy.special import expit
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
@@ -23,6 +22,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from poem.data import LoggedBandit, check_logged_bandit
 from poem.learners._hybrid_loss import REGULARIZERS, WEIGHTINGS, hybrid_objective
+from poem.learners._lbfgs import lbfgs
 from poem.learners._prediction import PolicyPredictionMixin, check_shared_params, store_params
 from poem.learners.poem import resolve_clip
 from poem.policies._base import check_serving_params
@@ -168,13 +168,7 @@ class HybridLearner(PolicyPredictionMixin, BaseEstimator):
                 )
                 return value, grad
 
-            result = minimize(
-                fun,
-                coef,
-                jac=True,
-                method="L-BFGS-B",
-                options={"maxiter": int(self.max_iter), "gtol": self.tol, "ftol": self.tol},
-            )
+            result = lbfgs(fun, coef, self.max_iter, self.tol)
             step = float(np.max(np.abs(result.x - coef)))
             coef, n_iter = result.x, n_iter + int(result.nit)
             converged = result.status == 0 and (not reweight or step <= max(self.tol, 1e-8) ** 0.5)

@@ -4,20 +4,11 @@ The search ranks fits and champion candidates (the champion re-tempered, no refi
 :mod:`poem.learners.champion_candidates`) by their validation scores, and the lowest of many
 noisy estimates is often a fit that is truly worse. Before a fit is served in place of the
 best candidate, the two are compared **on the same validation rows** by the doubly robust
-estimate of their difference (Dudík, Langford & Li 2011, Eq. 2, on the per-row difference):
-
-.. math::
-
-    \hat\Delta = \frac{1}{n_v} \sum_i \Big[\big(\hat v_i(\pi_f) - \hat v_i(\pi_c)\big)
-        + \big(r^f_i - r^c_i\big)\big(\delta_i - \hat\delta(x_i, y_i)\big)\Big],
-    \qquad r^\pi_i = \pi(y_i|x_i)/p_i,
-
-where :math:`\hat v_i(\pi) = E_{y\sim\pi(\cdot|x_i)} \hat\delta(x_i, y)` is the loss model's
-expected loss of π on row i. It is unbiased for R(π_f) − R(π_c) when the propensities are
-right, whatever the model.
+estimate Δ̂ of their difference (:func:`learning_evidence`), unbiased for R(π_f) − R(π_c)
+when the propensities are right, whatever the loss model.
 
 **Both halves must agree.** The fit was *selected* on these rows, and the selection leaks
-into the weighted residual term (a fit whose weights fall on rows with low realised losses
+into Δ̂'s weighted residual term (a fit whose weights fall on rows with low realised losses
 is both selected and low there), while the model term
 :math:`m_i = \hat v_i(\pi_f) - \hat v_i(\pi_c)` depends on the contexts only (cross-fitted
 predictions); on a sparse-label synthetic set the DR bound alone served fits that were truly
@@ -142,7 +133,9 @@ def learning_evidence(
     .. math:: \hat\Delta = \frac{1}{n_v}\sum_i \big[\hat v_i(\pi_f) - \hat v_i(\pi_c)
               + (r^f_i - r^c_i)(\delta_i - \hat\delta(x_i, y_i))\big]
 
-    (module docstring; Dudík, Langford & Li 2011, Eq. 2, on the paired difference).
+    where :math:`\hat v_i(\pi) = E_{y\sim\pi(\cdot|x_i)} \hat\delta(x_i, y)` is the
+    cross-fitted loss model's expected loss of π on row i, r^π_i = π(yᵢ|xᵢ)/pᵢ and δᵢ the logged
+    loss (Dudík, Langford & Li 2011, Eq. 2, on the paired difference).
 
     Parameters
     ----------
