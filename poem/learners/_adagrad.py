@@ -19,6 +19,7 @@ full-batch passes (J, ∇J, the majorizer, the MM safeguard) do not.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -248,10 +249,7 @@ def adagrad(
         )
     rng = random_state if random_state is not None else np.random.default_rng()
     n = int(data.n_rows)
-
-    def full(w: np.ndarray) -> CRMStatistics:
-        return data.statistics(w, clip, chunk_size)
-
+    full = partial(data.statistics, clip=clip, chunk_size=chunk_size)  # statistics at w
     plan = [(k, {}) for k in range(len(parts))]
     step = dict(
         family=family,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import replace
+from functools import partial
 from numbers import Integral, Real
 from typing import Any
 
@@ -465,10 +466,7 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
                 **common,
             )
         else:
-
-            def statistics(coef: np.ndarray):
-                return data.statistics(coef, clip, self.chunk_size)
-
+            statistics = partial(data.statistics, clip=clip, chunk_size=self.chunk_size)
             result = lbfgs_statistics(statistics, start, max_iter=int(self.max_iter), **common)
         return self._store_fit(result, prepared, clip, lam, coef0)
 
