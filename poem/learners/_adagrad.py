@@ -218,10 +218,9 @@ def adagrad(
     initial_accumulator : float, default=1.0
         Initial AdaGrad history h₀ (Alg. 1 line 14 uses 1; 0 gives the textbook AdaGrad).
     progressive : bool, default=False
-        Skip the full-batch pass after each epoch: the next majorizer and the stopping rule
-        use the epoch's progressive statistics (Alg. 1's progressive validation), and an epoch
-        whose progressive objective rose halves η instead of being rejected. J(w) and ∇J(w)
-        are computed exactly once, at the end.
+        Majorize and stop on each epoch's progressive statistics (Alg. 1's progressive
+        validation) instead of a full-batch pass; an epoch whose progressive objective rose
+        halves η instead of being rejected. J(w) and ∇J(w) are computed once, at the end.
     initial_statistics : CRMStatistics or None, default=None
         The statistics at w₀ when already known (e.g. shared by a search's trials); None
         computes them.

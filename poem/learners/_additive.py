@@ -85,7 +85,7 @@ def fit_additive_loss_model(
     random_state : int, default=0
         Seed of the fold assignment.
     max_iter : int, default=20
-        LSQR iterations per fold (Zβ and Zᵀv each cost one product with X).
+        LSQR iterations per fold.
 
     Returns
     -------
