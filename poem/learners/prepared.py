@@ -55,16 +55,10 @@ class CRMPartition:
 
     Attributes
     ----------
-    inputs : prepared inputs
-        ``family.inputs_from_log(log)`` of the partition's rows (standardized when asked).
-    actions : ndarray
-        Logged actions yᵢ.
-    scaled_losses : ndarray of shape (n_rows,)
-        Scaled losses δ'ᵢ ∈ [−1, 0] (DESIGN §4.1), scaled with the whole log's bounds.
-    propensities : ndarray of shape (n_rows,)
-        Logging propensities pᵢ.
-    loss_model : ndarray of shape (n_rows, q + 1) or None, default=None
-        Per-row additive loss model of the doubly robust objective (None: IPS).
+    inputs, actions, scaled_losses, propensities, loss_model
+        The rows' arguments of :func:`~poem.learners.objective.crm_statistics`: ``inputs``
+        standardized when asked, δ'ᵢ scaled with the whole log's bounds, and the additive
+        loss model of the doubly robust objective (default None: IPS).
     """
 
     inputs: Any
@@ -181,12 +175,6 @@ class PreparedTraining:
         return starts[key]
 
 
-def _readonly(*arrays: Any) -> None:
-    for array in arrays:
-        if isinstance(array, np.ndarray):  # the log's own arrays already are
-            array.flags.writeable = False
-
-
 def prepare_log(log: LoggedBandit, *, fit_intercept: bool, standardize_features: bool):
     """Check a log and prepare it as one partition, once per log and setting.
 
@@ -223,7 +211,9 @@ def prepare_log(log: LoggedBandit, *, fit_intercept: bool, standardize_features:
         if key[1] and family.name != "candidates":
             inputs, scaling = standardize(inputs, family.n_features, family.fit_intercept)
         scaled = log.scaled_losses()
-        _readonly(inputs, getattr(inputs, "data", None), scaled)
+        for array in (inputs, getattr(inputs, "data", None), scaled):
+            if isinstance(array, np.ndarray):  # the log's own arrays already are read-only
+                array.flags.writeable = False
         part = CRMPartition(inputs, np.asarray(log.actions), scaled, log.propensities)
         cache[key] = PreparedTraining(
             family,
