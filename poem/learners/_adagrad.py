@@ -292,9 +292,7 @@ def adagrad(
             new_stats, w, variance_penalty, l2_penalty
         )
         if not np.isfinite(new_value) or new_value > value:
-            # MM safeguard: the epoch raised the true objective (steps too long for the
-            # majorizer's region of validity). Backtrack along the epoch's displacement and
-            # shrink η by the fraction that worked (⅛ when none did: the epoch is rejected).
+            # MM safeguard (docstring): backtrack along the epoch's displacement, shrink η
             step_w, accepted = w - w_start, False
             for fraction in _BACKTRACK:
                 w_try = w_start + fraction * step_w
