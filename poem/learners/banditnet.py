@@ -1,17 +1,8 @@
-r"""BanditNet: SNIPS learning via the loss translation δ − λ (Joachims, Swaminathan, de Rijke 2018).
+"""BanditNet: SNIPS learning via the loss translation δ − λ (Joachims, Swaminathan, de Rijke 2018).
 
 The self-normalized risk Σ δᵢ rᵢ / Σ rᵢ is not a sum over rows; for a fixed weights' mean
 S = (1/n) Σ rᵢ, the Lagrangian of "minimise IPS subject to (1/n) Σ rᵢ = S" is, up to a
-constant, the IPS risk of δ − λ:
-
-.. math::
-
-    \hat w_\lambda = \arg\min_w \frac{1}{n} \sum_{i=1}^n (\delta'_i - \lambda')
-        \frac{\pi_w(y_i|x_i)}{p_i} + \mu \lVert w \rVert^2
-
-where δ'ᵢ ∈ [−1, 0] are the scaled losses (DESIGN §4.1), λ' the translation in the same units,
-pᵢ the propensities and μ the L2 penalty. BanditNet solves it for a grid of λ and keeps the λ
-whose solution has the lowest SNIPS risk on held-out rows (:func:`translated_ips_objective`).
+constant, the IPS risk of the translated losses δ − λ (:func:`translated_ips_objective`).
 """
 
 from __future__ import annotations
@@ -86,7 +77,13 @@ def translated_ips_objective(
 
 
 class BanditNet(PolicyPredictionMixin, BaseEstimator):
-    """BanditNet: translated-IPS learning with a λ search scored by held-out SNIPS.
+    r"""BanditNet: translated-IPS learning with a λ search scored by held-out SNIPS.
+
+    .. math:: \hat w_\lambda = \arg\min_w J_\lambda(w), \qquad
+              \hat\lambda = \arg\min_\lambda \hat R_{SNIPS}(\pi_{\hat w_\lambda})
+
+    where J_λ is :func:`translated_ips_objective` on the training rows and R̂_SNIPS the SNIPS
+    risk on the held-out rows; ``coef_`` is ŵ_λ̂ (on all rows with ``refit`` or a single λ).
 
     Parameters
     ----------
