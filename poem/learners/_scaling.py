@@ -115,9 +115,8 @@ def fit_feature_scaling(inputs: Any, n_features: int, fit_intercept: bool) -> Fe
     """
     X = inputs[:, :n_features]
     if sp.issparse(X):
-        second = np.asarray(X.multiply(X).mean(axis=0)).ravel()
         mean = np.zeros(n_features)
-        scale = np.sqrt(second)
+        scale = np.sqrt(np.asarray(X.multiply(X).mean(axis=0)).ravel())
     elif fit_intercept:  # dense with an intercept: centred
         mean = np.asarray(X, dtype=np.float64).mean(axis=0)
         scale = np.asarray(X, dtype=np.float64).std(axis=0)

@@ -51,9 +51,8 @@ def retempered_champion(
         Serving temperature α > 0 of the candidate, relative to the champion's served
         distribution (α = 1: the same probabilities), i.e. α.
     exploration_floor : float or None, default=None
-        ε of the candidate: the floor every challenger is served with, so a candidate keeps
-        the next log's support even when the champion (the logger h₀) had none; None keeps
-        the champion's, i.e. ε.
+        ε of the candidate (the challengers' floor, so it keeps the next log's support even
+        when the champion had none); None keeps the champion's, i.e. ε.
 
     Returns
     -------
