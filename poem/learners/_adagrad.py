@@ -2,36 +2,27 @@ r"""Minibatch AdaGrad with iterated variance majorization (paper §5.3, Alg. 1; 
 
 The variance term √V̂(u_w) of the CRM objective is not a sum over rows, so it has no unbiased
 minibatch gradient. Proposition 4 of Swaminathan & Joachims (2015) bounds it at the last
-majorization point w₀ by a function that *is* a sum over rows,
-
-.. math::
-
-    \sqrt{\hat V(u_w)} \le A \sum_i u_i + B \sum_i u_i^2 + C,
-
+majorization point w₀ by a sum over rows (:func:`~poem.learners.objective.majorizer_coefficients`),
 so each epoch minimises the majorized objective by AdaGrad (Duchi et al., 2011) and then
-re-majorizes at the new w. Both the majorizer and the convergence check use
-:mod:`poem.learners.objective`; nothing here re-derives the objective.
+re-majorizes at the new w.
 
-**The minibatch order (one decision for every layout).** The training rows are a partition
-set (:class:`~poem.learners.prepared.PreparedTraining`). An epoch visits the partitions in log
-order and hands a small state from one to the next (``fold``): w, the AdaGrad history h, the
-majorizer coefficients and the shuffling generator. Each partition draws its rows' order from
-that generator (``rng.permutation(n_k)``) and takes its minibatches of b rows in that order.
-A log in memory is one partition, so its epoch is ``rng.permutation(n)`` cut into
-minibatches: exactly the order of the in-memory solver before the partitioned twin was
-folded in (coefficients equal to 1e-10 from the same seed, pinned by a test), and every
-learning figure of the README stands. With k partitions an epoch is a valid Alg. 1 epoch with
-other minibatches (none spans two partitions), so AdaGrad's iterates depend on the layout;
-the full-batch passes (J, ∇J, the majorizer at each epoch, the MM safeguard) do not.
+**The minibatch order.** The training rows are a partition set
+(:class:`~poem.learners.prepared.PreparedTraining`). An epoch visits the partitions in log
+order, handing an :class:`EpochState` from one to the next (``fold``); each partition draws
+its rows' order from the state's generator (``rng.permutation(n_k)``) and takes minibatches of
+b rows in that order. A log in memory is one partition: its epoch is ``rng.permutation(n)``
+cut into minibatches. With k partitions an epoch is a valid Alg. 1 epoch with other
+minibatches (none spans two partitions), so AdaGrad's iterates depend on the layout; the
+full-batch passes (J, ∇J, the majorizer, the MM safeguard) do not.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from poem.learners.objective import (
     CRMStatistics,
@@ -41,6 +32,7 @@ from poem.learners.objective import (
     majorized_gradient,
     majorizer_coefficients,
 )
+from poem.learners.prepared import partition_statistics
 from poem.policies._base import PolicyFamily
 
 __all__ = ["EpochState", "SolverResult", "adagrad", "partition_epoch"]
@@ -74,22 +66,6 @@ class SolverResult:
     gradient_norm: float
     converged: bool
     n_clipped: int
-
-
-def _rows(inputs: Any, start: int, stop: int, family: PolicyFamily) -> Any:
-    """Contiguous rows: a cheap slice for arrays and CSR, the family's subset otherwise.
-
-    CSR rows are a view of the matrix's own arrays (``data``, ``indices`` and the shifted
-    ``indptr``): scipy's ``X[start:stop]`` costs ~8× as much on a 300-row minibatch, most of
-    it checks, and a doubly robust AdaGrad epoch on TMC2007 takes ~200 of them.
-    """
-    if sp.issparse(inputs) and inputs.format == "csr":
-        lo, hi = inputs.indptr[start], inputs.indptr[stop]
-        arrays = (inputs.data[lo:hi], inputs.indices[lo:hi], inputs.indptr[start : stop + 1] - lo)
-        return type(inputs)(arrays, shape=(stop - start, inputs.shape[1]), copy=False)
-    if isinstance(inputs, np.ndarray) or sp.issparse(inputs):
-        return inputs[start:stop]
-    return family.subset(inputs, np.arange(start, stop))
 
 
 @dataclass(frozen=True)
@@ -136,19 +112,11 @@ def partition_epoch(
     progressive: bool,
     chunk_size: int | None,
 ) -> EpochState:
-    r"""Majorized AdaGrad steps over one partition's rows in shuffled minibatches (Alg. 1).
+    """:func:`adagrad`'s steps over one partition's rows in shuffled minibatches (Alg. 1).
 
-    .. math::
-
-        g_t = \frac{1}{b}\sum_{i \in B_t}\left[\nabla u_i + \lambda\sqrt{n}
-              (A \nabla u_i + 2 B u_i \nabla u_i)\right] + 2\mu w, \quad
-        h_t = h_{t-1} + g_t^2, \quad w_{t+1} = w_t - \eta\, g_t / \sqrt{h_t}
-
-    where B_t is a minibatch of b rows, n the training-set size (all partitions), (A, B) the
-    majorizer coefficients of Prop. 4, λ the variance penalty, μ the L2 penalty and η the
-    learning rate. ``partition`` is a :class:`~poem.learners.prepared.CRMPartition` (None or
-    empty: the state is returned unchanged, no random number drawn). ``majorize_every``
-    re-majorizes on the partition's own rows (the whole log when it is one partition).
+    ``partition`` is a :class:`~poem.learners.prepared.CRMPartition` (None or empty: the state
+    is returned unchanged, no random number drawn); n in the step is ``n_total``, the rows of
+    all partitions. ``majorize_every`` re-majorizes on the partition's own rows.
     """
     if partition is None or partition.n_rows == 0:
         return state
@@ -164,14 +132,10 @@ def partition_epoch(
     penalties = dict(n_total=n_total, variance_penalty=variance_penalty, l2_penalty=l2_penalty)
     for start in range(0, n, b):
         if majorize_every and k and k % majorize_every == 0 and variance_penalty:
-            whole = crm_statistics(
-                w, family, partition.inputs, partition.actions, partition.scaled_losses,
-                partition.propensities, clip, chunk_size=chunk_size,
-                loss_model=partition.loss_model,
-            )  # fmt: skip
-            coefficients = majorizer_coefficients(whole)
+            kw = dict(coef=w, family=family, clip=clip, chunk_size=chunk_size)
+            coefficients = majorizer_coefficients(partition_statistics(partition, **kw))
         stop = min(n, start + b)
-        rows = (_rows(X, start, stop, family), a[start:stop], d[start:stop], p[start:stop])
+        rows = (family.row_slice(X, start, stop), a[start:stop], d[start:stop], p[start:stop])
         m_rows = None if m is None else m[start:stop]
         if progressive:  # the epoch's statistics are kept for the next majorizer
             batch = crm_statistics(w, family, *rows, clip, loss_model=m_rows)
@@ -216,17 +180,13 @@ def adagrad(
 
     where B_t is a minibatch of b rows, n the training-set size, (A, B) the majorizer
     coefficients of Prop. 4 at the last majorization point, λ the variance penalty, μ the L2
-    penalty, h the AdaGrad history (element-wise) and η the learning rate. Starts at w₀
-    (``coef0``; default 0, the uniform policy). Re-majorizes on the full training set after
-    every epoch and, when ``majorize_every`` is set, every that many minibatches (a log in one
-    partition only). The history starts at h = 1 as in Alg. 1 (line 14), so early steps are
-    plain SGD steps of size η. When an epoch raises the full-batch objective J, ½ then ¼ of
-    the epoch's displacement are tried (one full pass each) and η is multiplied by the
-    fraction that lowered J; if neither lowers J the epoch is rejected and η is divided by 8
-    (the MM descent property of Prop. 4 only holds inside the majorizer's region of
-    validity); rejected epochs do not count towards ``max_iter``. Stopping is on
-    ‖∇J‖₂ ≤ tol, on the relative decrease of J over an accepted epoch ≤ tol, or on η falling
-    below 10⁻³ of its initial value. The minibatch order is the module docstring's.
+    penalty, h the AdaGrad history (element-wise) and η the learning rate. Re-majorizes on the
+    full training set after every epoch (and every ``majorize_every`` minibatches). When an
+    epoch raises the full-batch J (Prop. 4's descent only holds inside the majorizer's region
+    of validity), ½ then ¼ of its displacement are tried and η is multiplied by the fraction
+    that lowered J; if neither does, the epoch is rejected and η divided by 8. Stops on
+    ‖∇J‖₂ ≤ tol, a relative decrease of J over an accepted epoch ≤ tol, or η below 10⁻³ of its
+    initial value. The minibatch order is the module docstring's.
 
     Parameters
     ----------
@@ -244,8 +204,7 @@ def adagrad(
     batch_size : int, default=100
         Minibatch size b.
     max_iter : int, default=200
-        Maximum number of accepted epochs (rejected epochs, at most 4 in all since each divides
-        η by 8, do not count).
+        Maximum number of accepted epochs (at most 4 rejected ones, which do not count).
     tol : float, default=1e-6
         Stop when ‖∇J‖₂ ≤ tol or an epoch decreases J by at most tol·max(1, |J|).
     majorize_every : int or None, default=None
@@ -259,10 +218,9 @@ def adagrad(
     initial_accumulator : float, default=1.0
         Initial AdaGrad history h₀ (Alg. 1 line 14 uses 1; 0 gives the textbook AdaGrad).
     progressive : bool, default=False
-        Skip the full-batch pass after each epoch: the next majorizer and the stopping rule
-        use the epoch's progressive statistics (Alg. 1's progressive validation), and an epoch
-        whose progressive objective rose halves η instead of being rejected. J(w) and ∇J(w)
-        are computed exactly once, at the end.
+        Majorize and stop on each epoch's progressive statistics (Alg. 1's progressive
+        validation) instead of a full-batch pass; an epoch whose progressive objective rose
+        halves η instead of being rejected. J(w) and ∇J(w) are computed once, at the end.
     initial_statistics : CRMStatistics or None, default=None
         The statistics at w₀ when already known (e.g. shared by a search's trials); None
         computes them.
@@ -290,10 +248,7 @@ def adagrad(
         )
     rng = random_state if random_state is not None else np.random.default_rng()
     n = int(data.n_rows)
-
-    def full(w: np.ndarray) -> CRMStatistics:
-        return data.statistics(w, clip, chunk_size)
-
+    full = partial(data.statistics, clip=clip, chunk_size=chunk_size)  # statistics at w
     plan = [(k, {}) for k in range(len(parts))]
     step = dict(
         family=family,
@@ -337,9 +292,7 @@ def adagrad(
             new_stats, w, variance_penalty, l2_penalty
         )
         if not np.isfinite(new_value) or new_value > value:
-            # MM safeguard: the epoch raised the true objective (steps too long for the
-            # majorizer's region of validity). Backtrack along the epoch's displacement and
-            # shrink η by the fraction that worked (⅛ when none did: the epoch is rejected).
+            # MM safeguard (docstring): backtrack along the epoch's displacement, shrink η
             step_w, accepted = w - w_start, False
             for fraction in _BACKTRACK:
                 w_try = w_start + fraction * step_w

@@ -8,13 +8,11 @@ in the action* given the context:
     E[\delta \mid x, y] = \sum_l \big[ y_l (1 - 2\eta_l(x)) + \eta_l(x) \big]
     = c(x) + \sum_l y_l\, g_l(x), \qquad \eta_l(x) = P(y^*_l = 1 \mid x),
 
-and so is every loss that adds a per-label term. The model fits c(x) = b·x and
-g_l(x) = a_l·x by ridge regression of the scaled loss δ' on the features [y ⊗ x, x] (one
-regression over all labels, on the learner's prepared, standardized inputs), and gives the
-policy's expected modelled loss in closed form, E_{y∼π}[δ̂(x, y)] = c(x) + Σ_l σ_l(x) g_l(x).
-Row i's (g, c) come from a model fitted on the other fold(s) (cross-fitting, Chernozhukov et
-al. 2018), so the residual δ'ᵢ − δ̂(xᵢ, yᵢ) of the doubly robust objective
-(:mod:`poem.learners.objective`) is independent of its own model.
+and so is every loss that adds a per-label term. The model c(x) = b·x, g_l(x) = a_l·x is one
+ridge regression of δ' on [y ⊗ x, x], and gives a policy's expected modelled loss in closed
+form, E_{y∼π}[δ̂(x, y)] = c(x) + Σ_l σ_l(x) g_l(x). Row i's (g, c) come from a model fitted
+on the other fold(s) (cross-fitting, Chernozhukov et al. 2018), so the residual of the doubly
+robust objective (:mod:`poem.learners.objective`) is independent of its own model.
 """
 
 from __future__ import annotations
@@ -87,7 +85,7 @@ def fit_additive_loss_model(
     random_state : int, default=0
         Seed of the fold assignment.
     max_iter : int, default=20
-        LSQR iterations per fold (Zβ and Zᵀv each cost one product with X).
+        LSQR iterations per fold.
 
     Returns
     -------

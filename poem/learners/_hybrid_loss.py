@@ -1,9 +1,4 @@
-r"""The hybrid learner's loss: weighted cross entropy on the logged candidates (DESIGN §4.8).
-
-The single source of the hybrid objective and its gradient;
-:class:`poem.learners.hybrid.HybridLearner` minimises it and re-exports it. The variance
-regularizer is POEM's, from :mod:`poem.learners.objective`.
-"""
+"""The hybrid learner's loss: weighted cross entropy on the logged candidates (DESIGN §4.8)."""
 
 from __future__ import annotations
 
@@ -41,6 +36,7 @@ def hybrid_objective(
     .. math::
 
         L(w) = \frac{1}{n}\sum_i \omega_i \ell_i + \lambda\,\mathrm{Reg} + \mu\lVert w\rVert^2,
+        \quad \ell_i = -[y_i \log\sigma(s_i) + (1 - y_i)\log(1 - \sigma(s_i))],
         \quad \nabla \ell_i = (\sigma(s_i) - y_i)\, \psi_{i,y_i},
         \quad \nabla \omega_i = \omega_i \nabla \log \pi_w(y_i|x_i) \;(\text{hybrid}, r_i < M),
 
@@ -49,23 +45,13 @@ def hybrid_objective(
 
     where sᵢ = w·ψ_{i,yᵢ} is the logged candidate's score, σ the logistic function,
     yᵢ = −δ'ᵢ ∈ [0, 1], rᵢ = π_w(yᵢ|xᵢ)/pᵢ, ωᵢ the weighting, M the clip, λ the regularizer
-    weight and μ the L2 penalty. The variance term is POEM's (computed by
-    :mod:`poem.learners.objective`).
+    weight and μ the L2 penalty. The variance term is POEM's (:mod:`poem.learners.objective`).
 
     Parameters
     ----------
-    coef : ndarray of shape (n_features,)
-        Parameters w.
-    family : CandidateFamily
-        Candidate-set family.
-    inputs : CandidateSets
-        Candidate vectors ψ_{i,c}.
-    actions : ndarray of shape (n_samples,)
-        Logged candidate indexes yᵢ.
-    scaled_losses : ndarray of shape (n_samples,)
-        Scaled losses δ'ᵢ ∈ [−1, 0].
-    propensities : ndarray of shape (n_samples,)
-        Logging propensities pᵢ.
+    coef, family, inputs, actions, scaled_losses, propensities
+        w, the :class:`~poem.policies.CandidateFamily` and the rows (candidate vectors ψ_{i,c},
+        logged candidate indexes yᵢ, δ'ᵢ, pᵢ), as :func:`~poem.learners.objective.crm_statistics`'s.
     weighting : {"none", "inverse_propensity", "clipped_inverse_propensity", "hybrid"}
         The weighting ωᵢ: 1, 1/pᵢ, min(M, 1/pᵢ) or min(M, rᵢ).
     clip : float

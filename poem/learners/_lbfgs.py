@@ -1,9 +1,4 @@
-"""Batch solver: scipy's L-BFGS-B on the exact CRM objective and gradient (POEM(B), paper §6).
-
-The objective and gradient come from the full-batch statistics
-(:func:`poem.learners.objective.crm_objective_from_statistics`); this module only adapts the
-parameter array to scipy's flat vector.
-"""
+"""Batch solver: scipy's L-BFGS-B on the exact CRM objective and gradient (POEM(B), paper §6)."""
 
 from __future__ import annotations
 
@@ -16,7 +11,13 @@ from scipy.optimize import minimize
 from poem.learners._adagrad import SolverResult
 from poem.learners.objective import CRMStatistics, crm_objective_from_statistics
 
-__all__ = ["lbfgs_statistics"]
+__all__ = ["lbfgs", "lbfgs_statistics"]
+
+
+def lbfgs(fun: Callable, x0: np.ndarray, max_iter: int, tol: float) -> Any:
+    """Run scipy's L-BFGS-B on ``fun(x) -> (value, gradient)`` with ``gtol = ftol = tol``."""
+    options = {"maxiter": int(max_iter), "gtol": tol, "ftol": tol}
+    return minimize(fun, x0, jac=True, method="L-BFGS-B", options=options)
 
 
 def lbfgs_statistics(
@@ -28,24 +29,14 @@ def lbfgs_statistics(
     max_iter: int = 200,
     tol: float = 1e-6,
 ) -> SolverResult:
-    r"""Minimise the CRM objective J(w) with L-BFGS-B from w₀ (Eq. 10/12).
-
-    .. math::
-
-        \hat w = \arg\min_w \; \bar u_w + \lambda \sqrt{\hat V(u_w)/n}
-        + \mu \lVert w \rVert^2
-
-    where ū_w is the clipped IPS risk on scaled losses, V̂ its sample variance, n the number
-    of rows, λ the variance penalty and μ the L2 penalty. J(w) and ∇J(w) come from the
-    full-batch statistics, computed by any source (the map-reduce seam, DESIGN §8).
+    """Minimise the CRM objective J(w) of :mod:`poem.learners.objective` with L-BFGS-B from w₀.
 
     Parameters
     ----------
     statistics : callable
         ``statistics(w)`` returns the :class:`~poem.learners.objective.CRMStatistics` of the
-        whole training set at w — computed in memory, or as a sum of per-partition statistics
-        (:meth:`poem.learners.prepared.PreparedTraining.statistics`); J(w) and ∇J(w) follow
-        exactly (Eq. 10/12).
+        whole training set at w (e.g. :meth:`~poem.learners.prepared.PreparedTraining.statistics`),
+        from which J(w) and ∇J(w) follow exactly.
     coef0 : ndarray
         Starting point w₀; its shape is the parameters' shape.
     variance_penalty : float
@@ -76,13 +67,7 @@ def lbfgs_statistics(
         last.update(stats=stats, value=value, grad=grad)
         return value, grad.ravel()
 
-    result = minimize(
-        fun,
-        np.ravel(coef0).astype(np.float64),
-        jac=True,
-        method="L-BFGS-B",
-        options={"maxiter": int(max_iter), "gtol": tol, "ftol": tol},
-    )
+    result = lbfgs(fun, np.ravel(coef0).astype(np.float64), max_iter, tol)
     w = result.x.reshape(shape)
     fun(result.x)  # statistics at the returned point (the last evaluation may be a trial)
     converged = bool(result.status == 0)

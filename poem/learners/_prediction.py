@@ -45,13 +45,35 @@ class PolicyPredictionMixin:
 
     ``policy_`` is a :class:`~poem.policies.StochasticPolicy` carrying the serving temperature
     and exploration floor, so these methods return exactly what a served policy would.
+
+    Attributes
+    ----------
+    coef_ : ndarray of shape ``family_.coef_shape``
+        Learned parameters w (raw feature space).
+    policy_ : StochasticPolicy
+        The learned policy with the serving temperature α and floor ε.
+    family_ : PolicyFamily
+        Action structure of the training log.
+    n_features_in_ : int
+        Number of raw features.
+    n_iter_ : int
+        Solver epochs or iterations.
+    objective_ : float
+        Training objective at the solution.
+    converged_ : bool
+        Whether the solver met its tolerance.
+    clip_ : float
+        Resolved clip M (``inf`` for none).
+    clipped_fraction_ : float
+        Fraction of training rows whose weight reached M at the solution.
+    variance_penalty_ : float
+        Resolved variance penalty λ (0 without a variance term); the search reports it.
     """
 
     def validate_params(self) -> Any:
         """Check the hyperparameters as ``fit`` does, without data; return ``self``.
 
-        The pipeline calls it on ``clone(est).set_params(**p)`` for every configured value when
-        ``mlflow.yml`` is loaded, so a bad value fails before any data is read.
+        The pipeline calls it for every configured value, so a bad one fails before data is read.
 
         Returns
         -------

@@ -14,15 +14,12 @@ never see the transform:
 where σ_j is the feature's standard deviation (or root mean square, below), d' the number of
 non-constant features, l indexes the rows of the coefficient array (labels or classes), j the
 raw features and b the intercept column. The factor √d' gives a standardized row a mean squared
-norm of 1, the intercept's own, so one η moves the scores as much through the weights as through
-the intercept whatever the dimension. The policy is unchanged (w·z + b = w^{raw}·x + b^{raw} for
-every x), so the map is exact. Centring (m ≠ 0) needs an intercept to absorb it and dense inputs
-to stay cheap: dense inputs with an intercept are centred and divided by their standard
-deviation; sparse inputs, or inputs without an intercept, are only divided by their root mean
-square (sparsity and the no-intercept model are kept); a sparse matrix that is more than half
-non-zero is made dense first. Constant-zero columns keep s = 1. The L2 penalty μ‖w‖² of the
-objective applies to the standardized coefficients (as with a scaler in front of a scikit-learn
-model).
+norm of 1, the intercept's own, whatever the dimension. The map is exact
+(w·z + b = w^{raw}·x + b^{raw} for every x). Dense inputs with an intercept are centred and
+divided by their standard deviation; sparse inputs, or inputs without an intercept, are only
+divided by their root mean square (centring needs an intercept to absorb it and would densify);
+a sparse matrix more than half non-zero is made dense first. Constant-zero columns keep s = 1.
+The L2 penalty μ‖w‖² applies to the standardized coefficients.
 """
 
 from __future__ import annotations
@@ -100,9 +97,7 @@ def fit_feature_scaling(inputs: Any, n_features: int, fit_intercept: bool) -> Fe
               m_j = 0,\; s_j = \sqrt{d'}\sqrt{\overline{x_j^2}}
 
     where x̄_j is the column mean over the n rows and d' the number of non-constant columns
-    (the first form for dense inputs with an intercept, the second otherwise). The factor √d'
-    makes the mean squared norm of a standardized row 1, the intercept's own, so one step
-    size moves the scores as much through the weights as through the intercept whatever d.
+    (the first form for dense inputs with an intercept, the second otherwise).
 
     Parameters
     ----------
@@ -119,12 +114,10 @@ def fit_feature_scaling(inputs: Any, n_features: int, fit_intercept: bool) -> Fe
         The transform; columns with s = 0 (constant zero, or constant when centred) get s = 1.
     """
     X = inputs[:, :n_features]
-    centre = fit_intercept and not sp.issparse(X)
     if sp.issparse(X):
-        second = np.asarray(X.multiply(X).mean(axis=0)).ravel()
         mean = np.zeros(n_features)
-        scale = np.sqrt(second)
-    elif centre:
+        scale = np.sqrt(np.asarray(X.multiply(X).mean(axis=0)).ravel())
+    elif fit_intercept:  # dense with an intercept: centred
         mean = np.asarray(X, dtype=np.float64).mean(axis=0)
         scale = np.asarray(X, dtype=np.float64).std(axis=0)
     else:
@@ -152,12 +145,8 @@ def standardize(inputs: Any, n_features: int, fit_intercept: bool) -> tuple[Any,
 
     Parameters
     ----------
-    inputs : ndarray or sparse matrix of shape (n_samples, n_inputs)
-        Prepared inputs (the intercept column last when ``fit_intercept``).
-    n_features : int
-        Number of raw feature columns.
-    fit_intercept : bool
-        Whether the last column is the intercept.
+    inputs, n_features, fit_intercept
+        As :func:`fit_feature_scaling`'s.
 
     Returns
     -------

@@ -1,10 +1,4 @@
-"""Trials of the counterfactual search: a fit's validation scores and the selection rule.
-
-:class:`Trial` records one fitted configuration scored on the validation log
-(:func:`validation_scores`: IPS and SNIPS, Eq. 1 and its self-normalized form);
-:func:`select_trial` is the rule that picks among trials (and, in
-:func:`poem.learners.search.select_temperature`, among one fit's serving temperatures).
-"""
+"""Trials of the counterfactual search: a fit's validation scores and the selection rule."""
 
 from __future__ import annotations
 
@@ -148,8 +142,7 @@ def ess_floor(n_validation: int, fraction: float, minimum: float) -> float:
     """The search's ESS guard: max(``minimum`` rows, ``fraction`` of the validation rows).
 
     A trial whose validation ESS is below it ranks last (:func:`select_trial`); the floor in
-    rows keeps a small validation log (100 rows: 1 % is one row) from ranking first a fit
-    that rests on one or two effective rows.
+    rows protects a small validation log, where a fraction is one or two rows.
     """
     return max(float(minimum), float(fraction) * n_validation)
 
@@ -160,15 +153,12 @@ def select_trial(
     r"""Index of the trial with the lowest estimated risk; the other estimator breaks ties.
 
     With ``"ips_ucb"``/``"snips_ucb"`` the criterion is the estimate's upper confidence bound
-    (its interval's upper end at the search's confidence level), i.e. counterfactual risk
-    minimization applied to the choice among trials: of two policies with the same estimate,
-    the one whose estimate rests on more effective samples wins, which a point estimate
-    cannot see (the winner's curse of selecting the lowest of many noisy estimates).
+    (counterfactual risk minimization applied to the choice among trials: of two equal
+    estimates, the one resting on more effective samples wins).
 
-    Trials whose validation ESS is below ``min_effective_sample_size`` (estimates resting on a
-    handful of rows, DESIGN §4.6) rank after every trial that reaches it, and among themselves
-    by ESS, largest first: their scores are not trusted (a SNIPS estimate at ESS ≈ 1 is the
-    loss of one row), so when no trial passes the guard the best-supported one is selected.
+    Trials whose validation ESS is below ``min_effective_sample_size`` (DESIGN §4.6) rank after
+    every trial that reaches it, and among themselves by ESS, largest first, so when no trial
+    passes the guard the best-supported one is selected.
 
     Parameters
     ----------

@@ -1,20 +1,8 @@
-r"""BanditNet: SNIPS learning via the loss translation δ − λ (Joachims, Swaminathan, de Rijke 2018).
+"""BanditNet: SNIPS learning via the loss translation δ − λ (Joachims, Swaminathan, de Rijke 2018).
 
-The self-normalized risk Σ δᵢ rᵢ / Σ rᵢ is not a sum over rows, so it cannot be minimised by
-SGD directly. For a fixed value S = (1/n) Σ rᵢ of the weights' mean it equals the IPS risk of the
-translated losses, and the Lagrangian of "minimise IPS subject to (1/n) Σ rᵢ = S" is, up to a
-constant, the IPS risk of δ − λ:
-
-.. math::
-
-    \hat w_\lambda = \arg\min_w \frac{1}{n} \sum_{i=1}^n (\delta'_i - \lambda')
-        \frac{\pi_w(y_i|x_i)}{p_i} + \mu \lVert w \rVert^2
-
-where δ'ᵢ ∈ [−1, 0] are the scaled losses (DESIGN §4.1), λ' the translation in the same units,
-pᵢ the propensities and μ the L2 penalty. BanditNet solves it for a grid of λ and keeps the λ whose
-solution has the lowest SNIPS risk on held-out rows. The objective and gradient are
-:mod:`poem.learners.objective`'s CRM objective with losses δ' − λ', no clip and no variance term.
-The learned policy uses the same families and :class:`~poem.policies.StochasticPolicy` as POEM.
+The self-normalized risk Σ δᵢ rᵢ / Σ rᵢ is not a sum over rows; for a fixed weights' mean
+S = (1/n) Σ rᵢ, the Lagrangian of "minimise IPS subject to (1/n) Σ rᵢ = S" is, up to a
+constant, the IPS risk of the translated losses δ − λ (:func:`translated_ips_objective`).
 """
 
 from __future__ import annotations
@@ -24,7 +12,6 @@ from numbers import Real
 from typing import Any
 
 import numpy as np
-from scipy.optimize import minimize
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state, check_scalar
@@ -32,6 +19,7 @@ from sklearn.utils import check_random_state, check_scalar
 from poem.data import LoggedBandit, check_logged_bandit, scale_losses
 from poem.estimators.ips import snips
 from poem.estimators.weights import importance_weights
+from poem.learners._lbfgs import lbfgs
 from poem.learners._prediction import PolicyPredictionMixin, check_shared_params, store_params
 from poem.learners.objective import crm_objective_from_statistics, crm_statistics
 from poem.policies._base import check_serving_params
@@ -64,18 +52,8 @@ def translated_ips_objective(
 
     Parameters
     ----------
-    coef : ndarray of shape ``family.coef_shape``
-        Parameters w.
-    family : PolicyFamily
-        Policy family.
-    inputs : prepared inputs
-        ``family.inputs_from_log(log)``.
-    actions : ndarray
-        Logged actions yᵢ.
-    scaled_losses : ndarray of shape (n_samples,)
-        δ'ᵢ ∈ [−1, 0].
-    propensities : ndarray of shape (n_samples,)
-        pᵢ.
+    coef, family, inputs, actions, scaled_losses, propensities
+        w, the family and the rows, as :func:`~poem.learners.objective.crm_statistics`'s.
     loss_translation : float
         λ' in scaled units.
     l2_penalty : float, default=0.0
@@ -99,7 +77,13 @@ def translated_ips_objective(
 
 
 class BanditNet(PolicyPredictionMixin, BaseEstimator):
-    """BanditNet: translated-IPS learning with a λ search scored by held-out SNIPS.
+    r"""BanditNet: translated-IPS learning with a λ search scored by held-out SNIPS.
+
+    .. math:: \hat w_\lambda = \arg\min_w J_\lambda(w), \qquad
+              \hat\lambda = \arg\min_\lambda \hat R_{SNIPS}(\pi_{\hat w_\lambda})
+
+    where J_λ is :func:`translated_ips_objective` on the training rows and R̂_SNIPS the SNIPS
+    risk on the held-out rows; ``coef_`` is ŵ_λ̂ (on all rows with ``refit`` or a single λ).
 
     Parameters
     ----------
@@ -129,27 +113,18 @@ class BanditNet(PolicyPredictionMixin, BaseEstimator):
 
     Attributes
     ----------
-    coef_ : ndarray
-        Learned w.
-    policy_ : StochasticPolicy
-        Learned policy with the serving α and ε.
-    family_ : PolicyFamily
-        Policy family.
-    n_features_in_ : int
-        Feature dimension.
+    coef_, policy_, family_, n_features_in_, n_iter_, converged_
+        As every learner's (:class:`~poem.learners._prediction.PolicyPredictionMixin`), of the
+        final fit.
+    objective_ : float
+        Final J_λ(w) (scaled units).
+    clip_, clipped_fraction_, variance_penalty_ : float
+        ∞, 0 and 0 (no clip, no variance term).
     loss_translation_ : float
         Selected λ (loss units).
     search_results_ : tuple of dict
         Per λ: ``loss_translation``, ``snips_risk`` (validation), ``mean_weight`` S (training
         rows), ``objective``, ``n_iter``, ``converged``.
-    n_iter_ : int
-        Iterations of the final fit.
-    objective_ : float
-        Final J_λ(w) (scaled units).
-    converged_ : bool
-        Whether the final fit converged.
-    clip_, clipped_fraction_, variance_penalty_ : float
-        ∞, 0 and 0 (no clip, no variance term); named as POEM's so the search can report them.
     """
 
     def __init__(
@@ -205,13 +180,7 @@ class BanditNet(PolicyPredictionMixin, BaseEstimator):
             )
             return value, grad.ravel()
 
-        result = minimize(
-            fun,
-            np.zeros(int(np.prod(family.coef_shape))),
-            jac=True,
-            method="L-BFGS-B",
-            options={"maxiter": int(self.max_iter), "gtol": self.tol, "ftol": self.tol},
-        )
+        result = lbfgs(fun, np.zeros(int(np.prod(family.coef_shape))), self.max_iter, self.tol)
         return result.x.reshape(family.coef_shape), result
 
     def fit(self, log: LoggedBandit) -> BanditNet:

@@ -1,19 +1,12 @@
 r"""The champion re-tempered, no refit: candidates of the search beside the fitted trials.
 
 A learned challenger has to beat what serving the champion at another temperature does
-without any learning (issue 21: on the paper's data sets the validation-chosen temperature
-explained almost all of POEM's gain). For a champion :math:`\pi_{w_c/\tau_c}` (coefficients
-w_c served at temperature τ_c) and each serving temperature α of the search, the candidate is
-
-.. math:: \pi^{(\alpha)} = \pi_{(w_c/\tau_c)/\alpha},
-
-the champion's served distribution (the start w₀ = w_c/τ_c of a ``warm_start: champion`` fit,
-:func:`poem.learners.poem.initial_coef`) moved along its own direction, i.e. exactly what a fit
-that took no step would serve at α (α = 1 is the champion itself). The exploration floor is
-the champion's. Each candidate is scored on the validation log by the estimators of the fitted
-trials (:func:`~poem.learners._trials.validation_scores`, paper Eq. 1 and its self-normalized
-form) and enters the same selection (:func:`~poem.learners._trials.select_trial`); it costs one
-probability pass over the validation rows, no fit. Its :class:`~poem.learners._trials.Trial`
+without any learning. For each serving temperature α of the search the candidate is
+:func:`retempered_champion`, exactly what a ``warm_start: champion`` fit that took no step
+would serve at α (α = 1 is the champion itself). Each candidate is scored like the
+fitted trials (:func:`~poem.learners._trials.validation_scores`) in one probability pass
+over the validation rows and enters the same selection
+(:func:`~poem.learners._trials.select_trial`). Its :class:`~poem.learners._trials.Trial`
 carries ``params = {"challenger_kind": "champion_retempered", "temperature": α}``; the
 fit-only fields (objective, clipped fraction) are NaN and ``n_iter`` is 0.
 """
@@ -58,9 +51,8 @@ def retempered_champion(
         Serving temperature α > 0 of the candidate, relative to the champion's served
         distribution (α = 1: the same probabilities), i.e. α.
     exploration_floor : float or None, default=None
-        ε of the candidate: the floor every challenger is served with, so a candidate keeps
-        the next log's support even when the champion (the logger h₀) had none; None keeps
-        the champion's, i.e. ε.
+        ε of the candidate (the challengers' floor, so it keeps the next log's support even
+        when the champion had none); None keeps the champion's, i.e. ε.
 
     Returns
     -------

@@ -1,18 +1,11 @@
-r"""Hybrid counterfactual–supervised learner (Li & Joachims; DESIGN §4.8).
+"""Hybrid counterfactual–supervised learner (Li & Joachims; DESIGN §4.8).
 
 A linear score s_{i,c} = w·ψ_{i,c} per candidate serves twice: h = σ(s) predicts the logged
 candidate's outcome (a click model), and the policy is the softmax of the scores within each
-row's candidate set (:class:`~poem.policies.CandidateFamily`). Training minimises a weighted
-cross entropy on the logged candidates,
-
-.. math::
-
-    L(w) = \frac{1}{n} \sum_{i=1}^n \omega_i \, \ell_i(w) + \lambda \, \mathrm{Reg}(w)
-        + \mu \lVert w \rVert^2,
-    \quad \ell_i = -[y_i \log h_i + (1 - y_i) \log(1 - h_i)],
-
-with yᵢ = −δ'ᵢ ∈ [0, 1] (1 = best outcome, e.g. a click) and the weighting ωᵢ one of 1 (Eq. 8),
-1/pᵢ (Eq. 9), min(M, 1/pᵢ) (Eq. 10) or min(M, π_w(yᵢ|xᵢ)/pᵢ) (Eq. 12/14, "hybrid").
+row's candidate set (:class:`~poem.policies.CandidateFamily`). Training minimises the weighted
+cross entropy L(w) of :func:`~poem.learners._hybrid_loss.hybrid_objective`, with yᵢ = −δ'ᵢ
+(1 = best outcome) and ωᵢ one of 1 (Eq. 8), 1/pᵢ (Eq. 9), min(M, 1/pᵢ) (Eq. 10) or
+min(M, π_w(yᵢ|xᵢ)/pᵢ) (Eq. 12/14, "hybrid").
 """
 
 from __future__ import annotations
@@ -21,7 +14,6 @@ import warnings
 from numbers import Real
 
 import numpy as np
-from scipy.optimize import minimize
 from scipy.special import expit
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
@@ -30,6 +22,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from poem.data import LoggedBandit, check_logged_bandit
 from poem.learners._hybrid_loss import REGULARIZERS, WEIGHTINGS, hybrid_objective
+from poem.learners._lbfgs import lbfgs
 from poem.learners._prediction import PolicyPredictionMixin, check_shared_params, store_params
 from poem.learners.poem import resolve_clip
 from poem.policies._base import check_serving_params
@@ -74,26 +67,15 @@ class HybridLearner(PolicyPredictionMixin, BaseEstimator):
 
     Attributes
     ----------
-    coef_ : ndarray of shape (n_features,)
-        Learned w.
-    policy_ : StochasticPolicy
-        Softmax of the scores within each candidate set, with the serving α and ε.
-    family_ : CandidateFamily
-        Policy family.
-    n_features_in_ : int
-        Candidate feature dimension.
+    coef_, policy_, family_, n_features_in_, converged_, clip_, clipped_fraction_
+        As every learner's (:class:`~poem.learners._prediction.PolicyPredictionMixin`);
+        ``policy_`` is the softmax of the scores within each candidate set.
     n_iter_ : int
         Solver iterations (summed over reweighting rounds).
     objective_ : float
         Final L(w).
-    converged_ : bool
-        Whether L-BFGS-B converged.
-    clip_ : float
-        Resolved M.
-    clipped_fraction_ : float
-        Fraction of rows whose weight reached M at the solution.
     variance_penalty_ : float
-        λ of the variance regularizer (0 without it); same name as POEM's for the search.
+        λ of the variance regularizer (0 without it).
     """
 
     def __init__(
@@ -186,13 +168,7 @@ class HybridLearner(PolicyPredictionMixin, BaseEstimator):
                 )
                 return value, grad
 
-            result = minimize(
-                fun,
-                coef,
-                jac=True,
-                method="L-BFGS-B",
-                options={"maxiter": int(self.max_iter), "gtol": self.tol, "ftol": self.tol},
-            )
+            result = lbfgs(fun, coef, self.max_iter, self.tol)
             step = float(np.max(np.abs(result.x - coef)))
             coef, n_iter = result.x, n_iter + int(result.nit)
             converged = result.status == 0 and (not reweight or step <= max(self.tol, 1e-8) ** 0.5)

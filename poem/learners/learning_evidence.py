@@ -1,56 +1,34 @@
 r"""Did the fit learn anything? Doubly robust paired evidence against the best re-tempered champion.
 
 The search ranks fits and champion candidates (the champion re-tempered, no refit,
-:mod:`poem.learners.champion_candidates`) by their own validation scores; on a small or
-hard log the lowest of many noisy estimates is often a fit that is truly worse than the
-re-tempered champion (issue 21: on MULAN medical the fit the search picked was worse in
-true loss in about half the runs). Before a fit is served in place of that candidate, the
-two are compared **on the same validation rows** by the doubly robust estimate of their
-difference (Dudík, Langford & Li 2011, Eq. 2, applied to the per-row difference):
+:mod:`poem.learners.champion_candidates`) by their validation scores, and the lowest of many
+noisy estimates is often a fit that is truly worse. Before a fit is served in place of the
+best candidate, the two are compared **on the same validation rows** by the doubly robust
+estimate Δ̂ of their difference (:func:`learning_evidence`), unbiased for R(π_f) − R(π_c)
+when the propensities are right, whatever the loss model.
 
-.. math::
-
-    \hat\Delta = \frac{1}{n_v} \sum_i \Big[\big(\hat v_i(\pi_f) - \hat v_i(\pi_c)\big)
-        + \big(r^f_i - r^c_i\big)\big(\delta_i - \hat\delta(x_i, y_i)\big)\Big],
-    \qquad r^\pi_i = \pi(y_i|x_i)/p_i,
-
-where :math:`\hat v_i(\pi) = E_{y\sim\pi(\cdot|x_i)} \hat\delta(x_i, y)` is the loss model's
-expected loss of π on row i. It is unbiased for R(π_f) − R(π_c) when the propensities are
-right, whatever the model; a good model removes most of the variance the two policies'
-weights share with the loss, which is what makes a paired comparison on a few hundred rows
-decisive.
-
-**Both halves must agree.** The fit was *selected* on these validation rows (lowest of many
-noisy scores), and the selection leaks into the weighted residual term
-:math:`(r^f_i - r^c_i)(\delta_i - \hat\delta(x_i,y_i))`: a fit whose weights happen to fall on
-rows with low realised losses is both the one selected and the one whose correction term is
-low. The model term :math:`\hat v_i(\pi_f) - \hat v_i(\pi_c)` depends on the rows' contexts
-only (cross-fitted predictions), so the selection barely moves it. Measured
-(``benchmarks/paper_multilabel.py``, 10 runs each): on a sparse-label synthetic set (19
-labels, 322 training rows, a third of the rows without a label) the served fits the DR bound
-alone accepted were truly worse than the candidate in every run, with the model term
-*positive* (z = +1.4 … +9.6) and the residual term carrying Δ̂ (z = −2 … −3.6); on Yeast the
-truly better fits had model terms with z = −4 … −39. So the fit is served only when both
-one-sided upper bounds at level 1 − γ are below 0:
+**Both halves must agree.** The fit was *selected* on these rows, and the selection leaks
+into Δ̂'s weighted residual term (a fit whose weights fall on rows with low realised losses
+is both selected and low there), while the model term
+:math:`m_i = \hat v_i(\pi_f) - \hat v_i(\pi_c)` depends on the contexts only (cross-fitted
+predictions); on a sparse-label synthetic set the DR bound alone served fits that were truly
+worse (README). So the fit is served only when both one-sided upper bounds at level 1 − γ are < 0:
 
 .. math::
 
     \hat\Delta + t_{1-\gamma,\,n_v-1}\,\widehat{se} < 0
     \quad\text{and}\quad
-    \bar m + t_{1-\gamma,\,n_v-1}\,\widehat{se}_m < 0,
-    \qquad m_i = \hat v_i(\pi_f) - \hat v_i(\pi_c).
+    \bar m + t_{1-\gamma,\,n_v-1}\,\widehat{se}_m < 0.
 
-Requiring the second condition too is an intersection–union test: it can only turn a
-"shown" into "not shown", so the chance of serving a fit that is not better stays at most
-that of the DR bound alone. The model term's standard error treats the cross-fitted
-predictions as fixed (it omits the loss model's own fitting error), so its bound is a
-necessary agreement, not a test on its own: the guarantee is the DR bound's.
+This intersection–union test can only turn a "shown" into "not shown", so the chance of
+serving a fit that is not better stays at most that of the DR bound alone. The model term's
+standard error treats the cross-fitted predictions as fixed, so its bound is a necessary
+agreement, not a test on its own.
 
 The loss model δ̂ is cross-fitted (``n_folds``) on the validation rows together with
-``model_log`` (training rows): each validation row's prediction comes from a model that did
-not see that row (Chernozhukov et al. 2018). Multilabel logs use the additive model of
-:mod:`poem.learners._additive` (Hamming-type losses are linear in the action); discrete and
-candidate-set logs the ridge model of :func:`poem.estimators.dr.fit_loss_model`.
+``model_log`` (training rows), so no row's prediction comes from a model that saw it
+(Chernozhukov et al. 2018): the additive model of :mod:`poem.learners._additive` for
+multilabel logs, the ridge model of :func:`poem.estimators.dr.fit_loss_model` otherwise.
 """
 
 from __future__ import annotations
@@ -155,7 +133,9 @@ def learning_evidence(
     .. math:: \hat\Delta = \frac{1}{n_v}\sum_i \big[\hat v_i(\pi_f) - \hat v_i(\pi_c)
               + (r^f_i - r^c_i)(\delta_i - \hat\delta(x_i, y_i))\big]
 
-    (module docstring; Dudík, Langford & Li 2011, Eq. 2, on the paired difference).
+    where :math:`\hat v_i(\pi) = E_{y\sim\pi(\cdot|x_i)} \hat\delta(x_i, y)` is the
+    cross-fitted loss model's expected loss of π on row i, r^π_i = π(yᵢ|xᵢ)/pᵢ and δᵢ the logged
+    loss (Dudík, Langford & Li 2011, Eq. 2, on the paired difference).
 
     Parameters
     ----------

@@ -12,12 +12,11 @@ policy π_w, the clipped IPS risk plus a sample-variance penalty (Eq. 10/12; DES
 where δ'ᵢ ∈ [−1, 0] are the scaled losses (DESIGN §4.1), pᵢ the propensities, M the clip,
 λ the variance penalty and μ the L2 penalty. J depends on the data only through
 Σuᵢ, Σuᵢ², Σ∇uᵢ and Σuᵢ∇uᵢ (:class:`CRMStatistics`), so statistics of row partitions add
-up to the exact full-batch objective and gradient — the scale-out seam of DESIGN §8.
+up to the exact full-batch objective and gradient (DESIGN §8).
 
 With a ``loss_model`` (multilabel family; :mod:`poem.learners._additive`) uᵢ is the doubly
-robust term uᵢ = E_{y∼π_w}[δ̂(xᵢ, y)] + (δ'ᵢ − δ̂(xᵢ, yᵢ)) min(M, rᵢ) instead (Dudík et al.
-2011): unbiased for the risk whatever the model, with the joint weight rᵢ = Π_l σ_l/p_l only
-on the model's residual, and the same statistics, penalty and solvers.
+robust term uᵢ = E_{y∼π_w}[δ̂(xᵢ, y)] + (δ'ᵢ − δ̂(xᵢ, yᵢ)) min(M, rᵢ) (Dudík et al. 2011),
+unbiased whatever the model, with the same statistics, penalty and solvers.
 """
 
 from __future__ import annotations
@@ -142,13 +141,11 @@ def crm_statistics(
     clip : float
         Weight cap M (``np.inf`` for none).
     chunk_size : int or None, default=None
-        Process rows in contiguous blocks of this size (bounded memory); None uses blocks of
-        65,536 rows, which keeps the temporaries in cache. The result is the same up to the
-        order of the floating-point sums.
+        Rows per contiguous block (bounded memory; None: 65,536). The result is the same up
+        to the order of the floating-point sums.
     loss_model : ndarray of shape (n_samples, q + 1) or None, default=None
-        Per-row (g, c) of the additive loss model δ̂(x, y) = c + Σ_l y_l g_l
-        (:func:`~poem.learners._additive.fit_additive_loss_model`, multilabel family): the
-        doubly robust uᵢ (:func:`_dr_terms`). None: the IPS uᵢ of Eq. 13.
+        Per-row (g, c) of the additive loss model δ̂(x, y) = c + Σ_l y_l g_l (multilabel
+        family): the doubly robust uᵢ (:func:`_dr_terms`). None: the IPS uᵢ of Eq. 13.
 
     Returns
     -------
@@ -250,9 +247,8 @@ def _sigmoid_and_log_prob(S: np.ndarray, Y: np.ndarray) -> tuple[np.ndarray, np.
     .. math:: e = \exp(-|S|), \quad \sigma(S) = \frac{1}{1+e} \text{ or } \frac{e}{1+e},
               \quad \log\sigma(z) = \min(z, 0) - \log(1 + e)
 
-    with z = S where y = 1 and −S where y = 0 (|z| = |S|): the same values as ``expit`` and
-    ``log_expit`` to round-off, in a third of their time on a minibatch (the doubly robust
-    AdaGrad step's largest cost on TMC2007).
+    with z = S where y = 1 and −S where y = 0 (|z| = |S|): ``expit`` and ``log_expit`` to
+    round-off, in a third of their time.
     """
     e = np.exp(-np.abs(S))
     inv = 1.0 / (1.0 + e)
@@ -448,30 +444,14 @@ def majorized_batch_gradient(
 
     where ũᵢ = uᵢ when rᵢ < M and 0 when clipped (∇uᵢ = ũᵢ ∇log π, Eq. 13), so g equals
     :func:`majorized_gradient` of :func:`crm_statistics` of the batch (to round-off) while the
-    VJP carries one vector instead of two — what an AdaGrad step needs, nothing more.
+    VJP carries one vector instead of two.
 
     Parameters
     ----------
-    coef : ndarray of shape ``family.coef_shape``
-        Current parameters w.
-    family : PolicyFamily
-        Policy family.
-    inputs : prepared inputs
-        The batch's prepared contexts xᵢ.
-    actions, scaled_losses, propensities : ndarray
-        The batch's yᵢ, δ'ᵢ and pᵢ.
-    clip : float
-        Weight cap M.
-    coefficients : tuple of float
-        (A, B, C) at the last majorization point (:func:`majorizer_coefficients`).
-    n_total : int
-        Training-set size n.
-    variance_penalty : float
-        λ.
-    l2_penalty : float
-        μ.
-    loss_model : ndarray of shape (b, q + 1) or None, default=None
-        The batch's rows of the additive loss model (doubly robust uᵢ, :func:`_dr_terms`).
+    coef, family, inputs, actions, scaled_losses, propensities, clip, loss_model
+        The batch's rows and w, as :func:`crm_statistics`'s.
+    coefficients, n_total, variance_penalty, l2_penalty
+        As :func:`majorized_gradient`'s.
 
     Returns
     -------

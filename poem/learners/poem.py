@@ -1,14 +1,7 @@
-r"""The POEM estimator: counterfactual risk minimization of a softmax policy (paper §5, STYLE §5).
+"""The POEM estimator: counterfactual risk minimization of a softmax policy (paper §5, STYLE §5).
 
-POEM learns w by minimising the CRM objective of :mod:`poem.learners.objective`,
-
-.. math::
-
-    \hat w = \arg\min_w \; \hat R^M(w) + \lambda \sqrt{\hat V(u_w)/n}
-    + \mu \lVert w \rVert^2,
-
-on scaled losses δ' ∈ [−1, 0], with either minibatch AdaGrad on the variance majorizer
-(POEM(S), Alg. 1) or L-BFGS-B on the exact objective (POEM(B)). λ = 0 gives IPS(S)/IPS(B).
+:class:`POEM` minimises the CRM objective of :mod:`poem.learners.objective` by minibatch
+AdaGrad on the variance majorizer (POEM(S), Alg. 1) or L-BFGS-B (POEM(B)); λ = 0 gives IPS.
 """
 
 from __future__ import annotations
@@ -16,6 +9,7 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import replace
+from functools import partial
 from numbers import Integral, Real
 from typing import Any
 
@@ -117,7 +111,9 @@ def initial_coef(warm_start: Any, family: Any) -> np.ndarray | None:
     Parameters
     ----------
     warm_start : "zeros", array-like, StochasticPolicy or fitted estimator
-        See :class:`POEM`.
+        ``"zeros"``, raw-space coefficients of shape ``family.coef_shape``, or a policy (or a
+        fitted estimator's ``policy_``) whose coefficients divided by its temperature are w₀
+        (with a zero intercept when it has none).
     family : PolicyFamily
         The family being fitted.
 
@@ -173,8 +169,7 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
         u_i = \delta'_i \min(M, \pi_w(y_i|x_i)/p_i)
 
     where δ'ᵢ are scaled losses, pᵢ propensities, M the clip, λ the variance penalty and μ
-    the L2 penalty (Eq. 10/12). Optimisation starts at w₀ = 0 (the uniform policy) unless
-    ``warm_start`` gives another w₀.
+    the L2 penalty (Eq. 10/12).
 
     Parameters
     ----------
@@ -184,15 +179,12 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
         Minibatch AdaGrad with iterated variance majorization (POEM(S), Alg. 1) or L-BFGS-B
         on the exact objective (POEM(B)).
     objective : {"ips", "dr", "auto"}, default="ips"
-        The risk estimate uᵢ inside the objective: the clipped IPS term of Eq. 13, or the
-        doubly robust term with a cross-fitted additive loss model
-        (:mod:`poem.learners._additive`; multilabel family: Hamming-type losses are additive
-        over labels, so the model's expectation under π_w is closed-form and only its
-        residual carries the joint weight Π_l σ_l/p_l). ``"auto"``: ``"dr"`` for the
-        multilabel family, ``"ips"`` otherwise.
+        The risk estimate uᵢ: the clipped IPS term of Eq. 13, or the doubly robust term with
+        a cross-fitted additive loss model (multilabel family only,
+        :mod:`poem.learners.objective`). ``"auto"``: ``"dr"`` for multilabel, else ``"ips"``.
     clip : {"p90/p10", "max/min"}, float or None, default="p90/p10"
-        Clip of the importance weights (the ratio of the 90th to 10th percentile, or of the
-        max to min, of the training propensities; a fixed value > 0; None for no clip), i.e. M.
+        Clip of the importance weights: a rule of :func:`resolve_clip`, a fixed value > 0 or
+        None for no clip, i.e. M.
     variance_penalty : float or "calibrated", default=1.0
         λ ≥ 0, or ``"calibrated"`` for λ = variance_scale · λ* (DESIGN §4.5), i.e. λ.
     variance_scale : float, default=1.0
@@ -208,10 +200,8 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
     learning_rate_unit : {"step", "epoch"}, default="step"
         ``"step"``: ``learning_rate`` is the step size η of every minibatch step.
         ``"epoch"``: it is the step size γ of a whole epoch, η = γ·b/n (n training rows, b
-        the batch size): with Alg. 1's history h = 1 an epoch of n/b steps moves w by about
-        η·(n/b)·∇J = γ∇J, one full-gradient step of size γ whatever n and b, so one γ serves
-        logs of any size (measured: the largest η an epoch accepts from h₀ is ≈ 1,000·b/n on
-        Yeast, emotions and TMC2007, whose n differ 55-fold).
+        the batch size): an epoch of n/b steps then moves w by about γ∇J whatever n and b,
+        so one γ serves logs of any size.
     batch_size : int, default=100
         Minibatch size b (adagrad only), i.e. b.
     fit_intercept : bool, default=True
@@ -233,41 +223,23 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
         Maximum AdaGrad epochs (None: ``max_iter``); lets one configuration, e.g. a search
         over ``solver``, give each solver its own budget.
     standardize : bool, default=True
-        Optimise over standardized features (centred and scaled when dense with an intercept,
-        scaled only otherwise; :mod:`poem.learners._scaling`) and fold the transform back
-        into raw-space ``coef_``, so one η fits every feature scale; μ then penalises the
-        standardized coefficients. Discrete and multilabel families only (candidate-set
-        features are used as given).
+        Optimise over standardized features (:mod:`poem.learners._scaling`) and fold the
+        transform back into raw-space ``coef_``, so one η fits every feature scale; μ then
+        penalises the standardized coefficients. Not for candidate-set features.
     warm_start : "zeros", array-like, StochasticPolicy or fitted estimator, default="zeros"
-        Starting point w₀: ``"zeros"`` is the paper's w₀ = 0 (the uniform policy); an array
-        of shape ``family_.coef_shape`` is raw-space coefficients; a policy (e.g. the logger
-        h₀ or the production champion) or a fitted learner (its ``policy_``) starts at its
-        coefficients divided by its temperature, i.e. at its served distribution without
-        floor. A policy without an intercept gets a zero intercept. The variance
-        majorization then starts at w₀ (its V₀, A, B), i.e. w₀.
+        Starting point w₀ (:func:`initial_coef`): ``"zeros"`` is the paper's w₀ = 0 (the
+        uniform policy); an array is raw-space coefficients; a policy (e.g. the logger h₀ or
+        the champion) or a fitted learner starts at its served distribution without floor,
+        i.e. w₀.
 
     Attributes
     ----------
-    coef_ : ndarray of shape ``family_.coef_shape``
-        Learned parameters w.
-    policy_ : StochasticPolicy
-        The learned policy with the serving temperature and floor.
-    family_ : PolicyFamily
-        Action structure of the training log.
-    n_features_in_ : int
-        Number of raw features.
-    n_iter_ : int
-        Epochs or iterations run.
+    coef_, policy_, family_, n_features_in_, n_iter_, converged_, clip_, clipped_fraction_
+        As every learner's (:class:`~poem.learners._prediction.PolicyPredictionMixin`).
     objective_ : float
         Training objective J(w) (scaled-loss units).
-    converged_ : bool
-        Whether the solver met its tolerance.
-    clip_ : float
-        Resolved clip M (``inf`` for none).
     variance_penalty_ : float
         Resolved λ.
-    clipped_fraction_ : float
-        Fraction of training rows whose weight reached M at the solution.
 
     References
     ----------
@@ -311,11 +283,7 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
             raise ValueError(f"solver must be one of {list(SOLVERS)}, got {self.solver!r}")
         if self.objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {list(OBJECTIVES)}, got {self.objective!r}")
-        if isinstance(self.clip, str) and self.clip not in CLIP_RULES:
-            raise ValueError(
-                f"clip must be one of {list(CLIP_RULES)}, a number > 0 or None, got {self.clip!r}"
-            )
-        if self.clip is not None and not isinstance(self.clip, str):
+        if not (isinstance(self.clip, str) and self.clip in CLIP_RULES):  # without data
             resolve_clip(self.clip, np.ones(1))
         if isinstance(self.variance_penalty, str):
             if self.variance_penalty != "calibrated":
@@ -335,12 +303,9 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
                 f"learning_rate_unit must be 'step' or 'epoch', got {self.learning_rate_unit!r}"
             )
         check_scalar(self.batch_size, "batch_size", Integral, min_val=1)
-        if self.majorize_every is not None:
-            check_scalar(self.majorize_every, "majorize_every", Integral, min_val=1)
-        if self.chunk_size is not None:
-            check_scalar(self.chunk_size, "chunk_size", Integral, min_val=1)
-        if self.max_epochs is not None:
-            check_scalar(self.max_epochs, "max_epochs", Integral, min_val=1)
+        for name in ("majorize_every", "chunk_size", "max_epochs"):  # each None or ≥ 1
+            if getattr(self, name) is not None:
+                check_scalar(getattr(self, name), name, Integral, min_val=1)
         if isinstance(self.warm_start, str) and self.warm_start != "zeros":
             raise ValueError(
                 "warm_start must be 'zeros', an array, a StochasticPolicy or a fitted "
@@ -443,10 +408,7 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
     def fit_prepared(self, prepared: PreparedTraining) -> POEM:
         """Learn w from prepared training rows, in memory or in partitions (the one fit).
 
-        :meth:`fit` is this on :func:`~poem.learners.prepared.prepare_log` of the log;
-        :func:`~poem.learners.prepared.prepare_training` prepares a split's rows where they
-        live. Both solvers see the rows only through their statistics and, for AdaGrad, one
-        pass per partition (:mod:`poem.learners._adagrad`).
+        :meth:`fit` is this on :func:`~poem.learners.prepared.prepare_log` of the log.
 
         Parameters
         ----------
@@ -504,10 +466,7 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
                 **common,
             )
         else:
-
-            def statistics(coef: np.ndarray):
-                return data.statistics(coef, clip, self.chunk_size)
-
+            statistics = partial(data.statistics, clip=clip, chunk_size=self.chunk_size)
             result = lbfgs_statistics(statistics, start, max_iter=int(self.max_iter), **common)
         return self._store_fit(result, prepared, clip, lam, coef0)
 

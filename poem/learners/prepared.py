@@ -1,23 +1,15 @@
 r"""Training rows prepared for the CRM solvers, wherever they live (DESIGN §4.3, §8).
 
-The CRM objective depends on the data only through the additive statistics Σuᵢ, Σuᵢ², Σ∇uᵢ
-and Σuᵢ∇uᵢ (:class:`~poem.learners.objective.CRMStatistics`, paper Eq. 10/12/13), so the
-training rows are a *partition set* (:mod:`poem.io.partitions`) of :class:`CRMPartition`
-objects — one for a log in memory, one per Parquet row group on a cluster — and
-:meth:`PreparedTraining.statistics` is one map and one reduce. Both solvers
-(:mod:`poem.learners._adagrad`, :mod:`poem.learners._lbfgs`) and :meth:`POEM.fit_prepared
-<poem.learners.poem.POEM.fit_prepared>` only see a :class:`PreparedTraining`.
-
-Two ways to prepare, one result up to round-off:
-
-- :func:`prepare_log`: a :class:`~poem.data.LoggedBandit` in memory, as one partition (the
-  checks, the standardization of :func:`~poem.learners._scaling.standardize`, dense or
-  sparse, kept on the log so a search's trials prepare it once);
-- :func:`prepare_training`: given rows of a partition set (a split's ``train``); each
-  partition sends its rows' propensities and scaled losses (16 bytes a row: the clip rule and
-  λ* then see the in-memory values) and the count, mean and centred sum of squares of each
-  feature (merged exactly, Chan et al. 1979); the standardized rows are kept *where they
-  live*.
+The CRM objective depends on the data only through additive statistics
+(:class:`~poem.learners.objective.CRMStatistics`), so the training rows are a *partition
+set* (:mod:`poem.io.partitions`) of :class:`CRMPartition` objects — one for a log in memory,
+one per Parquet row group on a cluster — and :meth:`PreparedTraining.statistics` is one map
+and one reduce. The solvers and :meth:`POEM.fit_prepared
+<poem.learners.poem.POEM.fit_prepared>` only see a :class:`PreparedTraining`, made by
+:func:`prepare_log` (a log in memory, one partition) or :func:`prepare_training` (a split's
+rows where they live: each partition sends its rows' pᵢ and δ'ᵢ, for the clip rule and λ*,
+and its features' moments, merged exactly after Chan et al. 1979). Both give one result up
+to round-off.
 
 References
 ----------
@@ -63,16 +55,10 @@ class CRMPartition:
 
     Attributes
     ----------
-    inputs : prepared inputs
-        ``family.inputs_from_log(log)`` of the partition's rows (standardized when asked).
-    actions : ndarray
-        Logged actions yᵢ.
-    scaled_losses : ndarray of shape (n_rows,)
-        Scaled losses δ'ᵢ ∈ [−1, 0] (DESIGN §4.1), scaled with the whole log's bounds.
-    propensities : ndarray of shape (n_rows,)
-        Logging propensities pᵢ.
-    loss_model : ndarray of shape (n_rows, q + 1) or None, default=None
-        Per-row additive loss model of the doubly robust objective (None: IPS).
+    inputs, actions, scaled_losses, propensities, loss_model
+        The rows' arguments of :func:`~poem.learners.objective.crm_statistics`: ``inputs``
+        standardized when asked, δ'ᵢ scaled with the whole log's bounds, and the additive
+        loss model of the doubly robust objective (default None: IPS).
     """
 
     inputs: Any
@@ -95,14 +81,7 @@ def partition_statistics(
     clip: float,
     chunk_size: int | None = None,
 ) -> CRMStatistics:
-    r"""The map: :func:`~poem.learners.objective.crm_statistics` of one partition at w (Eq. 13).
-
-    .. math::
-
-        \Big(n_P, \sum_{i \in P} u_i, \sum_{i \in P} u_i^2, \sum_{i \in P} \nabla u_i,
-        \sum_{i \in P} u_i \nabla u_i\Big)
-
-    where P is the partition's set of rows and uᵢ = δ'ᵢ min(M, rᵢ).
+    """The map: :func:`~poem.learners.objective.crm_statistics` of one partition at w (Eq. 13).
 
     Returns zero statistics with n = 0 for an empty partition (None).
     """
@@ -196,19 +175,12 @@ class PreparedTraining:
         return starts[key]
 
 
-def _readonly(*arrays: Any) -> None:
-    for array in arrays:
-        if isinstance(array, np.ndarray):  # the log's own arrays already are
-            array.flags.writeable = False
-
-
 def prepare_log(log: LoggedBandit, *, fit_intercept: bool, standardize_features: bool):
     """Check a log and prepare it as one partition, once per log and setting.
 
-    The checks (:func:`poem.data.check_logged_bandit`), the family's inputs, the
-    standardization and the scaled losses depend only on the log and on the two settings, so
-    they are computed on the first fit and kept on the log, as
-    :func:`functools.cached_property` does; the kept arrays are read-only.
+    The checks (:func:`poem.data.check_logged_bandit`), inputs, standardization and scaled
+    losses are computed on the first fit and kept, read-only, on the log (as
+    :func:`functools.cached_property` does), so a search's trials prepare it once.
 
     Parameters
     ----------
@@ -239,7 +211,9 @@ def prepare_log(log: LoggedBandit, *, fit_intercept: bool, standardize_features:
         if key[1] and family.name != "candidates":
             inputs, scaling = standardize(inputs, family.n_features, family.fit_intercept)
         scaled = log.scaled_losses()
-        _readonly(inputs, getattr(inputs, "data", None), scaled)
+        for array in (inputs, getattr(inputs, "data", None), scaled):
+            if isinstance(array, np.ndarray):  # the log's own arrays already are read-only
+                array.flags.writeable = False
         part = CRMPartition(inputs, np.asarray(log.actions), scaled, log.propensities)
         cache[key] = PreparedTraining(
             family,

@@ -1,14 +1,8 @@
-r"""Counterfactual hyperparameter search: fit on a training log, score on a validation log (§6).
+"""Counterfactual hyperparameter search: fit on a training log, score on a validation log (§6).
 
-Every configuration is fitted with ``clone(estimator).set_params(**params)`` and scored by the
-unbiased IPS estimate (Eq. 1) of the fitted stochastic policy on the held-out validation log,
-
-.. math:: \hat R(\pi_w) = \frac{1}{n_v} \sum_{i=1}^{n_v} \delta_i \frac{\pi_w(y_i|x_i)}{p_i},
-
-in original loss units, using the same estimator functions as the gate
-(:func:`poem.estimators.ips.evaluate_policy`). SNIPS breaks ties. With ``temperatures`` each fit
-is also scored at those serving temperatures α (the policy π_{w/α}, no refit) and served at the
-one the same rule selects (:func:`select_temperature`).
+Every configuration is fitted on the training rows and scored on the held-out validation rows
+by the gate's estimators (:func:`run_trial`); with ``temperatures`` each fit is also served at
+the validation-chosen serving temperature (:func:`select_temperature`).
 """
 
 from __future__ import annotations
@@ -106,12 +100,10 @@ def run_trial(
         Hyperparameters for this trial.
     train_log : LoggedBandit or TrainingRows
         Rows the policy is fitted on: a log, or a split's rows wherever they live
-        (:func:`~poem.learners.prepared.fit_on_rows`).
+        (:func:`~poem.learners.training_rows.fit_on_rows`).
     validation_log : LoggedBandit or (partition set, rows)
         Held-out rows it is scored on: a log, or a partition set and its local rows per
-        partition (:meth:`~poem.log_rows.PartitionedSplit.rows_for`); the policies'
-        probabilities are computed where the rows live
-        (:func:`~poem.log_rows.policy_rows`).
+        partition (:meth:`~poem.log_rows.PartitionedSplit.rows_for`), scored where they live.
     confidence_level : float, default=0.95
         Level of the reported intervals.
     keep_estimator : bool, default=False
@@ -126,10 +118,9 @@ def run_trial(
     Returns
     -------
     Trial
-        Scores, diagnostics and fit time. Non-convergence is recorded in ``converged``
-        (the ConvergenceWarning is not re-emitted per trial); a SNIPS estimate that is undefined
-        because every validation weight is 0 is recorded as NaN. With ``temperatures`` the
-        chosen one is in ``params["temperature"]`` and the estimator serves at it.
+        Scores, diagnostics and fit time; non-convergence is recorded in ``converged`` (no
+        ConvergenceWarning per trial). With ``temperatures`` the chosen one is in
+        ``params["temperature"]`` and the estimator serves at it.
     """
     if temperatures is not None:
         temperatures = checked_temperatures(temperatures)  # before the fit
@@ -194,14 +185,10 @@ def select_temperature(
 ) -> Trial:
     r"""Serve a fitted model at the temperature whose validation score is best.
 
-    The served policy at temperature α is :math:`\pi_{w/\alpha}` (DESIGN §7): the same
-    fitted w moved along its own direction, a point of the same policy class that the
-    solver's path from w₀ does not reach (the variance penalty and a few epochs keep ‖w‖
-    near the start, while a sharper policy has a lower expected loss whenever its MAP
-    actions are good). The choice among temperatures is the search's own rule
-    (:func:`select_trial` with the same ``scoring`` and ESS guard) applied to the scores of
-    one fit, so selecting over (trial, temperature) pairs costs one validation pass per
-    temperature, not one fit.
+    The served policy at temperature α is :math:`\pi_{w/\alpha}` (DESIGN §7), the fitted w
+    moved along its own direction, which the solver's path from w₀ need not reach. The choice
+    is the search's own rule (:func:`select_trial` with the same ``scoring`` and ESS guard) on
+    one fit's scores: one validation pass per temperature, no refit.
 
     Parameters
     ----------

@@ -1,12 +1,10 @@
 """The rows a learner fits on, and the one route every learner and layout takes to fit.
 
-:class:`TrainingRows` is a part of a split (:class:`~poem.log_rows.PartitionedSplit`)
-wherever its partitions live; :func:`fit_on_rows` fits POEM on the rows prepared in place
-(:meth:`~poem.learners.poem.POEM.fit_prepared`, :mod:`poem.learners.prepared`) and every
-other learner — BanditNet, the hybrid learner, POEM's doubly robust objective on several
-partitions — on the rows taken into one in-memory log
-(:func:`~poem.log_rows.take_log`). The search's trials and the refit share one
-:class:`TrainingRows` (:func:`training_rows`), so the rows are prepared or taken once.
+:func:`fit_on_rows` fits POEM on the rows prepared where they live
+(:meth:`~poem.learners.poem.POEM.fit_prepared`) and every other learner — and POEM's doubly
+robust objective on several partitions — on the rows taken into one in-memory log. The
+search's trials and the refit share one :class:`TrainingRows` (:func:`training_rows`), so the
+rows are prepared or taken once.
 """
 
 from __future__ import annotations
@@ -25,9 +23,8 @@ __all__ = ["TrainingRows", "fit_on_rows", "training_rows"]
 class TrainingRows:
     """The rows a learner fits on: a part of a split, wherever its partitions live.
 
-    Holds what every trial of a search shares: the preparation for POEM (one per
-    ``fit_intercept``/``standardize``) and, for learners without an additive form, the rows
-    taken into one in-memory log (:func:`~poem.log_rows.take_log`).
+    Holds what every trial of a search shares: POEM's preparations and the rows taken into one
+    in-memory log (:func:`~poem.log_rows.take_log`).
 
     Attributes
     ----------
@@ -77,11 +74,7 @@ def _preparation_key(estimator: Any, split: PartitionedSplit) -> tuple[bool, boo
 
 
 def fit_on_rows(estimator: Any, rows: TrainingRows) -> Any:
-    """Fit ``estimator`` on training rows: the one route for every learner and layout.
-
-    POEM fits the prepared rows where they live
-    (:meth:`~poem.learners.poem.POEM.fit_prepared`); every other learner — and POEM's doubly
-    robust objective on several partitions — fits the rows taken into one in-memory log.
+    """Fit ``estimator`` on training rows, prepared in place or taken (module docstring).
 
     Returns
     -------

@@ -24,9 +24,8 @@ import scipy.sparse as sp
 
 __all__ = ["MAX_COEFFICIENTS", "PolicyFamily", "check_policy_size", "check_serving_params"]
 
-# Largest parameter array w a family may have: 2**25 float64 = 256 MiB per copy; the solvers
-# hold a few dozen copies (gradient, AdaGrad accumulators, L-BFGS history), so training a
-# policy this size needs several GiB. The log checks refuse wider logs with this same limit.
+# Largest parameter array w a family may have: 2**25 float64 = 256 MiB per copy, of which the
+# solvers hold a few dozen. The log checks refuse wider logs with this same limit.
 MAX_COEFFICIENTS = 2**25
 
 
@@ -118,11 +117,18 @@ class PolicyFamily(ABC):
         """Largest admissible exploration floor ε (uniform policy)."""
         return 1.0 / float(self.n_actions)
 
-    def _prepare_matrix(self, X: Any) -> Any:
-        if sp.issparse(X):
-            X = sp.csr_matrix(X, dtype=np.float64)
+    def prepare(self, inputs: Any) -> Any:
+        """Validate raw inputs (feature count) and add the intercept column if configured.
+
+        Raises
+        ------
+        ValueError
+            If the number of features differs from ``n_features``.
+        """
+        if sp.issparse(inputs):
+            X = sp.csr_matrix(inputs, dtype=np.float64)
         else:
-            X = np.asarray(X, dtype=np.float64)
+            X = np.asarray(inputs, dtype=np.float64)
             if X.ndim != 2:
                 raise ValueError(f"X must be 2-dimensional, got shape {X.shape}")
         if X.shape[1] != self.n_features:
@@ -138,16 +144,6 @@ class PolicyFamily(ABC):
                 else np.hstack([X, ones])
             )
         return X
-
-    def prepare(self, inputs: Any) -> Any:
-        """Validate raw inputs (feature count) and add the intercept column if configured.
-
-        Raises
-        ------
-        ValueError
-            If the number of features differs from ``n_features``.
-        """
-        return self._prepare_matrix(inputs)
 
     def inputs_from_log(self, log: Any) -> Any:
         """Prepared inputs of a :class:`~poem.data.LoggedBandit`."""
@@ -175,6 +171,10 @@ class PolicyFamily(ABC):
         return inputs[rows]
 
     # -- math ------------------------------------------------------------------------------------
+    def _scores(self, coef: np.ndarray, X: Any) -> np.ndarray:
+        """Scores X wᵀ of prepared inputs, shape (n_samples, coef.shape[0])."""
+        return np.asarray(X @ coef.T)
+
     @abstractmethod
     def log_prob_and_vjp(
         self, coef: np.ndarray, inputs: Any, actions: np.ndarray

@@ -31,17 +31,9 @@ class DiscreteFamily(PolicyFamily):
         """(K, n_inputs)."""
         return (int(self.n_actions), self.n_inputs)
 
-    def _scores(self, coef: np.ndarray, X: Any) -> np.ndarray:
-        return np.asarray(X @ coef.T)
-
     @staticmethod
     def _scores_t(coef: np.ndarray, X: Any) -> np.ndarray:
-        """Scores transposed, shape (K, n), a fresh C-contiguous array.
-
-        ``coef @ Xᵀ`` rather than ``(X @ coefᵀ)ᵀ``: for a tall X and a few actions OpenBLAS
-        runs this orientation several times faster, and the per-row softmax then works on K
-        contiguous vectors of length n.
-        """
+        """Scores transposed, shape (K, n), C-contiguous: ``coef @ Xᵀ``, faster for a tall X."""
         if sp.issparse(X):
             return np.ascontiguousarray(np.asarray(X @ coef.T).T)
         return np.asarray(coef @ X.T, order="C")

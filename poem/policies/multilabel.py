@@ -36,9 +36,6 @@ class MultilabelFamily(PolicyFamily):
         """Per-label floor, at most 1/2."""
         return 0.5
 
-    def _scores(self, coef: np.ndarray, X: Any) -> np.ndarray:
-        return np.asarray(X @ coef.T)
-
     def log_prob_and_vjp(
         self, coef: np.ndarray, inputs: Any, actions: np.ndarray
     ) -> tuple[np.ndarray, Callable[[np.ndarray], np.ndarray]]:

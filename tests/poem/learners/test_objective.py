@@ -8,7 +8,6 @@ import scipy.sparse as sp
 from scipy.optimize import check_grad
 from scipy.special import expit, log_expit
 
-from poem.learners._adagrad import _rows
 from poem.learners.objective import (
     _sigmoid_and_log_prob,
     crm_objective,
@@ -18,7 +17,7 @@ from poem.learners.objective import (
     majorized_gradient,
     majorizer_coefficients,
 )
-from poem.policies import family_from_log
+from poem.policies import PolicyFamily, family_from_log
 
 
 def _setup(log, seed=1):
@@ -230,8 +229,8 @@ def test_sigmoid_and_log_prob_match_expit_and_log_expit_without_overflow():
 def test_adagrad_minibatch_rows_of_csr_are_the_slice():
     X = sp.random(40, 6, density=0.3, format="csr", random_state=1)
     for start, stop in ((0, 7), (7, 40), (39, 40), (10, 10)):
-        got = _rows(X, start, stop, None)
+        got = PolicyFamily.row_slice(X, start, stop)
         assert sp.issparse(got) and got.format == "csr" and got.shape == (stop - start, 6)
         np.testing.assert_array_equal(got.toarray(), X[start:stop].toarray())
     dense = X.toarray()
-    np.testing.assert_array_equal(_rows(dense, 3, 9, None), dense[3:9])
+    np.testing.assert_array_equal(PolicyFamily.row_slice(dense, 3, 9), dense[3:9])
