@@ -47,6 +47,7 @@ import scipy.sparse as sp
 
 from poem.data import LoggedBandit
 from poem.exceptions import InvalidLogError, Violation
+from poem.io._metadata import invalid_log
 from poem.io._obd_features import N_POSITIONS, OBDTable, obd_candidate_sets
 
 __all__ = [
@@ -159,13 +160,7 @@ def read_obd_table(
     _check_columns(items, ["item_id", "item_feature_0", *_ITEM_CATEGORICAL], item_path)
     n_items = len(items)
     if not np.array_equal(items["item_id"].to_numpy(), np.arange(n_items)):
-        raise InvalidLogError(
-            [
-                Violation(
-                    "item_id", 0, n_items, (), f"in {item_path} must be 0..{n_items - 1} in order"
-                )
-            ]
-        )
+        raise invalid_log("item_id", n_items, f"in {item_path} must be 0..{n_items - 1} in order")
     affinity_cols = [f"user-item_affinity_{c}" for c in range(n_items)]
     base = ["timestamp", "item_id", "position", "click", "propensity_score", *_USER_COLUMNS]
     _check_columns(frame, base + affinity_cols, log_path)
@@ -296,18 +291,10 @@ def read_obd(
 
     Parameters
     ----------
-    data_dir : str or Path
-        Folder holding ``obd/`` or the ``obd`` folder itself.
-    behavior_policy : {"random", "bts"}, default="random"
-        Logging policy folder.
-    campaign : {"all", "men", "women"}, default="all"
-        Campaign folder.
-    family : {"candidates", "discrete"}, default="candidates"
-        Target policy family.
-    position : int or None, default=None
-        Slot filter (required for the discrete family).
-    interactions : bool, default=True
-        Candidates only: include the user ⊗ item-feature block.
+    data_dir, behavior_policy, campaign
+        As in :func:`read_obd_table`.
+    family, position, interactions
+        As in :func:`obd_to_log`.
 
     Returns
     -------
