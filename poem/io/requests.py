@@ -131,9 +131,8 @@ def check_score_range(X: np.ndarray, coef: np.ndarray, temperature: float) -> No
 def check_served_propensities(propensities: Any) -> np.ndarray:
     """The served propensities, each finite and in (0, 1], or one error naming the rows.
 
-    Finite but huge features (e.g. ±1e308) overflow the scores w·φ(x, y); the softmax of
-    overflowed scores is NaN. Such a request gets no decision: a NaN or 0 propensity would
-    poison tomorrow's log (STYLE §6: propensities in (0, 1]).
+    Huge features overflow the scores and give NaN propensities; such a request gets no
+    decision, so the decision log never holds a propensity outside (0, 1] (STYLE §6).
 
     Raises
     ------
