@@ -359,19 +359,15 @@ class DecisionLog:
             self._feedback.pop(event_id, None)
 
     def _log(self, rows: pd.DataFrame, losses: np.ndarray) -> LoggedBandit:
-        actions = rows["action"].tolist()
-        kwargs: dict[str, Any] = {}
+        contexts = candidates = None
         if self.family == "candidates":
             blocks = rows["candidates"].tolist()
-            kwargs["candidates"] = CandidateSets.from_sizes(
-                np.vstack(blocks), [b.shape[0] for b in blocks]
-            )
-            contexts = None
+            candidates = CandidateSets.from_sizes(np.vstack(blocks), [b.shape[0] for b in blocks])
         else:
             contexts = np.vstack(rows["context"].tolist())
         return LoggedBandit(
             contexts=contexts,
-            actions=np.asarray(actions, dtype=np.int64),
+            actions=np.asarray(rows["action"].tolist(), dtype=np.int64),
             losses=losses,
             propensities=rows["propensity"].to_numpy(dtype=np.float64),
             loss_bounds=self.loss_bounds,
@@ -380,7 +376,7 @@ class DecisionLog:
             timestamps=rows["timestamp"].to_numpy(dtype="datetime64[ns]"),
             event_ids=np.asarray(rows["event_id"].tolist(), dtype=object),
             feature_names=self.feature_names,
-            **kwargs,
+            candidates=candidates,
         )
 
     def _write_day(self, day: np.datetime64, rows: pd.DataFrame, losses: np.ndarray) -> str:
