@@ -159,8 +159,7 @@ def load_kept_partition(
     Reads the partition again through the same front door as :func:`check_partition` and
     drops the rows it quarantined (``PartitionResult.quarantined_rows``), so the kept rows
     equal the check's without its memory (the GX validation) and the log's rows coexisting.
-    Event ids are dropped: they serve the checks only, and as Python strings they cost about
-    as much memory as 8 float features a row.
+    Event ids are dropped: they serve the checks only, and cost memory.
     """
     if piece.n_rows == 0:
         return None

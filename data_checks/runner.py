@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -183,16 +184,12 @@ def _count_mistyped(failure: ExpectationFailure, data: pd.DataFrame) -> Expectat
     values = data[failure.column]
     bad = (pd.to_numeric(values, errors="coerce").isna() & values.notna()).to_numpy()
     ids = data["event_id"] if "event_id" in data.columns else data[ROW]
-    examples = tuple(_plain(v) for v in ids[bad][:_N_EXAMPLES])
-    return ExpectationFailure(
-        failure.column,
-        failure.expectation,
-        "dataset",
-        mistyped_reason(failure.reason, int(bad.sum())),
-        int(bad.sum()),
-        failure.element_count,
-        examples,
-        failure.observed,
+    return replace(
+        failure,
+        level="dataset",
+        reason=mistyped_reason(failure.reason, int(bad.sum())),
+        unexpected_count=int(bad.sum()),
+        examples=tuple(_plain(v) for v in ids[bad][:_N_EXAMPLES]),
     )
 
 

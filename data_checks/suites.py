@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from poem.io._row_checks import LIST_COLUMNS
 from poem.io.parquet import LogMetadata
 
 __all__ = [
@@ -23,42 +24,13 @@ __all__ = [
     "suite_columns",
 ]
 
-INT_TYPES = [
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "uint8",
-    "uint16",
-    "uint32",
-    "uint64",
-    "Int8",
-    "Int16",
-    "Int32",
-    "Int64",
-]
+INT_TYPES = [f"{kind}{bits}" for kind in ("int", "uint", "Int") for bits in (8, 16, 32, 64)]
 FLOAT_TYPES = ["float16", "float32", "float64", "Float32", "Float64"]
 TIMESTAMP_TYPES = ["datetime64[ns]", "datetime64[us]", "datetime64[ms]", "datetime64[s]"]
 # columns of the canonical format that are never "unknown extra columns"
 KNOWN_COLUMNS = frozenset(
-    {
-        "event_id",
-        "timestamp",
-        "action",
-        "loss",
-        "reward",
-        "propensity",
-        "logging_model_version",
-        "logging_distribution",
-        "n_candidates",
-        "candidate_features",
-        "candidate_nnz",
-        "candidate_indices",
-        "candidate_values",
-        "x_indices",
-        "x_values",
-    }
-)
+    "event_id timestamp action loss reward propensity logging_model_version n_candidates".split()
+) | frozenset(LIST_COLUMNS)
 
 
 def _p(name: str) -> dict[str, str]:
