@@ -438,6 +438,8 @@ def check_logs(
         Parquet file, partitioned directory or CSV file.
     family, window, min_propensity, min_rows, max_quarantine_fraction, thresholds
         The fields of :class:`~data_checks.stages.CheckSettings` (same defaults).
+    future_timestamps, now
+        Likewise; ``now=None`` reads the wall clock once, when the check starts.
     out_dir : str or Path or None, default=None
         When given: ``check_report.json``, ``quarantine.parquet`` (if any row is
         quarantined), ``data_docs/index.html`` and the PNG plots are written there.
@@ -452,10 +454,6 @@ def check_logs(
         (see the module docstring); None always checks in memory.
     client : distributed.Client or None, default=None
         Cluster for the partitioned check, instead of the one ``partitions`` describes.
-    future_timestamps : {"warn", "quarantine"}, default="warn"
-        Rows dated later than the run's clock: a warning, or quarantined.
-    now : datetime-like or None, default=None
-        The run's clock (UTC); None reads the wall clock once, when the check starts.
     **overrides
         Metadata for logs without it (or replacing the declared one): ``loss_bounds``,
         ``reward_bounds``, ``n_actions``.
