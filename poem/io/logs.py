@@ -124,18 +124,6 @@ def log_fingerprint(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def _window_needs_timestamps(frame: pd.DataFrame, window: Any) -> None:
-    if window is None or "timestamp" in frame.columns:
-        return
-    start, end = window
-    raise invalid_log(
-        "timestamp",
-        len(frame),
-        f"column is missing, but a time window [{start}, {end}] is configured",
-        "Log a timestamp column, or remove the window (data.window_start/window_end, --window)",
-    )
-
-
 def read_log_table(
     path: str | Path,
     *,
@@ -220,7 +208,13 @@ def table_from_frame(
             "Declare loss_bounds (or reward_bounds for a reward column)",
         )
     frame = parse_timestamps(frame)
-    _window_needs_timestamps(frame, window)
+    if window is not None and "timestamp" not in frame.columns:
+        raise invalid_log(
+            "timestamp",
+            len(frame),
+            f"column is missing, but a time window [{window[0]}, {window[1]}] is configured",
+            "Log a timestamp column, or remove the window (data.window_start/window_end, --window)",
+        )
     frame.attrs[METADATA_KEY] = json.loads(meta.to_json())
     return LogTable(frame, meta, source, tuple(str(f) for f in files), warnings=warnings)
 
