@@ -267,11 +267,7 @@ def _failures(
         if success:
             continue
         level = meta.get("level", "row")
-        raised = (
-            (r.exception_info or {}).get("raised_exception")
-            if isinstance(r.exception_info, dict)
-            else False
-        )
+        raised = isinstance(r.exception_info, dict) and r.exception_info.get("raised_exception")
         if column in dead and (level == "row" or raised or not r.result):
             continue  # the column is missing or mistyped: already reported once
         reason = meta.get("reason", cfg.type).format(**params)

@@ -218,8 +218,8 @@ def group_candidates(
         )
     sizes = np.bincount(codes, minlength=len(uniques))
     floor = exploration_floor
-    if floor > 0 and np.any(sizes * floor > 1.0 + 1e-12):
-        too_big = sizes * floor > 1.0 + 1e-12
+    too_big = sizes * floor > 1.0 + 1e-12
+    if floor > 0 and too_big.any():
         raise InvalidRequestError(
             f"{int(too_big.sum())} request(s) have more than {int(np.floor(1 / floor))} "
             "candidates, the "
@@ -243,9 +243,7 @@ def parse_params(params: dict[str, Any] | None) -> tuple[int | None, bool]:
         raise InvalidRequestError(
             f"unknown params {unknown}; allowed: ['return_distribution', 'seed']"
         )
-    seed = params.get("seed", UNSEEDED)
-    if seed is None:
-        seed = UNSEEDED
+    seed = UNSEEDED if params.get("seed") is None else params["seed"]
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < UNSEEDED:
         raise InvalidRequestError(
             f"param 'seed' must be an integer ≥ 0 (or -1 for unseeded), got {seed!r}"
