@@ -1,10 +1,8 @@
 """Run a suite on a DataFrame with an ephemeral Great Expectations context (DESIGN §2).
 
-GX is imported lazily (the import costs about 4 s). The checkpoint runs with
-``result_format={"result_format": "COMPLETE", "unexpected_index_column_names": [event_id, ROW]}``
-so that every failed expectation yields its count, example event ids and the positions of
-the offending rows; a positional ``__row__`` column is added for that (event ids may be
-missing or duplicated, which is exactly what some expectations look for).
+GX is imported lazily (the import costs about 4 s). Every failed expectation yields its count,
+example event ids and the positions of the offending rows, through a positional ``__row__``
+column (event ids may be missing or duplicated, which some expectations look for).
 """
 
 from __future__ import annotations

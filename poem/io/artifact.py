@@ -240,9 +240,8 @@ def load_policy(directory: str | Path, expected_digest: str | None = None) -> St
     actual = _sha256(arrays_path)
     if actual != spec["arrays"]["sha256"]:
         raise ArtifactError(
-            f"{arrays_path}: SHA-256 mismatch "
-            f"(spec {spec['arrays']['sha256'][:12]}…, file {actual[:12]}…); "
-            "the artifact was modified after it was saved"
+            f"{arrays_path}: SHA-256 mismatch (spec {spec['arrays']['sha256'][:12]}…, "
+            f"file {actual[:12]}…); the artifact was modified after it was saved"
         )
     try:
         with np.load(arrays_path, allow_pickle=False) as data:
