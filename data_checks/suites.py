@@ -42,11 +42,7 @@ def _meta(level: str, reason: str) -> dict[str, str]:
 
 
 def build_log_suite(
-    family: str,
-    *,
-    n_labels: int | None = None,
-    has_timestamp: bool = True,
-    name: str | None = None,
+    family: str, *, n_labels: int | None = None, has_timestamp: bool = True, name: str | None = None
 ) -> Any:
     """Build the expectation suite of a log family.
 

@@ -70,9 +70,8 @@ class LogMetadata:
     event_id_dtype : str or None
         NumPy dtype of the original event ids, restored on read.
     min_propensity : float or None
-        The logging policy's declared smallest propensity, in (0, 1] (e.g. a served policy's
-        exploration floor): every row's propensity is ≥ it, so every importance weight is
-        ≤ 1/min_propensity — the bound the gate needs, known before the rows are seen.
+        The logging policy's declared smallest propensity, in (0, 1] (e.g. its exploration
+        floor): every importance weight is ≤ 1/min_propensity, known before the rows are seen.
     """
 
     family: str
