@@ -1,30 +1,16 @@
 """``poem-pipeline check`` as a library call, on a log as a set of partitions (DESIGN §8).
 
-A log in memory is one partition (Data Docs and plots then); with ``partitions`` one per
-Parquet row group, on a Dask cluster or in this process: the same checks and report.
+:func:`check_pieces` maps :func:`~data_checks.partition.check_partition` (the stages of
+:mod:`data_checks.stages`) over a partition set: Parquet row groups
+(:class:`~poem.io.partitions.LogPartition`, on a Dask cluster or in this process) or one
+:class:`~poem.io.logs.LogTable` read in memory (Data Docs and plots then). It merges the small
+results (:func:`~data_checks.report.merge_reports`, the propensity summaries), so k partitions
+give the report of one; checks of the whole log (row count, metadata agreeing, event ids
+unique across partitions, :mod:`data_checks.event_ids`) are done on the totals.
 
-Every check runs here, once, whatever the layout: :func:`check_pieces` maps
-:func:`~data_checks.partition.check_partition` (the stages of :mod:`data_checks.stages`:
-front door, GX suite + row rules, quarantine, :class:`~poem.data.LoggedBandit`, propensity
-summary) over a partition set (:class:`~poem.io.partitions.LocalPartitions`, or
-:class:`~poem._dask.ClusterPartitions` on a Dask cluster) and adds up the small results: the
-partitions' :class:`~data_checks.report.DataCheckReport`
-(:func:`~data_checks.report.merge_reports`) and
-:class:`~poem.diagnostics.propensity.PropensitySummary` (merged, then one
-:class:`~poem.diagnostics.propensity.PropensityReport`). A partition is a Parquet row group
-(:class:`~poem.io.partitions.LogPartition`, read where it is checked) or a
-:class:`~poem.io.logs.LogTable` already read (``check`` in memory: one partition). So k
-partitions give the report of one: the same counts, quarantined rows, reasons and messages.
-
-Checks of the whole log are done on the totals: the row count, the partitions' resolved
-metadata agreeing, and event ids unique *across* partitions (:mod:`data_checks.event_ids`:
-those rows are quarantined as duplicated, as in one partition). Quarantined rows go to
-``quarantine.parquet`` (one partition) or ``quarantine/part-NNNNN.parquet``; Data Docs only
-for one partition (they need every row).
-
-:func:`check_logs` never raises for bad data: unreadable files, missing columns and the like
-become dataset-level failures of the returned :class:`CheckOutcome`, whose ``exit_code`` is 0
-when the log is usable (warnings allowed) and 1 on any hard failure.
+:func:`check_logs` never raises for bad data: problems become dataset-level failures of the
+returned :class:`CheckOutcome`, whose ``exit_code`` is 0 when the log is usable (warnings
+allowed) and 1 on any hard failure.
 """
 
 from __future__ import annotations
@@ -452,6 +438,8 @@ def check_logs(
         Parquet file, partitioned directory or CSV file.
     family, window, min_propensity, min_rows, max_quarantine_fraction, thresholds
         The fields of :class:`~data_checks.stages.CheckSettings` (same defaults).
+    future_timestamps, now
+        Likewise; ``now=None`` reads the wall clock once, when the check starts.
     out_dir : str or Path or None, default=None
         When given: ``check_report.json``, ``quarantine.parquet`` (if any row is
         quarantined), ``data_docs/index.html`` and the PNG plots are written there.
@@ -466,10 +454,6 @@ def check_logs(
         (see the module docstring); None always checks in memory.
     client : distributed.Client or None, default=None
         Cluster for the partitioned check, instead of the one ``partitions`` describes.
-    future_timestamps : {"warn", "quarantine"}, default="warn"
-        Rows dated later than the run's clock: a warning, or quarantined.
-    now : datetime-like or None, default=None
-        The run's clock (UTC); None reads the wall clock once, when the check starts.
     **overrides
         Metadata for logs without it (or replacing the declared one): ``loss_bounds``,
         ``reward_bounds``, ``n_actions``.

@@ -35,8 +35,7 @@ def _write_id_buckets(piece: LogPartition | LogTable, index: int, *, folder: str
             file = pq.ParquetFile(piece.path, **READ_OPTIONS)
             if "event_id" not in file.schema_arrow.names:
                 return
-            ids = file.read_row_group(piece.row_group, columns=["event_id"]).to_pandas()
-            ids = ids["event_id"]
+            ids = file.read_row_group(piece.row_group, columns=["event_id"]).to_pandas()["event_id"]
         except (OSError, pa.ArrowException):
             return  # the check reports the unreadable partition
     if ids is None:

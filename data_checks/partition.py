@@ -110,16 +110,12 @@ def check_partition(
     validate_empty : bool
         Validate even without rows (the first partition of a log whose partitions are all
         empty).
-    settings : CheckSettings
-        The check's settings.
-    target_policy : StochasticPolicy or None, default=None
-        For the ESS and clipping checks.
+    settings, target_policy, context
+        As in :func:`data_checks.check.check_pieces`.
     docs_dir : str or None, default=None
         Folder for GX Data Docs.
     one : bool, default=True
         The log is this one partition (else the row count is checked on the total).
-    context : GX context or None, default=None
-        Reused GX context (tests; in this process only); else a fresh one.
 
     Returns
     -------
@@ -159,8 +155,7 @@ def load_kept_partition(
     Reads the partition again through the same front door as :func:`check_partition` and
     drops the rows it quarantined (``PartitionResult.quarantined_rows``), so the kept rows
     equal the check's without its memory (the GX validation) and the log's rows coexisting.
-    Event ids are dropped: they serve the checks only, and as Python strings they cost about
-    as much memory as 8 float features a row.
+    Event ids are dropped: they serve the checks only, and cost memory.
     """
     if piece.n_rows == 0:
         return None

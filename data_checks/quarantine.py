@@ -1,9 +1,7 @@
 """Quarantine, never silent loss (DESIGN §2): rows failing row-level checks go to their own file.
 
-Rows that fail row-level expectations are split off into a Parquet file with a ``reason`` column.
-
-The split uses the per-row first failing reason recorded by
-:func:`data_checks.runner.validate_frame`, so the counts of the ``reason`` column equal
+The rows are split off with a ``reason`` column, their first failing reason as recorded by
+:func:`data_checks.runner.validate_frame`, so the counts of ``reason`` equal
 ``DataCheckReport.quarantined_by_reason`` and ``len(kept) + len(quarantined) == n_rows``.
 """
 

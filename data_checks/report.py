@@ -1,8 +1,7 @@
 """One report per validated log: :class:`DataCheckReport` (DESIGN §2 "validate", STYLE §6).
 
-Every failed expectation becomes an :class:`ExpectationFailure` with its column, the number
-of unexpected rows, the number of rows and up to five example event ids. Row-level failures
-are quarantined (see :mod:`data_checks.quarantine`); the report reconciles
+Every failed expectation becomes an :class:`ExpectationFailure`. Row-level failures are
+quarantined (:mod:`data_checks.quarantine`); the report reconciles
 ``n_kept + n_quarantined == n_rows`` and counts quarantined rows per (first) reason.
 :func:`raise_for_failures` turns the hard failures into :class:`poem.InvalidLogError`.
 """
@@ -218,8 +217,7 @@ class DataCheckReport:
                 reason = f.reason + (f" (observed {f.observed})" if f.observed else "")
                 lines.append(
                     f"| {f.level} | {f.column} | {reason} | {f.unexpected_count:,} | "
-                    f"{f.element_count:,} | "
-                    f"{', '.join(str(e) for e in f.examples)} |"
+                    f"{f.element_count:,} | {', '.join(str(e) for e in f.examples)} |"
                 )
         if self.quarantined_by_reason:
             lines += ["", "| quarantine reason | rows |", "|---|---:|"]

@@ -1,16 +1,15 @@
 """Run a suite on a DataFrame with an ephemeral Great Expectations context (DESIGN §2).
 
-GX is imported lazily (the import costs about 4 s). The checkpoint runs with
-``result_format={"result_format": "COMPLETE", "unexpected_index_column_names": [event_id, ROW]}``
-so that every failed expectation yields its count, example event ids and the positions of
-the offending rows; a positional ``__row__`` column is added for that (event ids may be
-missing or duplicated, which is exactly what some expectations look for).
+GX is imported lazily (the import costs about 4 s). Every failed expectation yields its count,
+example event ids and the positions of the offending rows, through a positional ``__row__``
+column (event ids may be missing or duplicated, which some expectations look for).
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -183,16 +182,12 @@ def _count_mistyped(failure: ExpectationFailure, data: pd.DataFrame) -> Expectat
     values = data[failure.column]
     bad = (pd.to_numeric(values, errors="coerce").isna() & values.notna()).to_numpy()
     ids = data["event_id"] if "event_id" in data.columns else data[ROW]
-    examples = tuple(_plain(v) for v in ids[bad][:_N_EXAMPLES])
-    return ExpectationFailure(
-        failure.column,
-        failure.expectation,
-        "dataset",
-        mistyped_reason(failure.reason, int(bad.sum())),
-        int(bad.sum()),
-        failure.element_count,
-        examples,
-        failure.observed,
+    return replace(
+        failure,
+        level="dataset",
+        reason=mistyped_reason(failure.reason, int(bad.sum())),
+        unexpected_count=int(bad.sum()),
+        examples=tuple(_plain(v) for v in ids[bad][:_N_EXAMPLES]),
     )
 
 
@@ -270,11 +265,7 @@ def _failures(
         if success:
             continue
         level = meta.get("level", "row")
-        raised = (
-            (r.exception_info or {}).get("raised_exception")
-            if isinstance(r.exception_info, dict)
-            else False
-        )
+        raised = isinstance(r.exception_info, dict) and r.exception_info.get("raised_exception")
         if column in dead and (level == "row" or raised or not r.result):
             continue  # the column is missing or mistyped: already reported once
         reason = meta.get("reason", cfg.type).format(**params)

@@ -89,26 +89,24 @@ class CheckSettings:
             )
 
 
-def _violation_failures(exc: InvalidLogError, stage: str) -> tuple[ExpectationFailure, ...]:
-    """One dataset-level failure per violation of ``exc``, attributed to ``stage``."""
+def _as_failures(
+    violations: Any, expectation: str, level: str, reason: Any
+) -> tuple[ExpectationFailure, ...]:
+    """One failure per :class:`~poem.exceptions.Violation`, with the reason ``reason(v)``."""
     return tuple(
         ExpectationFailure(
-            v.column,
-            stage,
-            "dataset",
-            str(v).split(": ", 1)[-1],
-            v.n_invalid,
-            v.n_rows,
-            v.row_examples,
+            v.column, expectation, level, reason(v), v.n_invalid, v.n_rows, v.row_examples
         )
-        for v in exc.violations
+        for v in violations
     )
 
 
 def failed_report(source: str, exc: Exception, stage: str = "read") -> DataCheckReport:
     """A report with one dataset-level failure per problem of ``exc`` (nothing validated)."""
     if isinstance(exc, InvalidLogError):
-        failures = _violation_failures(exc, stage)
+        failures = _as_failures(
+            exc.violations, stage, "dataset", lambda v: str(v).split(": ", 1)[-1]
+        )
     else:
         failures = (ExpectationFailure(source, stage, "dataset", str(exc), 0, 0),)
     return DataCheckReport(
@@ -166,7 +164,7 @@ def _failures_of(
     out = []
     for problem in problems:
         pos = np.flatnonzero(problem.mask)
-        examples = tuple(_plain(v) for v in ids[pos[:5]])
+        examples = tuple(v.item() if hasattr(v, "item") else v for v in ids[pos[:5]])
         failure = ExpectationFailure(
             problem.column, expectation, level, problem.reason, int(pos.size), n, examples
         )
@@ -189,26 +187,6 @@ def _future_rows(table: LogTable, settings: CheckSettings) -> list[RowProblem]:
         f"(checks.future_timestamps: {settings.future_timestamps})"
     )
     return [RowProblem("timestamp", reason, mask)] if mask.any() else []
-
-
-def _plain(value: Any) -> Any:
-    return value.item() if hasattr(value, "item") else value
-
-
-def _reader_warnings(table: LogTable) -> tuple[ExpectationFailure, ...]:
-    """What the reader noticed (rows outside their ``date=`` folder) as warnings."""
-    return tuple(
-        ExpectationFailure(
-            v.column,
-            "timestamp_in_partition_folder",
-            "warning",
-            v.message,
-            v.n_invalid,
-            v.n_rows,
-            v.row_examples,
-        )
-        for v in table.warnings
-    )
 
 
 def duplicated_rows(table: LogTable, elsewhere: Any = None) -> np.ndarray | None:
@@ -247,7 +225,9 @@ def validate_stage(
     level = "row" if settings.future_timestamps == "quarantine" else "warning"
     future = _failures_of(table, _future_rows(table, settings), FUTURE, level)
     quarantined = [(f, pos) for f, pos in future if f.level == "row"]
-    warnings = _reader_warnings(table) + tuple(f for f, _ in future if f.level == "warning")
+    warnings = _as_failures(  # what the reader noticed: rows outside their date= folder
+        table.warnings, "timestamp_in_partition_folder", "warning", lambda v: v.message
+    ) + tuple(f for f, _ in future if f.level == "warning")
     meta = table.meta
     suite = build_log_suite(
         meta.family,

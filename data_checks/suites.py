@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from poem.io._row_checks import LIST_COLUMNS
 from poem.io.parquet import LogMetadata
 
 __all__ = [
@@ -23,42 +24,13 @@ __all__ = [
     "suite_columns",
 ]
 
-INT_TYPES = [
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "uint8",
-    "uint16",
-    "uint32",
-    "uint64",
-    "Int8",
-    "Int16",
-    "Int32",
-    "Int64",
-]
+INT_TYPES = [f"{kind}{bits}" for kind in ("int", "uint", "Int") for bits in (8, 16, 32, 64)]
 FLOAT_TYPES = ["float16", "float32", "float64", "Float32", "Float64"]
 TIMESTAMP_TYPES = ["datetime64[ns]", "datetime64[us]", "datetime64[ms]", "datetime64[s]"]
 # columns of the canonical format that are never "unknown extra columns"
 KNOWN_COLUMNS = frozenset(
-    {
-        "event_id",
-        "timestamp",
-        "action",
-        "loss",
-        "reward",
-        "propensity",
-        "logging_model_version",
-        "logging_distribution",
-        "n_candidates",
-        "candidate_features",
-        "candidate_nnz",
-        "candidate_indices",
-        "candidate_values",
-        "x_indices",
-        "x_values",
-    }
-)
+    "event_id timestamp action loss reward propensity logging_model_version n_candidates".split()
+) | frozenset(LIST_COLUMNS)
 
 
 def _p(name: str) -> dict[str, str]:
@@ -70,11 +42,7 @@ def _meta(level: str, reason: str) -> dict[str, str]:
 
 
 def build_log_suite(
-    family: str,
-    *,
-    n_labels: int | None = None,
-    has_timestamp: bool = True,
-    name: str | None = None,
+    family: str, *, n_labels: int | None = None, has_timestamp: bool = True, name: str | None = None
 ) -> Any:
     """Build the expectation suite of a log family.
 
@@ -139,84 +107,54 @@ def build_log_suite(
                     column=column, type_list=types, meta=_meta("dataset", "has the wrong type")
                 )
             )
-    add(gxe.ExpectColumnValuesToNotBeNull(column="event_id", meta=_meta("row", "event_id missing")))
-    add(
-        gxe.ExpectColumnValuesToBeUnique(
-            column="event_id", meta=_meta("row", "event_id duplicated")
-        )
+    not_null, between = gxe.ExpectColumnValuesToNotBeNull, gxe.ExpectColumnValuesToBeBetween
+
+    def row(expectation: Any, column: str, reason: str, **kwargs: Any) -> None:
+        add(expectation(column=column, meta=_meta("row", reason), **kwargs))
+
+    row(not_null, "event_id", "event_id missing")
+    row(gxe.ExpectColumnValuesToBeUnique, "event_id", "event_id duplicated")
+    row(not_null, "propensity", "propensity missing (NaN)")
+    row(
+        between,
+        "propensity",
+        "propensity outside ({min_propensity:g}, {max_propensity:g}]",
+        min_value=_p("min_propensity"),
+        max_value=_p("max_propensity"),
+        strict_min=True,
     )
-    add(
-        gxe.ExpectColumnValuesToNotBeNull(
-            column="propensity", meta=_meta("row", "propensity missing (NaN)")
-        )
-    )
-    add(
-        gxe.ExpectColumnValuesToBeBetween(
-            column="propensity",
-            min_value=_p("min_propensity"),
-            max_value=_p("max_propensity"),
-            strict_min=True,
-            meta=_meta("row", "propensity outside ({min_propensity:g}, {max_propensity:g}]"),
-        )
-    )
-    add(gxe.ExpectColumnValuesToNotBeNull(column="loss", meta=_meta("row", "loss missing (NaN)")))
-    add(
-        gxe.ExpectColumnValuesToBeBetween(
-            column="loss",
-            min_value=_p("loss_min"),
-            max_value=_p("loss_max"),
-            meta=_meta(
-                "row", "loss outside the declared bounds [{loss_min:g}, {loss_max:g}] (or infinite)"
-            ),
-        )
+    row(not_null, "loss", "loss missing (NaN)")
+    row(
+        between,
+        "loss",
+        "loss outside the declared bounds [{loss_min:g}, {loss_max:g}] (or infinite)",
+        min_value=_p("loss_min"),
+        max_value=_p("loss_max"),
     )
     if has_timestamp:
-        add(
-            gxe.ExpectColumnValuesToNotBeNull(
-                column="timestamp", meta=_meta("row", "timestamp missing or unparseable")
-            )
-        )
-        add(
-            gxe.ExpectColumnValuesToBeBetween(
-                column="timestamp",
-                min_value=_p("window_start"),
-                max_value=_p("window_end"),
-                meta=_meta("row", "timestamp outside the window [{window_start}, {window_end}]"),
-            )
+        row(not_null, "timestamp", "timestamp missing or unparseable")
+        row(
+            between,
+            "timestamp",
+            "timestamp outside the window [{window_start}, {window_end}]",
+            min_value=_p("window_start"),
+            max_value=_p("window_end"),
         )
     if family == "discrete":
-        add(
-            gxe.ExpectColumnValuesToBeBetween(
-                column="action",
-                min_value=0,
-                max_value=_p("max_action"),
-                meta=_meta("row", "action outside 0..{max_action}"),
-            )
+        row(
+            between,
+            "action",
+            "action outside 0..{max_action}",
+            min_value=0,
+            max_value=_p("max_action"),
         )
     elif family == "multilabel":
         for j in range(n_labels or 0):
-            add(
-                gxe.ExpectColumnValuesToNotBeNull(
-                    column=f"y_{j}",
-                    meta=_meta("row", f"y_{j} missing (multilabel vector of the wrong width)"),
-                )
-            )
-            add(
-                gxe.ExpectColumnValuesToBeInSet(
-                    column=f"y_{j}", value_set=[0, 1], meta=_meta("row", f"y_{j} not 0/1")
-                )
-            )
+            row(not_null, f"y_{j}", f"y_{j} missing (multilabel vector of the wrong width)")
+            row(gxe.ExpectColumnValuesToBeInSet, f"y_{j}", f"y_{j} not 0/1", value_set=[0, 1])
     else:
-        add(
-            gxe.ExpectColumnValuesToBeBetween(
-                column="n_candidates", min_value=1, meta=_meta("row", "zero candidates")
-            )
-        )
-        add(
-            gxe.ExpectColumnValuesToBeBetween(
-                column="action", min_value=0, meta=_meta("row", "negative candidate index")
-            )
-        )
+        row(between, "n_candidates", "zero candidates", min_value=1)
+        row(between, "action", "negative candidate index", min_value=0)
         add(
             gxe.ExpectColumnPairValuesAToBeGreaterThanB(
                 column_A="n_candidates",

@@ -158,8 +158,8 @@ def check_future(frame: pd.DataFrame, max_future: _dt.timedelta | None) -> None:
             f"decision log: timestamp: {int(ahead.sum())} of {len(frame)} decisions are "
             f"dated more than {max_future} after the clock (e.g. event ids "
             f"{frame.loc[ahead, 'event_id'].head(5).tolist()} at "
-            f"{[str(t) for t in frame.loc[ahead, 'timestamp'].head(5)]}); check the "
-            "serving clock, or raise max_future"
+            f"{[str(t) for t in frame.loc[ahead, 'timestamp'].head(5)]}); check the serving clock, "
+            "or raise max_future"
         )
 
 

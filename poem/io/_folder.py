@@ -1,25 +1,15 @@
 """The log folder on disk: which files are data, and how a Parquet file is written and read safely.
 
-**Which files are data** (one rule, used by every reader, the fingerprint and the decision log;
-the same convention as Spark, Hive and Arrow's dataset discovery):
+**Which files are data** (one rule for every reader, the fingerprint and the decision log; the
+convention of Spark, Hive and Arrow's dataset discovery): a regular file whose name ends with
+``.parquet`` in any case, unless its name or a folder between it and the log root starts with
+``.`` or ``_`` (``_temporary/``, ``_SUCCESS``, the decision log's ``.part-….tmp`` files) or a
+folder on its way is a ``date=`` partition whose name is not a calendar date. A named pipe or a
+device is never opened (reading it would hang). :func:`scan_log_folder` returns every file that
+looks like data but is not read, with the reason, and the checks name it.
 
-- a file whose name ends with ``.parquet`` — in any case: ``part-0.PARQUET`` is data too;
-- unless its name, or the name of a folder between it and the log root, starts with ``.`` or
-  ``_`` (``_temporary/`` of a Spark writer, ``.part-0.parquet`` copies, ``_SUCCESS``, the
-  decision log's own ``.part-….parquet.tmp`` files while they are being written);
-- unless a folder on its way is a ``date=`` partition whose name is not a calendar date
-  (``date=2026-13-45/``);
-- it must be a regular file (a named pipe or a device is never opened: reading it would hang).
-
-Every file that *looks like data* (its name ends with ``.parquet``, any case) but is not read
-is returned by :func:`scan_log_folder` with the reason, and the checks name it in their report;
-other files (``_SUCCESS``, ``.crc``, temporary files) are ignored.
-
-**Writing** (:func:`write_parquet_atomic`): Parquet page checksums (CRC-32) are written; the
-file is written under a hidden temporary name in its target folder, flushed to disk (fsync),
-renamed into place and the folder fsynced, so a reader sees either the whole file or none of
-it, even when the writer is killed. **Reading** (:data:`READ_OPTIONS`) verifies the page
-checksums: a flipped bit in a page is an error naming the file, not a wrong value.
+**Writing** (:func:`write_parquet_atomic`) is atomic and stores Parquet page checksums;
+**reading** (:data:`READ_OPTIONS`) verifies them: a flipped bit is an error naming the file.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ __all__ = [
     "LogMetadata",
     "check_metadata",
     "frame_metadata",
+    "invalid_log",
     "losses_from_rewards",
     "parse_timestamps",
 ]
@@ -69,9 +70,8 @@ class LogMetadata:
     event_id_dtype : str or None
         NumPy dtype of the original event ids, restored on read.
     min_propensity : float or None
-        The logging policy's declared smallest propensity, in (0, 1] (e.g. a served policy's
-        exploration floor): every row's propensity is ≥ it, so every importance weight is
-        ≤ 1/min_propensity — the bound the gate needs, known before the rows are seen.
+        The logging policy's declared smallest propensity, in (0, 1] (e.g. its exploration
+        floor): every importance weight is ≤ 1/min_propensity, known before the rows are seen.
     """
 
     family: str
@@ -104,22 +104,14 @@ class LogMetadata:
             When ``data`` is not a JSON object (e.g. a list) or lacks ``family``.
         """
         if not isinstance(data, dict):
-            raise InvalidLogError(
-                [
-                    Violation(
-                        "metadata",
-                        0,
-                        0,
-                        (),
-                        f"the '{METADATA_KEY}' metadata is a JSON {type(data).__name__}, "
-                        'expected a JSON object such as {"family": "discrete", ...}',
-                    )
-                ]
+            raise invalid_log(
+                "metadata",
+                0,
+                f"the '{METADATA_KEY}' metadata is a JSON {type(data).__name__}, "
+                'expected a JSON object such as {"family": "discrete", ...}',
             )
         if "family" not in data:
-            raise InvalidLogError(
-                [Violation("metadata", 0, 0, (), f"the '{METADATA_KEY}' metadata has no family")]
-            )
+            raise invalid_log("metadata", 0, f"the '{METADATA_KEY}' metadata has no family")
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         for key in ("context_columns", "feature_names"):
             if isinstance(known.get(key), list):
@@ -147,7 +139,7 @@ def frame_metadata(
         try:
             meta = LogMetadata.from_dict(stored)
         except TypeError as exc:
-            raise _bad("metadata", len(frame), f"cannot be read ({exc})") from None
+            raise invalid_log("metadata", len(frame), f"cannot be read ({exc})") from None
         if family is not None and family != meta.family:
             raise ValueError(
                 f"family: the log declares {meta.family!r}, but {family!r} was requested"
@@ -178,10 +170,7 @@ def frame_metadata(
 
 
 def _check_distribution_width(frame: pd.DataFrame, meta: LogMetadata) -> None:
-    """``n_actions`` that no row's ``logging_distribution`` agrees with: one error naming it.
-
-    (Not every row quarantined for holding "the wrong number" of probabilities.)
-    """
+    """``n_actions`` that no row's ``logging_distribution`` agrees with: one error naming it."""
     if meta.n_actions is None or "logging_distribution" not in frame.columns or frame.empty:
         return
     try:
@@ -189,7 +178,7 @@ def _check_distribution_width(frame: pd.DataFrame, meta: LogMetadata) -> None:
     except (pa.ArrowException, AttributeError, TypeError, ValueError):
         return  # not list cells: the row checks report the column
     if widths.size == 1 and widths[0] != meta.n_actions:
-        raise _bad(
+        raise invalid_log(
             "n_actions",
             len(frame),
             f"declares {meta.n_actions:,} actions but every row's logging_distribution holds "
@@ -197,8 +186,9 @@ def _check_distribution_width(frame: pd.DataFrame, meta: LogMetadata) -> None:
         )
 
 
-def _bad(key: str, n: int, message: str) -> InvalidLogError:
-    return InvalidLogError([Violation(key, 0, n, (), message)])
+def invalid_log(column: str, n_rows: int, message: str, hint: str = "") -> InvalidLogError:
+    """One dataset-level :class:`~poem.exceptions.Violation` of ``column``, raised as the error."""
+    return InvalidLogError([Violation(column, 0, n_rows, (), message, hint)])
 
 
 def _is_int(value: Any) -> bool:
@@ -229,10 +219,10 @@ def check_metadata(meta: LogMetadata, n_rows: int = 0) -> LogMetadata:
         training limit :data:`poem.policies._base.MAX_COEFFICIENTS`.
     """
     if meta.family not in FAMILIES:
-        raise _bad("family", n_rows, f"{meta.family!r} is not one of {list(FAMILIES)}")
+        raise invalid_log("family", n_rows, f"{meta.family!r} is not one of {list(FAMILIES)}")
     least = 2 if meta.family == "discrete" else 1
     if meta.n_actions is not None and not (_is_int(meta.n_actions) and meta.n_actions >= least):
-        raise _bad(
+        raise invalid_log(
             "n_actions",
             n_rows,
             f"must be an integer >= {least} for the {meta.family} family, got {meta.n_actions!r}",
@@ -243,15 +233,15 @@ def check_metadata(meta: LogMetadata, n_rows: int = 0) -> LogMetadata:
             try:
                 bounds[key] = check_loss_bounds(getattr(meta, key), key)
             except ValueError as exc:
-                raise _bad(key, n_rows, str(exc).removeprefix(key).strip()) from None
+                raise invalid_log(key, n_rows, str(exc).removeprefix(key).strip()) from None
     if meta.context_format not in ("dense", "sparse", "none"):
-        raise _bad(
+        raise invalid_log(
             "context_format",
             n_rows,
             f"{meta.context_format!r} is not one of ['dense', 'sparse', 'none']",
         )
     if meta.candidate_format not in (None, "dense", "sparse"):
-        raise _bad(
+        raise invalid_log(
             "candidate_format",
             n_rows,
             f"{meta.candidate_format!r} is not one of ['dense', 'sparse']",
@@ -259,12 +249,12 @@ def check_metadata(meta: LogMetadata, n_rows: int = 0) -> LogMetadata:
     for key in ("n_features", "candidate_n_features"):
         value = getattr(meta, key)
         if value is not None and not (_is_int(value) and value >= 0):
-            raise _bad(key, n_rows, f"must be a non-negative integer, got {value!r}")
+            raise invalid_log(key, n_rows, f"must be a non-negative integer, got {value!r}")
     if not all(isinstance(c, str) for c in meta.context_columns):
-        raise _bad("context_columns", n_rows, "must be a list of column names")
+        raise invalid_log("context_columns", n_rows, "must be a list of column names")
     repeated = sorted({c for c in meta.context_columns if meta.context_columns.count(c) > 1})
     if repeated:
-        raise _bad(
+        raise invalid_log(
             "context_columns",
             n_rows,
             f"lists {repeated} more than once: each feature must be its own column",
@@ -272,9 +262,11 @@ def check_metadata(meta: LogMetadata, n_rows: int = 0) -> LogMetadata:
     floor = meta.min_propensity  # the gate's weight bound 1/min_propensity (DESIGN §5)
     if floor is not None:
         if isinstance(floor, bool) or not isinstance(floor, (int, float, np.integer, np.floating)):
-            raise _bad("min_propensity", n_rows, f"must be a number in (0, 1], got {floor!r}")
+            raise invalid_log(
+                "min_propensity", n_rows, f"must be a number in (0, 1], got {floor!r}"
+            )
         if not 0.0 < float(floor) <= 1.0:
-            raise _bad("min_propensity", n_rows, f"must be in (0, 1], got {floor!r}")
+            raise invalid_log("min_propensity", n_rows, f"must be in (0, 1], got {floor!r}")
         bounds["min_propensity"] = float(floor)
     _check_size(meta, n_rows)
     return replace(meta, **bounds)
@@ -291,7 +283,7 @@ def _check_size(meta: LogMetadata, n_rows: int) -> None:
     try:
         check_policy_size(d or 0, k)
     except ValueError as exc:
-        raise _bad(key, n_rows, str(exc)) from None
+        raise invalid_log(key, n_rows, str(exc)) from None
 
 
 def parse_timestamps(frame: pd.DataFrame) -> pd.DataFrame:
@@ -339,17 +331,11 @@ def losses_from_rewards(frame: pd.DataFrame, meta: LogMetadata) -> tuple[pd.Data
         return frame, meta
     n = len(frame)
     if "loss" in frame.columns:
-        raise InvalidLogError(
-            [
-                Violation(
-                    "reward",
-                    0,
-                    n,
-                    (),
-                    "column is given beside 'loss': ambiguous, which one is the outcome?",
-                    "Keep one of the two columns (losses δ, or rewards converted as δ = −reward)",
-                )
-            ]
+        raise invalid_log(
+            "reward",
+            n,
+            "column is given beside 'loss': ambiguous, which one is the outcome?",
+            "Keep one of the two columns (losses δ, or rewards converted as δ = −reward)",
         )
     if meta.reward_bounds is None:
         found = (
@@ -357,17 +343,11 @@ def losses_from_rewards(frame: pd.DataFrame, meta: LogMetadata) -> tuple[pd.Data
             if meta.loss_bounds
             else "no reward bounds are declared"
         )
-        raise InvalidLogError(
-            [
-                Violation(
-                    "loss",
-                    0,
-                    n,
-                    (),
-                    f"column is missing; found 'reward' but {found}",
-                    "Declare reward_bounds to convert rewards (δ = −reward), or write losses",
-                )
-            ]
+        raise invalid_log(
+            "loss",
+            n,
+            f"column is missing; found 'reward' but {found}",
+            "Declare reward_bounds to convert rewards (δ = −reward), or write losses",
         )
     lo, hi = meta.reward_bounds
     rewards = frame["reward"]

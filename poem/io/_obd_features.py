@@ -1,8 +1,6 @@
 """The decoded Open Bandit Dataset table and its candidate vectors ψ_{i,c}.
 
-The mapping is described in :mod:`poem.io.obd`, which re-exports both names. Kept apart because
-building the sparse blocks, in particular the row-wise Kronecker product user one-hot ⊗ item
-features, is its own piece of work.
+The mapping is described in :mod:`poem.io.obd`, which re-exports both names.
 """
 
 from __future__ import annotations

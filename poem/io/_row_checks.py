@@ -125,8 +125,8 @@ def row_problems(frame: pd.DataFrame, meta: LogMetadata) -> list[RowProblem]:
 
 def _sparse_problems(
     frame: pd.DataFrame, indices_col: str, values_col: str, d: int | None, add: Any
-) -> np.ndarray:
-    """Length mismatch, index outside ``0..d-1`` and non-finite values; returns the bad rows."""
+) -> None:
+    """Length mismatch, index outside ``0..d-1`` and non-finite values."""
     ind_off, indices = list_column(frame, indices_col)
     val_off, values = list_column(frame, values_col)
     ragged = np.diff(ind_off) != np.diff(val_off)
@@ -135,7 +135,6 @@ def _sparse_problems(
     text = f"0..{d - 1}" if d is not None else "0.."
     add(indices_col, f"hold a feature index outside {text}", _rows_of(ind_off, bad_index))
     add(values_col, "not finite (NaN or inf)", _rows_of(val_off, ~_finite_values(values)))
-    return ragged
 
 
 def _candidate_problems(

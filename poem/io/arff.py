@@ -137,12 +137,8 @@ def _parse(path: Path, n_labels: int) -> tuple[sp.csr_matrix, np.ndarray, tuple[
             if not line or line.startswith("%"):
                 continue
             row = len(line_numbers)
-            entries = (
-                _sparse_entries(line, number, attributes)
-                if line.startswith("{")
-                else (_dense_entries(line, number, attributes))
-            )
-            for index, value in entries:
+            entries = _sparse_entries if line.startswith("{") else _dense_entries
+            for index, value in entries(line, number, attributes):
                 if value != 0.0:
                     rows.append(row)
                     cols.append(index)

@@ -4,12 +4,9 @@ No pickles: the spec holds the family structure, the serving knobs (temperature 
 exploration floor ε) and JSON metadata (feature names, action ids, hyperparameters);
 the arrays file holds the coefficients. :func:`load_policy` refuses an artifact whose
 arrays do not match the recorded checksum, whose spec is malformed (one :class:`ArtifactError`
-naming the key, never a raw ``KeyError``/``TypeError``/``RecursionError``), or whose arrays
-file lies outside the artifact folder.
-
-The checksum inside the spec only detects accidental corruption: whoever can edit the folder
-can edit both. :func:`artifact_digest` covers the spec **and** the arrays; the registry records
-it outside the artifact (a model-version tag) and passes it back as ``expected_digest``.
+naming the key), or whose arrays file lies outside the artifact folder. That checksum only
+detects accidental corruption; edits are detected by :func:`artifact_digest`, recorded
+outside the artifact by the registry.
 """
 
 from __future__ import annotations
@@ -243,9 +240,8 @@ def load_policy(directory: str | Path, expected_digest: str | None = None) -> St
     actual = _sha256(arrays_path)
     if actual != spec["arrays"]["sha256"]:
         raise ArtifactError(
-            f"{arrays_path}: SHA-256 mismatch "
-            f"(spec {spec['arrays']['sha256'][:12]}…, file {actual[:12]}…); "
-            "the artifact was modified after it was saved"
+            f"{arrays_path}: SHA-256 mismatch (spec {spec['arrays']['sha256'][:12]}…, "
+            f"file {actual[:12]}…); the artifact was modified after it was saved"
         )
     try:
         with np.load(arrays_path, allow_pickle=False) as data:

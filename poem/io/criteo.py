@@ -196,10 +196,8 @@ def read_criteo(
         Test-bed text file.
     n_features : int, default=2**18
         Width of the hashed feature space (same value ⇒ same space across files).
-    click_cost : float, default=0.001
-        Cost written for a click.
-    no_click_cost : float, default=0.999
-        Cost written for no click.
+    click_cost, no_click_cost : float, default=0.001, 0.999
+        As in :func:`parse_criteo_lines`.
 
     Returns
     -------

@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from poem.data import LoggedBandit
 from poem.exceptions import InvalidLogError, Violation
+from poem.io._metadata import invalid_log
 from poem.io._row_checks import LIST_COLUMNS
 from poem.io.log_format import METADATA_KEY, log_to_frame
 
@@ -108,9 +109,8 @@ def read_csv_frame(path: str | Path) -> pd.DataFrame:
         try:
             frame.attrs[METADATA_KEY] = json.loads(side.read_text())
         except ValueError as exc:
-            raise InvalidLogError(
-                [Violation(str(side), 0, len(frame), (), f"is not valid JSON ({exc})")]
-            ) from None
+            raise invalid_log(str(side), len(frame), f"is not valid JSON ({exc})") from None
+    ids = frame["event_id"].to_numpy() if "event_id" in frame.columns else np.arange(len(frame))
     violations = []
     for col in LIST_COLUMNS:
         if col in frame.columns:
@@ -125,11 +125,6 @@ def read_csv_frame(path: str | Path) -> pd.DataFrame:
                     value = None
                 parsed.append(value)
             if bad_rows:
-                ids = (
-                    frame["event_id"].to_numpy()
-                    if "event_id" in frame.columns
-                    else np.arange(len(frame))
-                )
                 violations.append(
                     Violation(
                         col,

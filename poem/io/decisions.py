@@ -1,46 +1,23 @@
 """Decision log: served decisions joined with their later feedback, appended as canonical Parquet.
 
-The serving model (``deploy/pyfunc.py``) returns one decision per request row: ``event_id``,
-``action``, ``propensity`` (the served probability of that action), ``model_version`` and
-``timestamp``. The application keeps the request it sent, later observes a loss for each
-event, and hands both to :class:`DecisionLog`, which joins them on ``event_id`` and appends the
-completed rows to a date-partitioned log in the canonical format of :mod:`poem.io.parquet`
+The application hands :class:`DecisionLog` the request it sent and the serving model's response
+(``event_id, action, propensity, model_version, timestamp``, ``deploy/pyfunc.py``), later the
+observed losses; the log joins them on ``event_id`` and appends the completed rows to a
+date-partitioned log in the format of :mod:`poem.io.parquet`
 (``date=YYYY-MM-DD/part-<time>-<id>.parquet``), ready for ``check`` and ``retrain``.
 
-Missing-feedback rule (explicit; nothing is dropped silently)
-------------------------------------------------------------
-A decision whose feedback has not arrived ``feedback_timeout`` after the decision time is
-closed at the next :meth:`DecisionLog.flush` with the loss ``missing_feedback_loss``
-(default: the **upper loss bound**, the pessimistic choice: a policy is never credited for
-silence). Pass ``missing_feedback_loss=None`` to exclude such decisions instead — they are
-still counted. Every flush returns a :class:`FlushReport` with the counts: written rows, rows
-with observed feedback, rows closed with the default loss, rows excluded, decisions still
-pending, feedback that arrived after its decision was closed (ignored) and feedback for unknown
-event ids (ignored). Feedback for the same event twice keeps the first value (counted).
+Missing feedback: a decision without feedback ``feedback_timeout`` after its time is closed at
+the next :meth:`DecisionLog.flush` with ``missing_feedback_loss`` (default the upper loss bound:
+silence is never credited), or excluded with ``exclude_missing=True``; every case is counted in
+the :class:`FlushReport`. Pending decisions live in memory (``flush(force=True)`` before stopping).
 
-Pending decisions live in memory; a process that stops loses them (flush with ``force=True``
-before stopping closes every pending decision under the rule above).
-
-What reaches the disk (exactly once, never half)
-------------------------------------------------
-- Every file is written atomically (:func:`poem.io._folder.write_parquet_atomic`: hidden
-  temporary file, fsync, rename in the same folder, page checksums): a writer killed at any
-  moment leaves complete files only, plus at most a hidden ``.part-….tmp`` that readers ignore
-  (removed by the next flush into that folder once it is an hour old).
-- Exactly once per decision: before writing a date's rows, the event ids already in that
-  ``date=`` folder are read (each file once per process) and those rows are not written again
-  (counted as ``n_already_logged``); a flush that fails after some dates were written closes
-  those dates' decisions and keeps the others pending. So a retried flush, or a process that
-  replays decisions after a crash, never duplicates a row.
-- Bad decisions are refused by :meth:`DecisionLog.add_decisions` with the reason, before they
-  enter the buffer (a feature that is NaN or infinite, a propensity outside (0, 1] or below
-  the declared minimum, an unparseable or far-future timestamp, an action outside the action
-  space): one bad request never blocks later flushes.
-- Timestamps: ISO 8601 text or datetimes; values with a UTC offset are converted to UTC and
-  **naive values are UTC**; a decision dated more than ``max_future`` after the wall clock is
-  refused (it would open a ``date=`` partition in the future).
-- ``min_propensity`` (the served policy's guaranteed smallest probability, see
-  :func:`served_min_propensity`) is recorded in the ``poem`` metadata of every file written.
+Exactly once, never half: every file is written atomically
+(:func:`poem.io._folder.write_parquet_atomic`; a killed writer leaves at most a hidden
+``.part-….tmp``, removed by a later flush once an hour old); the event ids already in a ``date=``
+folder are never written again (``n_already_logged``), and a flush that fails closes only the
+dates already written, so a retried flush or a replay after a crash never duplicates a row.
+Bad decisions are refused by :meth:`DecisionLog.add_decisions` before they enter the buffer.
+Timestamps with a UTC offset are converted to UTC; naive values are UTC.
 """
 
 from __future__ import annotations
@@ -382,19 +359,15 @@ class DecisionLog:
             self._feedback.pop(event_id, None)
 
     def _log(self, rows: pd.DataFrame, losses: np.ndarray) -> LoggedBandit:
-        actions = rows["action"].tolist()
-        kwargs: dict[str, Any] = {}
+        contexts = candidates = None
         if self.family == "candidates":
             blocks = rows["candidates"].tolist()
-            kwargs["candidates"] = CandidateSets.from_sizes(
-                np.vstack(blocks), [b.shape[0] for b in blocks]
-            )
-            contexts = None
+            candidates = CandidateSets.from_sizes(np.vstack(blocks), [b.shape[0] for b in blocks])
         else:
             contexts = np.vstack(rows["context"].tolist())
         return LoggedBandit(
             contexts=contexts,
-            actions=np.asarray(actions, dtype=np.int64),
+            actions=np.asarray(rows["action"].tolist(), dtype=np.int64),
             losses=losses,
             propensities=rows["propensity"].to_numpy(dtype=np.float64),
             loss_bounds=self.loss_bounds,
@@ -403,7 +376,7 @@ class DecisionLog:
             timestamps=rows["timestamp"].to_numpy(dtype="datetime64[ns]"),
             event_ids=np.asarray(rows["event_id"].tolist(), dtype=object),
             feature_names=self.feature_names,
-            **kwargs,
+            candidates=candidates,
         )
 
     def _write_day(self, day: np.datetime64, rows: pd.DataFrame, losses: np.ndarray) -> str:

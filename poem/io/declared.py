@@ -1,12 +1,9 @@
 """What a log declares about its logging policy before any row is read (DESIGN §5).
 
 The gate's weight bound must be known before the test rows are seen: the logger's declared
-minimum propensity (metadata key ``min_propensity``, written by logs whose policy knows its
-floor), or ``checks.min_propensity`` from the config. :func:`declared_min_propensity` reads
-the metadata of a log's files (Parquet footers, a CSV's ``.meta.json``) without reading rows
-and combines the files' floors exactly as reading the log does
-(:func:`poem.io.parquet._combined_metadata`: the smallest, nothing when one file declares
-none); :func:`gate_min_propensity` combines it with the configured floor.
+minimum propensity (metadata key ``min_propensity``, :func:`declared_min_propensity`, read
+from the files' metadata only), or ``checks.min_propensity`` from the config
+(:func:`gate_min_propensity` combines the two).
 """
 
 from __future__ import annotations
@@ -36,9 +33,8 @@ def _declared_metadata(file: Path) -> Any:
 def declared_min_propensity(path: str | Path) -> float | None:
     """The ``min_propensity`` the log declares: the smallest of its files', None if one has none.
 
-    A log whose partitions come from several logging policies is bounded by the smallest of
-    their floors; one partition without a declaration leaves the log without a bound (the
-    combination reading the log applies, :func:`poem.io.parquet._combined_metadata`).
+    Read from the Parquet footers or a CSV's ``.meta.json`` without reading rows, and combined
+    as reading the log does (:func:`poem.io.parquet._combined_metadata`).
 
     Raises
     ------

@@ -154,8 +154,7 @@ def _data_lines(path: Path) -> Iterator[tuple[int, str]]:
 def _line_numbers(path: Path, rows: np.ndarray) -> list[int]:
     """File line numbers of the first few data rows in ``rows`` (sorted row positions)."""
     wanted = set(np.sort(rows)[:_MAX_SHOWN].tolist())
-    found = [number for row, (number, _) in enumerate(_data_lines(path)) if row in wanted]
-    return found
+    return [number for row, (number, _) in enumerate(_data_lines(path)) if row in wanted]
 
 
 def _first_malformed_line(path: Path, *, n_features: int | None, zero_based: bool) -> str | None:

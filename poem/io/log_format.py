@@ -48,6 +48,7 @@ from poem.io._metadata import (
     LogMetadata,
     check_metadata,
     frame_metadata,
+    invalid_log,
     losses_from_rewards,
     parse_timestamps,
 )
@@ -244,8 +245,8 @@ def frame_to_log(
         "family": meta.family,
         "n_actions": meta.n_actions,
         "feature_names": meta.feature_names,
+        "contexts": _contexts(frame, meta, numeric),
     }
-    kwargs["contexts"] = _contexts(frame, meta, numeric)
     if meta.family == "candidates":
         kwargs["candidates"] = _candidates(frame, meta)
     if "timestamp" in frame.columns:
@@ -280,15 +281,13 @@ def _contexts(frame: pd.DataFrame, meta: LogMetadata, numeric: dict) -> Any:
     if meta.context_format == "sparse":
         indptr, indices = list_column(frame, "x_indices")
         _, data = list_column(frame, "x_values")
-        d = (
-            meta.n_features
-            if meta.n_features is not None
-            else (int(indices.max()) + 1 if indices.size else 0)
-        )
+        d = meta.n_features
+        if d is None:
+            d = int(indices.max()) + 1 if indices.size else 0
         try:
             check_policy_size(d, meta.n_actions)
         except ValueError as exc:  # an undeclared width inferred from a huge index
-            raise InvalidLogError([Violation("x_indices", 0, len(frame), (), str(exc))]) from None
+            raise invalid_log("x_indices", len(frame), str(exc)) from None
         return sp.csr_matrix((data.astype(np.float64), indices, indptr), shape=(len(frame), d))
     return None
 

@@ -1,21 +1,11 @@
 """One front door for log files: :func:`read_log_table` (DESIGN §2 "load", STYLE §13).
 
-Every reader of logged data — ``poem-pipeline check``, the ``retrain`` flow, scripts — goes
-through :func:`read_log_table`, which in one place
-
-1. lists exactly the files it reads (:func:`log_files`: a CSV and its ``.meta.json``, a
-   Parquet file, or the data files below a folder under the one data-file rule of
-   :mod:`poem.io._folder`, following symlinked ``date=`` partitions; data-looking files it
-   skips are named in :attr:`LogTable.skipped`) — :func:`log_fingerprint` hashes the same list;
-2. reads them into one frame (:func:`poem.io.parquet.read_frame` or
-   :func:`poem.io.csv.read_csv_frame`);
-3. resolves the metadata once (declared, then overridden by the caller; values checked);
-4. converts rewards to losses once (δ = −reward; ``reward`` beside ``loss`` is an error);
-5. parses timestamps once (ISO 8601 text → naive UTC), and refuses a time window for a log
-   without timestamps (rows outside a window are then reported by the checks).
-
-The result, a :class:`LogTable`, is one table (or one partition of a larger log) that the
-data checks validate and :meth:`LogTable.to_log` turns into a :class:`~poem.data.LoggedBandit`.
+Every reader of logged data (``poem-pipeline check``, the ``retrain`` flow, scripts) goes through
+:func:`read_log_table`. It reads exactly the files :func:`log_files` lists (the ones
+:func:`log_fingerprint` hashes; the data-file rule of :mod:`poem.io._folder`), then, once and in
+one place, resolves and checks the metadata, converts rewards to losses (δ = −reward) and parses
+timestamps (ISO 8601 → naive UTC). The :class:`LogTable` it returns is what the data checks
+validate and :meth:`LogTable.to_log` turns into a :class:`~poem.data.LoggedBandit`.
 """
 
 from __future__ import annotations
@@ -30,8 +20,9 @@ import numpy as np
 import pandas as pd
 
 from poem.data import LoggedBandit
-from poem.exceptions import InvalidLogError, Violation
+from poem.exceptions import Violation
 from poem.io._folder import check_regular_file
+from poem.io._metadata import invalid_log
 from poem.io.csv import metadata_path, read_csv_frame
 from poem.io.log_format import (
     METADATA_KEY,
@@ -114,7 +105,7 @@ def log_files(path: str | Path) -> list[Path]:
         try:
             check_regular_file(path)
         except ValueError as exc:
-            raise InvalidLogError([Violation(str(path), 0, 0, (), str(exc))]) from None
+            raise invalid_log(str(path), 0, str(exc)) from None
         side = metadata_path(path)
         return [path, side] if side.is_file() else [path]
     return list_log_files(path)
@@ -131,25 +122,6 @@ def log_fingerprint(path: str | Path) -> str:
             for block in iter(lambda fh=fh: fh.read(1 << 20), b""):
                 digest.update(block)
     return digest.hexdigest()
-
-
-def _window_needs_timestamps(frame: pd.DataFrame, window: Any) -> None:
-    if window is None or "timestamp" in frame.columns:
-        return
-    start, end = window
-    raise InvalidLogError(
-        [
-            Violation(
-                "timestamp",
-                0,
-                len(frame),
-                (),
-                f"column is missing, but a time window [{start}, {end}] is configured",
-                "Log a timestamp column, or remove the window (data.window_start/window_end, "
-                "--window)",
-            )
-        ]
-    )
 
 
 def read_log_table(
@@ -207,7 +179,7 @@ def table_from_frame(
     files: Any = (),
     **overrides: Any,
 ) -> LogTable:
-    """Steps 3-5 of :func:`read_log_table` on a frame already read (e.g. one partition).
+    """:func:`read_log_table`'s metadata, reward and timestamp steps on a frame already read.
 
     Parameters
     ----------
@@ -229,20 +201,20 @@ def table_from_frame(
     frame.attrs[METADATA_KEY] = json.loads(meta.to_json())
     frame, meta = losses_from_rewards(frame, meta)
     if "loss" in frame.columns and meta.loss_bounds is None:
-        raise InvalidLogError(
-            [
-                Violation(
-                    "loss",
-                    0,
-                    len(frame),
-                    (),
-                    "has no declared loss bounds",
-                    "Declare loss_bounds (or reward_bounds for a reward column)",
-                )
-            ]
+        raise invalid_log(
+            "loss",
+            len(frame),
+            "has no declared loss bounds",
+            "Declare loss_bounds (or reward_bounds for a reward column)",
         )
     frame = parse_timestamps(frame)
-    _window_needs_timestamps(frame, window)
+    if window is not None and "timestamp" not in frame.columns:
+        raise invalid_log(
+            "timestamp",
+            len(frame),
+            f"column is missing, but a time window [{window[0]}, {window[1]}] is configured",
+            "Log a timestamp column, or remove the window (data.window_start/window_end, --window)",
+        )
     frame.attrs[METADATA_KEY] = json.loads(meta.to_json())
     return LogTable(frame, meta, source, tuple(str(f) for f in files), warnings=warnings)
 
@@ -252,11 +224,7 @@ def read_log(path: str | Path, *, family: str | None = None, **overrides: Any) -
 
     Parameters
     ----------
-    path : str or Path
-        As in :func:`read_log_table`.
-    family : str or None, default=None
-        As in :func:`read_log_table`.
-    **overrides
+    path, family, **overrides
         As in :func:`read_log_table`.
 
     Returns

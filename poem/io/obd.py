@@ -1,40 +1,34 @@
 """Open Bandit Dataset (ZOZOTOWN, Saito et al. 2021, arXiv:2008.07146) → :class:`LoggedBandit`.
 
-Files
------
-``<data_dir>/obd/<behavior_policy>/<campaign>/<campaign>.csv`` and ``item_context.csv`` beside it,
-with ``behavior_policy`` ∈ {``"random"``, ``"bts"``} and ``campaign`` ∈ {``"all"``, ``"men"``,
+Files: ``<data_dir>/obd/<behavior_policy>/<campaign>/<campaign>.csv`` and ``item_context.csv``
+beside it, ``behavior_policy`` ∈ {``"random"``, ``"bts"``}, ``campaign`` ∈ {``"all"``, ``"men"``,
 ``"women"``}. Each CSV row is one displayed recommendation: ``timestamp``, ``item_id`` (0..K−1),
 ``position`` (1..3), ``click`` (0/1), ``propensity_score`` (the logger's probability of showing
 that item at that position), ``user_feature_0..3`` (hashed categoricals) and
-``user-item_affinity_0..K-1``. ``item_context.csv`` holds ``item_feature_0`` (float) and
+``user-item_affinity_0..K-1``; ``item_context.csv`` holds ``item_feature_0`` (float) and
 ``item_feature_1..3`` (hashed categoricals) per item. Hashes differ between the two loggers'
 folders, so categorical codes are only comparable within one folder.
 
-Mapping (the loggers rank all K items for three slots; a row records one slot)
-------------------------------------------------------------------------------
-Every row i is one decision "which of the K items goes to the row's position kᵢ". Its logged
-action is ``item_id``, its propensity is ``propensity_score`` copied bit for bit (it is exactly
-π₀(item | position kᵢ), and Σ_items π₀(item | k) = 1 because each slot shows one item), and its
-loss is δᵢ = −clickᵢ with loss bounds [−1, 0] (:meth:`LoggedBandit.from_rewards` with reward
-bounds [0, 1]). Row order, timestamps (UTC) and the CSV's index (as event ids) are kept.
+Mapping: row i is the decision "which of the K items goes to the row's position kᵢ". Its action
+is ``item_id``, its propensity ``propensity_score`` bit for bit (exactly π₀(item | kᵢ); each
+slot shows one item, so Σ_items π₀(item | k) = 1), its loss δᵢ = −clickᵢ with bounds [−1, 0]
+(:meth:`LoggedBandit.from_rewards`, reward bounds [0, 1]). Row order, timestamps (UTC) and the
+CSV's index (as event ids) are kept.
 
 ``family="candidates"`` (items × positions): row i's candidate set is the K items in ``item_id``
-order, so the action index *is* the item id. The vector of candidate c for row i stacks
-(sparse):
+order, so the action index *is* the item id. The (sparse) vector of candidate c for row i
+stacks:
 
 1. ``item=c`` — item one-hot (K columns);
 2. ``position=k&item=c`` — position × item one-hot (3K columns), so one linear policy can
-   prefer different items in different slots (with only these columns the softmax can represent
-   any context-free ranking policy's per-slot marginals exactly);
+   prefer different items in different slots (any context-free ranking policy's per-slot
+   marginals are then representable exactly);
 3. item features: ``item_feature_0`` and the one-hot codes of ``item_feature_1..3``;
-4. ``<user one-hot>&<item feature>`` — each active user-feature code times each item feature
-   (user one-hot ⊗ item features), when ``interactions=True``;
+4. ``<user one-hot>&<item feature>`` — user one-hot ⊗ item features, when ``interactions=True``;
 5. ``user-item_affinity`` — the row's affinity for candidate c.
 
 ``family="discrete"``: one log per position (``position=1``, ``2`` or ``3``); contexts are the
-user one-hot codes followed by the K user–item affinities, ``n_actions = K`` and the action is
-``item_id``.
+user one-hot codes followed by the K user–item affinities, ``n_actions = K``, action ``item_id``.
 """
 
 from __future__ import annotations
@@ -47,6 +41,7 @@ import scipy.sparse as sp
 
 from poem.data import LoggedBandit
 from poem.exceptions import InvalidLogError, Violation
+from poem.io._metadata import invalid_log
 from poem.io._obd_features import N_POSITIONS, OBDTable, obd_candidate_sets
 
 __all__ = [
@@ -159,13 +154,7 @@ def read_obd_table(
     _check_columns(items, ["item_id", "item_feature_0", *_ITEM_CATEGORICAL], item_path)
     n_items = len(items)
     if not np.array_equal(items["item_id"].to_numpy(), np.arange(n_items)):
-        raise InvalidLogError(
-            [
-                Violation(
-                    "item_id", 0, n_items, (), f"in {item_path} must be 0..{n_items - 1} in order"
-                )
-            ]
-        )
+        raise invalid_log("item_id", n_items, f"in {item_path} must be 0..{n_items - 1} in order")
     affinity_cols = [f"user-item_affinity_{c}" for c in range(n_items)]
     base = ["timestamp", "item_id", "position", "click", "propensity_score", *_USER_COLUMNS]
     _check_columns(frame, base + affinity_cols, log_path)
@@ -296,18 +285,10 @@ def read_obd(
 
     Parameters
     ----------
-    data_dir : str or Path
-        Folder holding ``obd/`` or the ``obd`` folder itself.
-    behavior_policy : {"random", "bts"}, default="random"
-        Logging policy folder.
-    campaign : {"all", "men", "women"}, default="all"
-        Campaign folder.
-    family : {"candidates", "discrete"}, default="candidates"
-        Target policy family.
-    position : int or None, default=None
-        Slot filter (required for the discrete family).
-    interactions : bool, default=True
-        Candidates only: include the user ⊗ item-feature block.
+    data_dir, behavior_policy, campaign
+        As in :func:`read_obd_table`.
+    family, position, interactions
+        As in :func:`obd_to_log`.
 
     Returns
     -------

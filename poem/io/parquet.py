@@ -1,15 +1,9 @@
-"""Canonical Parquet logs: :func:`write_log` and :func:`read_frame`.
+"""Canonical Parquet logs: :func:`write_log` and :func:`read_frame` (Parquet frames only).
 
-Reading any log (Parquet or CSV, with metadata resolved, rewards converted and timestamps
-parsed once) goes through :func:`poem.io.logs.read_log_table` (:func:`poem.io.logs.read_log` for
-a :class:`~poem.data.LoggedBandit`); this module reads Parquet frames only.
-
-The columns and the ``poem`` key-value metadata (declared loss bounds, family, context
-layout) are defined in :mod:`poem.io.log_format`, which also converts between a
-:class:`~poem.data.LoggedBandit` and its table (:func:`log_to_frame`, :func:`frame_to_log`,
-re-exported here). Partitioned logs are written as ``date=YYYY-MM-DD/part-00000.parquet``
-and read back in (date, file) order, so a log whose timestamps are in date order
-round-trips exactly (an unpartitioned file always does).
+Logs are read through :func:`poem.io.logs.read_log_table`; the columns and the ``poem``
+metadata are defined in :mod:`poem.io.log_format`. Partitioned logs are written as
+``date=YYYY-MM-DD/part-00000.parquet`` and read back in (date, file) order, so a log whose
+timestamps are in date order round-trips exactly (an unpartitioned file always does).
 """
 
 from __future__ import annotations
@@ -35,6 +29,7 @@ from poem.io._folder import (
     scan_log_folder,
     write_parquet_atomic,
 )
+from poem.io._metadata import invalid_log
 from poem.io.log_format import (
     METADATA_KEY,
     LogMetadata,
@@ -97,7 +92,7 @@ def write_log(
     """
     path = Path(path)
     if path.is_dir():
-        existing = list_log_files(path) if any(_walk_parquet(path)) else []
+        existing = list(scan_log_folder(path).files)
     else:
         existing = [path] if path.exists() else []
     if existing and not overwrite:
@@ -131,19 +126,11 @@ def write_log(
 
 
 # -- reading ------------------------------------------------------------------------------------
-def _walk_parquet(path: Path) -> list[Path]:
-    """The data files below ``path`` under the data-file rule (:mod:`poem.io._folder`)."""
-    return list(scan_log_folder(path).files)
-
-
 def list_log_files(path: str | Path) -> list[Path]:
     """Parquet files of a log: the file itself, or the data files below a directory.
 
-    Which files below a directory are data is decided by one rule (:mod:`poem.io._folder`:
-    ``*.parquet`` in any case, nothing hidden or ``_``-prefixed, no invalid ``date=`` folder,
-    regular files only); :func:`skipped_log_files` names the data-looking files it leaves out.
-    Symlinked folders are followed, each real folder once; files are sorted by their path
-    relative to ``path``.
+    Which files are data is decided by the one rule of :mod:`poem.io._folder` (files sorted by
+    their path relative to ``path``); :func:`skipped_log_files` names the ones it leaves out.
 
     Raises
     ------
@@ -158,14 +145,12 @@ def list_log_files(path: str | Path) -> list[Path]:
         folder = scan_log_folder(path)
         if not folder.files:
             skipped = "".join(f"; skipped {s}" for s in folder.skipped[:5])
-            raise InvalidLogError(
-                [Violation(str(path), 0, 0, (), f"contains no *.parquet files{skipped}")]
-            )
+            raise invalid_log(str(path), 0, f"contains no *.parquet files{skipped}")
         return list(folder.files)
     try:
         return [check_regular_file(path)]
     except ValueError as exc:
-        raise InvalidLogError([Violation(str(path), 0, 0, (), str(exc))]) from None
+        raise invalid_log(str(path), 0, str(exc)) from None
 
 
 def skipped_log_files(path: str | Path) -> tuple[SkippedFile, ...]:
@@ -189,9 +174,7 @@ def _comparable(meta: Any) -> Any:
 def _combined_metadata(metas: list[Any]) -> Any:
     """The log's metadata: the first file's, with ``min_propensity`` the smallest of all files.
 
-    ``min_propensity`` (the served policy's guaranteed minimum probability, written by the
-    decision log) may change between files when the champion changes; the log guarantees only
-    the smallest, and nothing when one file does not declare it.
+    It may change between files with the served policy; absent from one file, it is dropped.
     """
     meta = metas[0]
     if not isinstance(meta, dict) or "min_propensity" not in meta:

@@ -3,25 +3,16 @@
 :func:`log_partitions` lists the pieces of a log (every row group of every file, in the order
 :func:`poem.io.parquet.read_frame` concatenates them) without reading any rows;
 :func:`read_partition` reads one piece into a :class:`~poem.data.LoggedBandit` with the log's
-declared metadata. Any scheduler can map :func:`read_partition` over the pieces (a Dask
-cluster does, in :mod:`poem._dask`); concatenating the pieces gives the whole log.
+declared metadata. Concatenating the pieces gives the whole log.
 
-**The partition-set protocol: "the rows of a log, wherever they live".** Every stage after the
-check sees a log only through an object with
-
-- ``len(parts)``: the number of partitions;
-- ``parts.map(fn, *per_partition_args, gather=False, consume=False, **kwargs)``: ``fn`` on
-  every partition where it lives; the results stay there as a new set, or (``gather``) come
-  back as a list in partition order — additive statistics are reduced from that list
-  (:meth:`poem.learners.prepared.PreparedTraining.statistics`), per-row vectors are
-  concatenated in log order (:func:`poem.log_rows.policy_rows`), rows are taken into
-  one in-memory log (:func:`poem.log_rows.take_log`);
-- ``parts.fold(fn, state, plan, **kwargs)``: a small state handed from partition to partition
-  (AdaGrad's epoch, :mod:`poem.learners._adagrad`).
-
-:class:`LocalPartitions` holds the objects in this process; a log in memory is one partition
-(:func:`poem.log_rows.as_partitions`). :class:`poem._dask.ClusterPartitions` holds them
-in a Dask cluster's workers. Nothing else distinguishes the two.
+**The partition-set protocol** ("the rows of a log, wherever they live"): every stage after the
+check sees a log only through ``len(parts)``;
+``parts.map(fn, *per_partition_args, gather=False, consume=False, **kwargs)``, ``fn`` on every
+partition where it lives, the results kept there as a new set or (``gather``) returned as a
+list in partition order; and ``parts.fold(fn, state, plan, **kwargs)``, a small state handed
+from partition to partition (AdaGrad's epoch). :class:`LocalPartitions` holds the objects in
+this process (a log in memory is one partition), :class:`poem._dask.ClusterPartitions` in a
+Dask cluster's workers; nothing else distinguishes the two.
 """
 
 from __future__ import annotations

@@ -60,8 +60,7 @@ def parse_features(frame: pd.DataFrame, feature_names: Sequence[str]) -> np.ndar
         missing = [n for n in names if n not in columns]
     if missing:
         raise InvalidRequestError(
-            f"{len(missing)} of {len(names)} feature columns are missing from "
-            "the request: "
+            f"{len(missing)} of {len(names)} feature columns are missing from the request: "
             f"{missing[:10]}{' …' if len(missing) > 10 else ''}"
         )
     if list(columns) == names:  # the usual case after MLflow's schema enforcement
@@ -123,17 +122,16 @@ def check_score_range(X: np.ndarray, coef: np.ndarray, temperature: float) -> No
         raise InvalidRequestError(
             f"{int(bad.sum())} of {X.shape[0]} request row(s) have feature values so large that "
             f"the policy's scores overflow (rows {_rows(bad)}, largest |value| "
-            f"{float(np.abs(X[bad]).max()):.3g}); scale the features to the range the policy "
-            "was trained on"
+            f"{float(np.abs(X[bad]).max()):.3g}); scale the features to the range the policy was "
+            "trained on"
         )
 
 
 def check_served_propensities(propensities: Any) -> np.ndarray:
     """The served propensities, each finite and in (0, 1], or one error naming the rows.
 
-    Finite but huge features (e.g. ±1e308) overflow the scores w·φ(x, y); the softmax of
-    overflowed scores is NaN. Such a request gets no decision: a NaN or 0 propensity would
-    poison tomorrow's log (STYLE §6: propensities in (0, 1]).
+    Huge features overflow the scores and give NaN propensities; such a request gets no
+    decision, so the decision log never holds a propensity outside (0, 1] (STYLE §6).
 
     Raises
     ------
@@ -213,18 +211,17 @@ def group_candidates(
         split = np.flatnonzero(steps < 0)
         offenders = sorted({str(ids[i + 1]) for i in split})
         raise InvalidRequestError(
-            f"candidate rows of {len(offenders)} request(s) are not contiguous "
-            f"in column {EVENT_ID!r} "
-            f"(e.g. {offenders[:_N_EXAMPLES]}); send each request's candidates as one block"
+            f"candidate rows of {len(offenders)} request(s) are not contiguous in column "
+            f"{EVENT_ID!r} (e.g. {offenders[:_N_EXAMPLES]}); send each request's candidates as "
+            "one block"
         )
     sizes = np.bincount(codes, minlength=len(uniques))
     floor = exploration_floor
-    if floor > 0 and np.any(sizes * floor > 1.0 + 1e-12):
-        too_big = sizes * floor > 1.0 + 1e-12
+    too_big = sizes * floor > 1.0 + 1e-12
+    if floor > 0 and too_big.any():
         raise InvalidRequestError(
             f"{int(too_big.sum())} request(s) have more than {int(np.floor(1 / floor))} "
-            "candidates, the "
-            f"most the exploration floor ε={floor:g} allows (kε ≤ 1), e.g. "
+            f"candidates, the most the exploration floor ε={floor:g} allows (kε ≤ 1), e.g. "
             f"{[str(u) for u in np.asarray(uniques)[too_big][:_N_EXAMPLES]]}"
         )
     return CandidateSets.from_sizes(X, sizes), np.asarray(uniques).astype(str)
@@ -244,9 +241,7 @@ def parse_params(params: dict[str, Any] | None) -> tuple[int | None, bool]:
         raise InvalidRequestError(
             f"unknown params {unknown}; allowed: ['return_distribution', 'seed']"
         )
-    seed = params.get("seed", UNSEEDED)
-    if seed is None:
-        seed = UNSEEDED
+    seed = UNSEEDED if params.get("seed") is None else params["seed"]
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < UNSEEDED:
         raise InvalidRequestError(
             f"param 'seed' must be an integer ≥ 0 (or -1 for unseeded), got {seed!r}"
