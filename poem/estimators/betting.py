@@ -1,12 +1,8 @@
 """Lower confidence bounds by betting: valid at every sample size, for variables bounded below.
 
 The gate (DESIGN §5) must keep its false-promotion rate ≤ α at finite n, where t intervals
-on skewed, heavy-tailed paired terms do not (measured 9–25 % at α = 5 %). A capital process
-that bets on the sign of Xᵢ − m is a nonnegative martingale when m is the true mean, so by
-Ville's inequality it ever reaches 1/α with probability ≤ α; every m at which it does is
-rejected.
-Only a *lower* bound Lᵢ on each term is needed (no upper bound, no variance assumption):
-the capital stays positive because each bet is capped at κ/(m − Lᵢ).
+on skewed, heavy-tailed paired terms do not (README). Only a *lower* bound Lᵢ on each term is
+needed (no upper bound, no variance assumption); see :func:`betting_lower_bound`.
 
 All functions are vectorised over leading axes (many simulated logs at once); rows are the
 last axis, in the order they were logged.

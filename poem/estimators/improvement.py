@@ -7,17 +7,12 @@ Each option's per-row terms Xᵢ are bounded below by a known Lᵢ
 rows in a seeded uniformly random order (:func:`shuffle_rows`,
 :func:`poem.estimators.betting.betting_lower_bound`).
 
-Why a random order: production logs are in time order and drift within the window. A
-capital over the logged order reaches 1/α as soon as the *early* rows favour the
-challenger, even when the window's average does not (a challenger better in the morning
-and worse in the evening: 78–100 % false promotion at n = 2,000 in the time order). In a
-uniformly random order every row of the window is equally likely at every position: the
-row at position t is a draw from the window's rows not yet seen, whose average
-improvement is the window's up to the finite-population correction, and the bets cannot
-know which rows remain. For i.i.d. rows the order changes nothing (the guarantee is exact
-and the power unchanged); with drift, the false-promotion rate for the window's average is
-measured in ``benchmarks/gate_calibration.py`` (``drift`` settings). The decision depends
-on the seed, which the gate records (``order_seed``) so that it is reproducible.
+Why a random order: production logs are in time order and drift within the window, and a
+capital over the logged order reaches 1/α as soon as the *early* rows favour the challenger,
+even when the window's average does not. In a uniformly random order the row at each
+position is a draw from the window's rows not yet seen, so the bets test the window's average
+(for i.i.d. rows the order changes nothing; drift: ``benchmarks/gate_calibration.py``). The
+gate records the seed (``order_seed``), so the decision is reproducible.
 
 Every function takes arrays whose last axis is the rows, so the calibration benchmark runs
 thousands of simulated logs through exactly the code the gate runs on one.
