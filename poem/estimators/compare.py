@@ -33,7 +33,13 @@ from poem.estimators.ips import (
     shift_estimate,
 )
 from poem.estimators.reliability import interval_flags
-from poem.estimators.weights import _check_clip, _check_losses, _check_values, _check_weights
+from poem.estimators.weights import (
+    _check_clip,
+    _check_losses,
+    _check_real,
+    _check_values,
+    _check_weights,
+)
 
 __all__ = ["PolicyComparison", "compare_policies"]
 
@@ -233,16 +239,14 @@ def _bound_kind(randomization: float | None) -> str:
 def _check_randomization(value: Any) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"randomization must be a real number or None, got {type(value).__name__}")
+    _check_real(value, "randomization", "a real number or None")
     if not (0.0 < value <= 1.0):
         raise ValueError(f"randomization must be in (0, 1], got {value!r}")
     return float(value)
 
 
 def _check_threshold(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    _check_real(value, name)
     if not (np.isfinite(value) and value >= 0):
         raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
     return float(value)
@@ -284,23 +288,14 @@ def compare_policies(
     delta-method terms for SNIPS); they do not decide, and they carry reliability flags
     (:func:`poem.estimators.reliability.interval_flags`) when they may undercover.
 
-    Null and guarantee: P(promote) ≤ γ when the challenger's risk averaged over the test
-    window is not lower than the champion's by more than ε,
-    (1/n)Σᵢ(Rᵢ(challenger) − Rᵢ(champion)) ≥ −ε, with Rᵢ the risks at row i's context and
-    time, if given the window's contexts the rows are independent draws from the logging
-    policy of their time with correct propensities, losses lie in ``loss_bounds`` and, where
-    the option needs it (``"snips"`` against the logger, or a policy champion without
-    ``total_variation``), every importance weight is ≤ ``max_weight``, a bound *declared*
-    before the rows were seen. The bound bets on the
-    rows in a random order drawn from ``order_seed`` (the order given does not matter: see
-    :mod:`poem.estimators.improvement`). Without ``max_weight`` only terms that need no
-    weight bound are used, and the reasons say so. With
-    ``randomization=U`` the bound also rejects when the capital at the end of the log
-    Kₙ ≥ U/γ (randomized Ville inequality, Ramdas & Manole 2023): the guarantee then holds
-    over the draw of U ~ Uniform(0, 1], which must be independent of the log (e.g.
-    :func:`poem.gate.decision_coin` of a challenger fitted on other rows), and a log whose
-    evidence falls short of 1/γ still promotes with chance γ·Kₙ — more power where evidence
-    is scarce (rare losses), the same false-promotion rate.
+    Guarantee: P(promote) ≤ γ when (1/n)Σᵢ(Rᵢ(challenger) − Rᵢ(champion)) ≥ −ε, with Rᵢ the
+    risks at row i's context and time, under the assumptions of
+    :func:`~poem.estimators.improvement.improvement_lower_bound` (where the option needs it,
+    every weight ≤ ``max_weight``, declared before the rows were seen; without it only terms
+    that need no weight bound are used, and the reasons say so). With ``randomization=U``
+    the bound also rejects when the capital at the end of the log Kₙ ≥ U/γ; the guarantee
+    then holds over the draw of U ~ Uniform(0, 1], which must be independent of the log
+    (e.g. :func:`poem.gate.decision_coin`).
 
     Parameters
     ----------
@@ -511,16 +506,7 @@ def _paired_difference(d, wc, wh, estimator, clip, level, interval, random_state
     arrays = (d, wc, wh)
     lower, upper = _interval(statistic, arrays, value, se, d.size, level, interval, random_state)
     flags = interval_flags(terms, np.maximum(wc, wh))
+    name = f"{estimator}_difference"
     return Estimate(
-        f"{estimator}_difference",
-        float(value),
-        se,
-        lower,
-        upper,
-        int(d.size),
-        level,
-        0.0,
-        0.0,
-        interval,
-        flags,
+        name, float(value), se, lower, upper, int(d.size), level, 0.0, 0.0, interval, flags
     )
