@@ -1,10 +1,6 @@
-"""Diagnostic plots of a log, saved as PNG (matplotlib, Agg backend; no display needed).
+"""Diagnostic plots of a log (propensities, importance weights, action counts) saved as PNG.
 
-* :func:`plot_propensity_histogram` — propensities on a log-scaled axis;
-* :func:`plot_weight_distribution` — importance weights of a target (or the uniform
-  reference) policy, log-scaled, with the clip M marked;
-* :func:`plot_action_counts` — how often each action (label, candidate position) was logged;
-* :func:`save_diagnostic_plots` — all three into a folder (later MLflow artifacts).
+matplotlib's Agg canvas renders them; no display is needed.
 """
 
 from __future__ import annotations
