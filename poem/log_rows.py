@@ -5,22 +5,15 @@ Every stage sees a log as a *partition set* (:mod:`poem.io.partitions`) of
 partition (:func:`as_partitions`), a Parquet log on a cluster one per row group
 (:class:`poem._dask.ClusterPartitions`). What travels to the client:
 
-- **split** (:func:`split_partitioned`): each partition sends its row count and timestamps
-  (8 bytes a row); the client applies :func:`poem.splits.split_rows` to the concatenation and
-  keeps each partition's local row positions. Same rows as one partition.
-- **scores and gate** (:func:`policy_rows`): the
-  policies' probabilities of the logged actions are computed where the rows live (the
-  O(n·d·K) part); the client receives, per row, the loss, the propensity and one
-  probability per policy (24–32 bytes a row, in log order) and runs the in-memory functions
-  (:func:`poem.learners.search.validation_scores`, :func:`poem.gate.counterfactual_ab_test`)
-  on them. The gate's betting bound is sequential in the rows' order (a capital process),
-  not a sum over partitions; it runs on the client over those per-row vectors, in the
-  in-memory order, hence the same decision and metrics.
-
-- **take** (:func:`take_log`): the rows themselves, concatenated into one in-memory log, for
-  the learners without an additive form (BanditNet, hybrid, a doubly robust fit on several
-  partitions): they fit on it as on any log; :func:`sample_log` takes at most a given number
-  of a part's rows (uniformly, in log order) for the search's learning evidence.
+- **split** (:func:`split_partitioned`): each partition's row count and timestamps; the client
+  splits the concatenation (:func:`poem.splits.split_rows`), so the rows are those of one
+  partition;
+- **scores and gate** (:func:`policy_rows`): per row, the loss, the propensity and each
+  policy's probability of the logged action, computed where the rows live; the client runs
+  the in-memory functions on them in log order (the gate's betting bound is sequential, not
+  a sum over partitions), hence the same decision and metrics;
+- **take** (:func:`take_log`, :func:`sample_log`): the rows themselves as one in-memory log,
+  for the learners without an additive form.
 
 Training on the split's rows is :mod:`poem.learners.prepared`.
 """
@@ -363,10 +356,6 @@ def as_partitions(log: LoggedBandit) -> LocalPartitions:
     return LocalPartitions([log])
 
 
-def _take(log: Any, rows: np.ndarray) -> Any:
-    return take_rows(log, rows)
-
-
 def concat_logs(logs: list) -> LoggedBandit:
     """One :class:`~poem.data.LoggedBandit` of partitions' logs, in order (None skipped).
 
@@ -418,7 +407,7 @@ def take_log(source: Any, rows: list[np.ndarray]) -> LoggedBandit:
 
     For the learners without an additive form: they fit on it as on any log.
     """
-    return concat_logs(source.map(_take, rows, gather=True))
+    return concat_logs(source.map(take_rows, rows, gather=True))
 
 
 def sample_log(
