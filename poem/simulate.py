@@ -132,22 +132,15 @@ def fit_logging_policy(
     X_fit = X[rows]
     if family == "multilabel":
         coef, pseudo = _fit_per_label(X_fit, Y[rows], fit_intercept)
-        pseudo_key = "constant_labels"
+        pseudo_key, kind = "constant_labels", "label(s) constant"
+        remedy = "they get w = 0 and the Laplace-smoothed rate (k + 1/2)/(m + 1)"
     else:
         coef, pseudo = _fit_multinomial(X_fit, Y[rows], n_actions, fit_intercept)
-        pseudo_key = "absent_classes"
+        pseudo_key, kind = "absent_classes", "class(es) absent"
+        remedy = "they get one pseudo-example each (a small smoothed probability)"
     if pseudo:
-        kind = "label(s) constant" if family == "multilabel" else "class(es) absent"
-        warnings.warn(
-            f"h0: {len(pseudo)} {kind} in the {m} sampled rows: {pseudo}; "
-            + (
-                "they get w = 0 and the Laplace-smoothed rate (k + 1/2)/(m + 1)"
-                if family == "multilabel"
-                else "they get one pseudo-example each (a small smoothed probability)"
-            ),
-            UserWarning,
-            stacklevel=2,
-        )
+        message = f"h0: {len(pseudo)} {kind} in the {m} sampled rows: {pseudo}; {remedy}"
+        warnings.warn(message, UserWarning, stacklevel=2)
     policy_family = make_family(family, X.shape[1], n_actions, fit_intercept)
     metadata = {
         "role": "logging_policy",
@@ -426,22 +419,17 @@ def _with_pseudo_rows(X: Any, y: np.ndarray, missing: list[int]) -> tuple[Any, n
     """Append one all-zero context per missing label value / class."""
     if not missing:
         return X, y
-    zeros = (
-        sp.csr_matrix((len(missing), X.shape[1]))
-        if sp.issparse(X)
-        else np.zeros((len(missing), X.shape[1]))
-    )
-    X_aug = sp.vstack([X, zeros], format="csr") if sp.issparse(X) else np.vstack([X, zeros])
+    if sp.issparse(X):
+        X_aug = sp.vstack([X, sp.csr_matrix((len(missing), X.shape[1]))], format="csr")
+    else:
+        X_aug = np.vstack([X, np.zeros((len(missing), X.shape[1]))])
     return X_aug, np.concatenate([y, np.asarray(missing, dtype=y.dtype)])
 
 
 def _fit_per_label(X: Any, Y: np.ndarray, fit_intercept: bool) -> tuple[np.ndarray, list[int]]:
-    r"""One L2 logistic regression per label; rows (q, d [+1]) with the intercept last.
+    """One L2 logistic regression per label; rows (q, d [+1]) with the intercept last.
 
-    A label that is constant in the sample (k = 0 or k = n positives of n rows) has no
-    logistic-regression fit; it gets w_l = 0 and the Laplace-smoothed intercept
-    b_l = logit((k + ½)/(n + 1)), so σ_l = (k + ½)/(n + 1) on every context (0.5 without
-    an intercept, where w_l = 0 is the only context-free choice).
+    Constant labels are smoothed as described in :func:`fit_logging_policy`.
     """
     n, q = Y.shape
     coef = np.zeros((q, X.shape[1] + int(fit_intercept)))
