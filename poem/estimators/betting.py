@@ -74,14 +74,12 @@ def betting_lower_bound(
 
     where Xᵢ are the terms (conditional mean μ given rows < i), Lᵢ ≤ Xᵢ their lower bounds
     (fixed, or computed from rows < i only), σ̂²ᵢ₋₁ the running variance of rows < i
-    (prior s² = ``scale``²), κ = 1/2, n the number of rows and 1 − α the confidence level.
-    Each factor is ≥ 1 − κ > 0 and has conditional mean 1 at m = μ, so K(μ) is a
-    nonnegative martingale with mean 1 and, by Ville's inequality, P(μ̂_LB > μ) ≤ α at
-    every n (it even bounds the chance that the capital ever reaches 1/α). Each
-    factor is non-increasing in m, so the bound is found by an exponential search down
-    from the mean in steps of the standard error, then 8 Illinois regula-falsi steps on
-    maxₜ log Kₜ (O(n) each; the returned m is always one whose capital reached 1/α). No
-    upper bound on Xᵢ is needed.
+    (prior s² = ``scale``²), κ the cap of the bets, n the number of rows and 1 − α the
+    confidence level. Each factor is ≥ 1 − κ > 0 with conditional mean 1 at m = μ, so K(μ)
+    is a nonnegative martingale and, by Ville's inequality, P(μ̂_LB > μ) ≤ α at every n.
+    Each factor is non-increasing in m: the bound is found by an exponential search down
+    from the mean, then 8 Illinois regula-falsi steps on maxₜ log Kₜ (the returned m is
+    always one whose capital reached 1/α).
 
     Parameters
     ----------
@@ -95,22 +93,15 @@ def betting_lower_bound(
         Prior standard deviation s of the terms (only shapes the first bets), > 0.
     mixture : bool, default=False
         If True, axis 0 of ``terms`` and ``lower`` indexes S strategies: different terms
-        with the same conditional mean μ (e.g. different control variates). Their capitals
-        are averaged, K = (1/S) Σₛ K⁽ˢ⁾, which is again a nonnegative martingale at μ, so
-        the bound is as valid as one strategy's and close to the best one's (the price is
-        log S in the threshold).
+        with the same conditional mean μ. Their capitals are averaged, K = (1/S) Σₛ K⁽ˢ⁾,
+        again a nonnegative martingale at μ (the price is log S in the threshold).
     max_bet_fraction : float or array-like of shape (S,), default=0.5
-        The cap κ in (0, 1) of the bets; with ``mixture`` one per strategy (the same terms
-        may be stacked twice with different κ). Every factor is ≥ 1 − κ > 0, so any
-        κ < 1 keeps K a nonnegative martingale; κ near 1 bets more when the cap binds
-        (terms bounded far below their spread, e.g. rare losses) and risks more of the
-        capital on a row at Lᵢ.
+        The cap κ in (0, 1) of the bets; with ``mixture`` one per strategy. κ near 1 bets
+        more when the cap binds (terms bounded far below their spread, e.g. rare losses).
     randomization : float or array-like of shape (...), optional
-        U ~ Uniform(0, 1], drawn independently of the data (one per problem). Then m is
-        also rejected when the final capital Kₙ(m) ≥ max(U, α)/α: the randomized Ville
-        inequality P(maxₜ₍ₙ Kₜ ≥ 1/α or Kₙ ≥ U/α) ≤ α keeps the level, and a log whose
-        capital ends at K < 1/α still excludes m with chance about αK (valid only if U is
-        fresh and independent for every decision: a fixed U is not).
+        U ~ Uniform(0, 1], fresh and independent of the data (one per problem). Then m is
+        also rejected when the final capital Kₙ(m) ≥ max(U, α)/α; the randomized Ville
+        inequality P(maxₜ Kₜ ≥ 1/α or Kₙ ≥ U/α) ≤ α keeps the level.
 
     Returns
     -------
