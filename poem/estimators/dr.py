@@ -147,12 +147,8 @@ def doubly_robust(
         Loss-model prediction for the logged action, i.e. δ̂(xᵢ, yᵢ).
     model_values : array-like of shape (n_samples,)
         Model-expected loss of the target policy, i.e. v̂ᵢ.
-    confidence_level : float, default=0.95
-        Coverage of the interval, in (0, 1), i.e. 1 − γ.
-    interval : {"t", "normal", "bootstrap"}, default="t"
-        Interval method.
-    random_state : int, RandomState instance or None, default=0
-        Seed of the bootstrap.
+    confidence_level, interval, random_state
+        As for :func:`direct_method`.
 
     Returns
     -------
@@ -207,20 +203,10 @@ def self_normalized_doubly_robust(
 
     Parameters
     ----------
-    losses : array-like of shape (n_samples,)
-        Logged losses, i.e. δᵢ.
-    weights : array-like of shape (n_samples,)
-        Importance weights, ≥ 0 and not all 0, i.e. rᵢ.
-    logged_predictions : array-like of shape (n_samples,)
-        Loss-model prediction for the logged action, i.e. δ̂(xᵢ, yᵢ).
-    model_values : array-like of shape (n_samples,)
-        Model-expected loss of the target policy, i.e. v̂ᵢ.
-    confidence_level : float, default=0.95
-        Coverage of the interval, in (0, 1), i.e. 1 − γ.
-    interval : {"t", "normal", "bootstrap"}, default="t"
-        Interval method.
-    random_state : int, RandomState instance or None, default=0
-        Seed of the bootstrap.
+    losses, weights, logged_predictions, model_values : array-like of shape (n_samples,)
+        δᵢ, rᵢ (not all 0), δ̂(xᵢ, yᵢ) and v̂ᵢ, as for :func:`doubly_robust`.
+    confidence_level, interval, random_state
+        As for :func:`direct_method`.
 
     Returns
     -------

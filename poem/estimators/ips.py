@@ -246,18 +246,12 @@ def clipped_ips(
 
     Parameters
     ----------
-    losses : array-like of shape (n_samples,)
-        Logged losses, i.e. δᵢ.
-    weights : array-like of shape (n_samples,)
-        Importance weights (unclipped), ≥ 0, i.e. rᵢ.
+    losses, weights : array-like of shape (n_samples,)
+        δᵢ and the (unclipped) rᵢ, as for :func:`ips`.
     clip : float
         Weight cap, > 0 (``inf`` disables clipping), i.e. M.
-    confidence_level : float, default=0.95
-        Coverage of the interval, in (0, 1), i.e. 1 − γ.
-    interval : {"t", "normal", "bootstrap"}, default="t"
-        Student-t, normal, or percentile-bootstrap interval.
-    random_state : int, RandomState instance or None, default=0
-        Seed of the bootstrap (used only when ``interval="bootstrap"``).
+    confidence_level, interval, random_state
+        As for :func:`ips`.
 
     Returns
     -------
@@ -306,17 +300,13 @@ def snips(
 
     Parameters
     ----------
-    losses : array-like of shape (n_samples,)
-        Logged losses, i.e. δᵢ.
-    weights : array-like of shape (n_samples,)
-        Importance weights, ≥ 0 and not all 0, i.e. rᵢ.
-    confidence_level : float, default=0.95
-        Coverage of the interval, in (0, 1), i.e. 1 − γ.
+    losses, weights : array-like of shape (n_samples,)
+        δᵢ and rᵢ (not all 0), as for :func:`ips`.
+    confidence_level, random_state
+        As for :func:`ips`.
     interval : {"t", "normal", "bootstrap"}, default="t"
         Delta-method interval with Student-t or normal quantiles, or a percentile bootstrap
         of the ratio.
-    random_state : int, RandomState instance or None, default=0
-        Seed of the bootstrap (used only when ``interval="bootstrap"``).
 
     Returns
     -------
