@@ -172,6 +172,12 @@ class PolicyComparison:
     def to_markdown(self) -> str:
         """Small markdown report: estimates with intervals, difference, diagnostics, decision."""
         level = self.difference.confidence_level
+        ledger = " (no attempt ledger)."
+        if self.family_alpha is not None:
+            ledger = f" of the window's {self.family_alpha:.4g}."
+        order = ""
+        if self.order_seed is not None:
+            order = f" Rows in the random order of seed {self.order_seed}."
         rows = [
             ("challenger", self.challenger),
             ("champion", self.champion),
@@ -199,17 +205,7 @@ class PolicyComparison:
             f"minimum challenger effective sample size {self.min_ess:,.4g}.",
             "",
             f"Attempt {self.attempt} on this test window against this champion: "
-            f"α = {self.alpha:.4g}"
-            + (
-                f" of the window's {self.family_alpha:.4g}."
-                if self.family_alpha is not None
-                else " (no attempt ledger)."
-            )
-            + (
-                f" Rows in the random order of seed {self.order_seed}."
-                if self.order_seed is not None
-                else ""
-            ),
+            f"α = {self.alpha:.4g}{ledger}{order}",
             "",
             f"**Decision: {self.decision}**",
             "",
@@ -290,12 +286,8 @@ def compare_policies(
 
     Guarantee: P(promote) ≤ γ when (1/n)Σᵢ(Rᵢ(challenger) − Rᵢ(champion)) ≥ −ε, with Rᵢ the
     risks at row i's context and time, under the assumptions of
-    :func:`~poem.estimators.improvement.improvement_lower_bound` (where the option needs it,
-    every weight ≤ ``max_weight``, declared before the rows were seen; without it only terms
-    that need no weight bound are used, and the reasons say so). With ``randomization=U``
-    the bound also rejects when the capital at the end of the log Kₙ ≥ U/γ; the guarantee
-    then holds over the draw of U ~ Uniform(0, 1], which must be independent of the log
-    (e.g. :func:`poem.gate.decision_coin`).
+    :func:`~poem.estimators.improvement.improvement_lower_bound` (with ``randomization``,
+    over the draw of U).
 
     Parameters
     ----------
@@ -331,20 +323,17 @@ def compare_policies(
         on the log (then it is assumed no loss can lie outside them).
     max_weight : float or None, default=None
         Declared bound B ≥ 1 on every importance weight, known before the test rows (1 / the
-        logger's declared minimum propensity); None: no bound is known (then only terms that
-        need none are used; never the largest weight the log shows).
+        logger's declared minimum propensity); None: only terms that need none are used.
     randomization : float or None, default=None
-        U in (0, 1], drawn independently of the log, for the randomized decision; None:
-        deterministic (only the running maximum of the capital decides).
+        U ~ Uniform(0, 1], independent of the log (e.g. :func:`poem.gate.decision_coin`):
+        the bound also rejects when the final capital Kₙ ≥ U/γ; None: deterministic.
     order_seed : int or None, default=0
         Seed of the random order of the rows for the bound (recorded in the result); None
         keeps the order given (only for rows that are already in a random order).
     total_variation : array-like of shape (n_samples,) or None, default=None
-        TV(xᵢ) = ½ Σ_y |π_c(y|xᵢ) − π_h(y|xᵢ)|, the two policies' total variation distance
-        at each row's context, in [0, 1] (:func:`poem.gate.policy_total_variation`). Against
-        a policy champion the bound then bets on terms bounded below by −(δ_max − δ_min)·TV
-        that need no weight bound (:func:`~poem.estimators.gate_options.total_variation_terms`);
-        None: only the logged actions' probabilities are known.
+        TV(xᵢ), the two policies' total variation distance at each row's context
+        (:func:`poem.gate.policy_total_variation`); against a policy champion the bound then
+        needs no weight bound (:func:`~poem.estimators.gate_options.total_variation_terms`).
 
     Returns
     -------
