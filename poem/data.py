@@ -46,6 +46,7 @@ _PROPENSITY_HINT = "Propensities must be the logging policy's probability of the
 MIN_PROPENSITY = float(np.finfo(np.float64).tiny)
 # largest |loss bound| whose square (sample variances) stays finite in float64
 MAX_ABS_LOSS_BOUND = 1e150
+_OPTIONAL_ROWS = ("timestamps", "event_ids", "logging_distribution")  # per-row, may be None
 
 
 def _readonly(a: Any) -> Any:
@@ -130,11 +131,9 @@ class CandidateSets:
         """Return the candidate sets of the given rows, in that order."""
         rows = np.asarray(rows, dtype=np.int64)
         sizes = self.sizes[rows]
-        starts = self.offsets[rows]
-        idx = np.repeat(starts - np.concatenate([[0], np.cumsum(sizes)[:-1]]), sizes) + np.arange(
-            sizes.sum()
-        )
-        return CandidateSets(self.features[idx], np.concatenate([[0], np.cumsum(sizes)]))
+        ends = np.cumsum(sizes)
+        idx = np.repeat(self.offsets[rows] - (ends - sizes), sizes) + np.arange(sizes.sum())
+        return CandidateSets(self.features[idx], np.concatenate([[0], ends]))
 
 
 @dataclass(frozen=True)
@@ -230,17 +229,11 @@ class LoggedBandit:
             set_(self, "timestamps", _readonly(np.asarray(self.timestamps, dtype="datetime64[ns]")))
         if self.event_ids is not None:
             ids = np.asarray(self.event_ids)
-            # string ids are kept as Python objects: a fixed-width "<U{max}" array costs
-            # n × (longest id) × 4 bytes, so one 1 MB id would blow memory up
-            set_(
-                self, "event_ids", _readonly(ids.astype(object) if ids.dtype.kind in "US" else ids)
-            )
-        if self.logging_distribution is not None:
-            set_(
-                self,
-                "logging_distribution",
-                _readonly(np.asarray(self.logging_distribution, dtype=np.float64)),
-            )
+            if ids.dtype.kind in "US":  # as Python objects: "<U{max}" costs n × the longest id
+                ids = ids.astype(object)
+            set_(self, "event_ids", _readonly(ids))
+        if (dist := self.logging_distribution) is not None:
+            set_(self, "logging_distribution", _readonly(np.asarray(dist, dtype=np.float64)))
         if self.feature_names is not None:
             set_(self, "feature_names", tuple(str(f) for f in self.feature_names))
         check_logged_bandit(self)
@@ -308,18 +301,10 @@ class LoggedBandit:
         rows = np.asarray(rows)
         if rows.dtype == bool:
             rows = np.flatnonzero(rows)
-        sub = {
-            "contexts": None if self.contexts is None else self.contexts[rows],
-            "actions": self.actions[rows],
-            "losses": self.losses[rows],
-            "propensities": self.propensities[rows],
-            "candidates": None if self.candidates is None else self.candidates.take(rows),
-            "timestamps": None if self.timestamps is None else self.timestamps[rows],
-            "event_ids": None if self.event_ids is None else self.event_ids[rows],
-            "logging_distribution": None
-            if self.logging_distribution is None
-            else self.logging_distribution[rows],
-        }
+        sub = {"candidates": None if self.candidates is None else self.candidates.take(rows)}
+        for name in ("contexts", "actions", "losses", "propensities", *_OPTIONAL_ROWS):
+            value = getattr(self, name)
+            sub[name] = None if value is None else value[rows]
         return replace(self, **sub)
 
 
@@ -452,7 +437,7 @@ def check_logged_bandit(
         lengths["contexts"] = log.contexts.shape[0]
     if log.candidates is not None:
         lengths["candidates"] = log.candidates.n_rows
-    for name in ("timestamps", "event_ids", "logging_distribution"):
+    for name in _OPTIONAL_ROWS:
         value = getattr(log, name)
         if value is not None:
             lengths[name] = np.asarray(value).shape[0]
