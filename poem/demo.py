@@ -142,9 +142,8 @@ def run_digits_demo(
         POEM solver.
     variance_scale : float, default=0.1
         Multiplier c of the calibrated variance penalty, λ = c·λ*, from the paper's grid
-        c ∈ {10⁻⁶, …, 1}. On digits c = 1 over-regularises (POEM stays near the uniform start
-        and ends worse than h₀); the full protocol selects c by IPS on a validation log
-        (:func:`poem.learners.search_hyperparameters`).
+        c ∈ {10⁻⁶, …, 1} (c = 1 over-regularises on digits; the full protocol selects c:
+        :func:`poem.learners.search_hyperparameters`).
     confidence_level : float, default=0.95
         Coverage of the estimate intervals, 1 − γ.
     random_state : int, default=0

@@ -63,13 +63,11 @@ def fit_logging_policy(
     K the number of classes and τ the temperature. The paper's temperature multiplier
     w₀ ↦ α·w₀ (§6, Fig. 3) is τ = 1/α: τ < 1 gives a more deterministic logger.
 
-    Rare labels and classes get a well-defined, smoothed policy instead of a crash, and one
-    ``UserWarning`` names them (they are also listed in ``metadata``). A label that is
-    constant in the subsample (k = 0 or k = m positives of m rows) gets w_l = 0 and the
-    Laplace-smoothed intercept logit((k + ½)/(m + 1)), i.e. σ_l = (k + ½)/(m + 1) on every
-    context (σ_l = ½ without an intercept). A class absent from the subsample gets one
-    pseudo-example with x = 0: with an intercept it acts as one pseudo-count, so the class
-    keeps a small probability instead of an infinite negative log-odds.
+    Rare labels and classes are smoothed, and one ``UserWarning`` names them (also listed in
+    ``metadata``): a label constant in the subsample (k = 0 or k = m positives of m rows)
+    gets w_l = 0 and the Laplace-smoothed intercept logit((k + ½)/(m + 1)) (σ_l = ½ without
+    an intercept); a class absent from it gets one pseudo-example with x = 0, so it keeps a
+    small probability.
 
     Parameters
     ----------
@@ -415,17 +413,6 @@ def supervised_loss(actions: Any, truth: Any, family: str) -> np.ndarray:
     return (np.asarray(actions) != truth).astype(np.float64)
 
 
-def _with_pseudo_rows(X: Any, y: np.ndarray, missing: list[int]) -> tuple[Any, np.ndarray]:
-    """Append one all-zero context per missing label value / class."""
-    if not missing:
-        return X, y
-    if sp.issparse(X):
-        X_aug = sp.vstack([X, sp.csr_matrix((len(missing), X.shape[1]))], format="csr")
-    else:
-        X_aug = np.vstack([X, np.zeros((len(missing), X.shape[1]))])
-    return X_aug, np.concatenate([y, np.asarray(missing, dtype=y.dtype)])
-
-
 def _fit_per_label(X: Any, Y: np.ndarray, fit_intercept: bool) -> tuple[np.ndarray, list[int]]:
     """One L2 logistic regression per label; rows (q, d [+1]) with the intercept last.
 
@@ -452,10 +439,18 @@ def _fit_per_label(X: Any, Y: np.ndarray, fit_intercept: bool) -> tuple[np.ndarr
 def _fit_multinomial(
     X: Any, y: np.ndarray, n_classes: int, fit_intercept: bool
 ) -> tuple[np.ndarray, list[int]]:
-    """Multinomial logistic regression; rows (K, d [+1]) with the intercept last."""
+    """Multinomial logistic regression; rows (K, d [+1]) with the intercept last.
+
+    Each class absent from ``y`` gets one pseudo-example with an all-zero context.
+    """
     absent = [k for k in range(n_classes) if not np.any(y == k)]
-    X_aug, y_aug = _with_pseudo_rows(X, y, absent)
-    model = LogisticRegression(fit_intercept=fit_intercept, **_LOGREG).fit(X_aug, y_aug)
+    if absent:
+        if sp.issparse(X):
+            X = sp.vstack([X, sp.csr_matrix((len(absent), X.shape[1]))], format="csr")
+        else:
+            X = np.vstack([X, np.zeros((len(absent), X.shape[1]))])
+        y = np.concatenate([y, np.asarray(absent, dtype=y.dtype)])
+    model = LogisticRegression(fit_intercept=fit_intercept, **_LOGREG).fit(X, y)
     weights = np.hstack([model.coef_, model.intercept_[:, None]]) if fit_intercept else model.coef_
     if n_classes == 2:  # scikit-learn keeps one row w for two classes: softmax([0, w·x]) = σ(w·x)
         weights = np.vstack([np.zeros_like(weights), weights])
