@@ -28,8 +28,7 @@ SCATTER_BYTES = 2**16
 class _Sent:
     """The futures of the arguments a :class:`ClusterPartitions` scattered, by content token.
 
-    A plain object, not a dict: collection walkers (Prefect's parameter resolution) do not
-    iterate it while a trial's thread adds to it.
+    Not a dict, so that collection walkers (Prefect's parameters) do not iterate it.
     """
 
     def __init__(self) -> None:
@@ -176,9 +175,8 @@ def _large(value: Any) -> bool:
 def _nbytes(value: Any) -> int:
     """Bytes ``value`` takes in a message: ``dask.sizeof``, or its pickle for other objects.
 
-    ``sizeof`` knows arrays, frames and containers of them, but counts an arbitrary object
-    (e.g. a policy holding arrays) as its bare ``sys.getsizeof``; such an object is measured
-    by pickling it, its array buffers out of band (not copied).
+    ``sizeof`` counts an arbitrary object (e.g. a policy holding arrays) as its bare
+    ``sys.getsizeof``; such an object is pickled, its array buffers out of band (not copied).
     """
     from dask.sizeof import sizeof
 

@@ -47,9 +47,8 @@ class _Format(logging.Formatter):
 class _FileLog(logging.Handler):
     """Appends formatted records to a file.
 
-    Not a ``logging.StreamHandler``: a ``LocalCluster`` lowers the level of the
-    ``StreamHandler`` s of ``distributed`` (its ``silence_logs``, meant for the terminal) while
-    it runs; this file keeps Dask's INFO lines.
+    Not a ``logging.StreamHandler``, whose level a ``LocalCluster``'s ``silence_logs`` lowers
+    while it runs: this file keeps Dask's INFO lines.
     """
 
     def __init__(self, path: Path) -> None:
@@ -71,10 +70,9 @@ class _FileLog(logging.Handler):
 def dask_setup(worker: Any) -> None:
     """Preload hook of the workers of :func:`local_client` (Dask calls it at worker start).
 
-    The worker's ``distributed`` loggers lose their stderr handler (the forwarding handler of
-    ``Client.forward_logging`` sends their records to the client instead), and warnings raised
-    in the worker become ``distributed.worker.warnings`` records, so nothing the worker
-    reports reaches the terminal directly.
+    The worker's ``distributed`` loggers lose their stderr handler (``Client.forward_logging``
+    sends their records to the client instead) and its warnings become
+    ``distributed.worker.warnings`` records, so nothing it reports reaches the terminal.
     """
     for name in DASK_LOGGERS:
         logger = logging.getLogger(name)
@@ -113,9 +111,9 @@ def local_client(
     -------
     distributed.Client
         Closing it closes the cluster. The workers run :func:`dask_setup` at start (also after
-        ``Client.restart``) and their ``distributed`` records at WARNING and above (the
-        cluster's ``silence_logs``, Dask's default) are forwarded to this process's loggers of
-        the same name. The workers' allocator is set by :data:`WORKER_MALLOC`.
+        ``Client.restart``), their ``distributed`` records at WARNING and above are forwarded
+        to this process's loggers of the same name, and :data:`WORKER_MALLOC` sets their
+        allocator.
     """
     import dask
     from distributed import Client

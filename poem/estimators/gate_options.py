@@ -99,14 +99,12 @@ def total_variation_terms(losses, rc, rh, loss_bounds, total_variation):
               - (b - a)\,\mathrm{TV}(x_i) \ \ge\ -(b - a)\,\mathrm{TV}(x_i)
 
     where TV(x) = ½ Σ_y |π_c(y|x) − π_h(y|x)| is the two policies' total variation distance
-    at row i's context (known from the policies before the row's action and loss are seen).
-    They are :func:`paired_terms` plus the control variate (b − a)[(r^h − r^c)₊ − TV(x)],
-    whose conditional mean given xᵢ is 0 (E[(r^h − r^c)₊ | x] = Σ_y (π_h − π_c)₊ = TV(x)
-    when the logger can take every action; ≤ TV(x) otherwise, which only lowers the mean),
-    so E[Xᵢ | xᵢ] is the improvement at xᵢ, for any logger and without a weight bound. The
-    lower bound is the window's max TV (fixed given the window's contexts, so the bets do
-    not depend on which row comes next). Any upper bound on TV(x) in [0, 1] keeps them valid
-    (the mean only goes down).
+    at row i's context (known before the row's action and loss are seen). They are
+    :func:`paired_terms` plus the control variate (b − a)[(r^h − r^c)₊ − TV(x)], whose
+    conditional mean given xᵢ is ≤ 0 (E[(r^h − r^c)₊ | x] ≤ TV(x), with equality when the
+    logger can take every action), for any logger and without a weight bound. The lower
+    bound uses the window's max TV (fixed given the window's contexts); any upper bound on
+    TV(x) in [0, 1] keeps the terms valid.
     """
     a, b = loss_bounds
     gap = rc - rh

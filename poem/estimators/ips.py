@@ -381,19 +381,15 @@ def evaluate_policy(
         Which estimator.
     clip : float or None, default=None
         Weight cap M; required for ``"clipped_ips"`` and rejected otherwise.
-    confidence_level : float, default=0.95
-        Coverage of the interval, in (0, 1), i.e. 1 − γ.
-    interval : {"t", "normal", "bootstrap"}, default="t"
-        Interval method.
-    random_state : int, RandomState instance or None, default=0
-        Seed of the bootstrap (used only when ``interval="bootstrap"``).
+    confidence_level, interval, random_state
+        As for :func:`ips`.
     loss_baseline : "max" or float, default="max"
         Translation c: the estimator runs on δᵢ − c and c is added back,
-        R̂ = c + (1/n) Σ (δᵢ − c) rᵢ. Unbiased for every c because E[rᵢ] = 1; ``"max"`` uses
-        c = δ_max, so translated losses are ≤ 0 as in the paper's training scale (§4.3,
-        DESIGN §4.1) and a policy that merely avoids the logged actions is scored
-        pessimistically (R̂ → δ_max) instead of optimistically (propensity overfitting,
-        Swaminathan & Joachims 2015b). SNIPS does not depend on c. Pass 0.0 for plain Eq. (1).
+        R̂ = c + (1/n) Σ (δᵢ − c) rᵢ, unbiased for every c because E[rᵢ] = 1. ``"max"`` uses
+        c = δ_max (losses ≤ 0 as in the paper's §4.3, DESIGN §4.1), so a policy that merely
+        avoids the logged actions is scored pessimistically (R̂ → δ_max), not optimistically
+        (propensity overfitting, Swaminathan & Joachims 2015b). SNIPS does not depend on c;
+        0.0 gives plain Eq. (1).
 
     Returns
     -------
