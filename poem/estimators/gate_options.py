@@ -102,9 +102,9 @@ def total_variation_terms(losses, rc, rh, loss_bounds, total_variation):
     at row i's context (known before the row's action and loss are seen). They are
     :func:`paired_terms` plus the control variate (b − a)[(r^h − r^c)₊ − TV(x)], whose
     conditional mean given xᵢ is ≤ 0 (E[(r^h − r^c)₊ | x] ≤ TV(x), with equality when the
-    logger can take every action), for any logger and without a weight bound. The lower
-    bound uses the window's max TV (fixed given the window's contexts); any upper bound on
-    TV(x) in [0, 1] keeps the terms valid.
+    logger can take every action), so E[Xᵢ | xᵢ] is at most the improvement at xᵢ, for any
+    logger and without a weight bound. The lower bound uses the window's max TV (fixed given
+    the window's contexts); any upper bound on TV(x) in [0, 1] keeps the terms valid.
     """
     a, b = loss_bounds
     gap = rc - rh
