@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from poem.data import CandidateSets, LoggedBandit
+from poem.data import _OPTIONAL_ROWS, CandidateSets, LoggedBandit
 from poem.gate import policy_total_variation
 from poem.io.partitions import LocalPartitions
 from poem.splits import split_rows, split_summary
@@ -257,9 +257,13 @@ def _policy_rows(log: Any, rows: np.ndarray, *, policies: tuple) -> tuple | None
     return np.asarray(part.losses), part.propensities, part.loss_bounds, probs, ids
 
 
-def _joined(pieces: list, j: int) -> Any:
-    values = [p[4][j] for p in pieces]
-    return None if any(v is None for v in values) else np.concatenate(values)
+def _stack(values: list) -> Any:
+    """Row-wise concatenation of arrays or sparse matrices (None when any is None)."""
+    if any(v is None for v in values):
+        return None
+    if sp.issparse(values[0]):
+        return sp.vstack(values, format="csr")
+    return np.concatenate([np.asarray(v) for v in values])
 
 
 def policy_rows(
@@ -294,9 +298,7 @@ def policy_rows(
         np.concatenate([p[0] for p in pieces]),
         np.concatenate([p[1] for p in pieces]),
         pieces[0][2],
-        _joined(pieces, 0),
-        _joined(pieces, 1),
-        _joined(pieces, 2),
+        *(_stack([p[4][j] for p in pieces]) for j in range(3)),
     )
     probs = [
         FixedProbabilities(np.concatenate([p[3][j] for p in pieces])) for j in range(len(policies))
@@ -370,36 +372,15 @@ def concat_logs(logs: list) -> LoggedBandit:
     if len(logs) == 1:
         return logs[0]
 
-    def join(name: str) -> Any:
-        values = [getattr(log, name) for log in logs]
-        if any(v is None for v in values):
-            return None
-        if sp.issparse(values[0]):
-            return sp.vstack(values, format="csr")
-        return np.concatenate([np.asarray(v) for v in values])
-
     first = logs[0]
     candidates = None
     if first.candidates is not None:
         sets = [log.candidates for log in logs]
-        features = [c.features for c in sets]
-        stacked = (
-            sp.vstack(features, format="csr")
-            if sp.issparse(features[0])
-            else np.concatenate(features)
-        )
-        candidates = CandidateSets.from_sizes(stacked, np.concatenate([c.sizes for c in sets]))
-    return replace(
-        first,
-        contexts=join("contexts"),
-        actions=join("actions"),
-        losses=join("losses"),
-        propensities=join("propensities"),
-        candidates=candidates,
-        timestamps=join("timestamps"),
-        event_ids=join("event_ids"),
-        logging_distribution=join("logging_distribution"),
-    )
+        features = _stack([c.features for c in sets])
+        candidates = CandidateSets.from_sizes(features, np.concatenate([c.sizes for c in sets]))
+    columns = ("contexts", "actions", "losses", "propensities", *_OPTIONAL_ROWS)
+    joined = {name: _stack([getattr(log, name) for log in logs]) for name in columns}
+    return replace(first, candidates=candidates, **joined)
 
 
 def take_log(source: Any, rows: list[np.ndarray]) -> LoggedBandit:
