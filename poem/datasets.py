@@ -168,15 +168,9 @@ def _load_digits(random_state: int) -> SupervisedDataset:
     X_train, X_test, y_train, y_test = train_test_split(
         X, y, test_size=_DIGITS_TEST_SIZE, stratify=y, random_state=random_state
     )
+    names = tuple(str(f) for f in bunch.feature_names)
     return SupervisedDataset(
-        "digits",
-        "discrete",
-        X_train,
-        y_train,
-        X_test,
-        y_test,
-        tuple(str(f) for f in bunch.feature_names),
-        int(bunch.target_names.size),
+        "digits", "discrete", X_train, y_train, X_test, y_test, names, int(bunch.target_names.size)
     )
 
 

@@ -21,13 +21,8 @@ from poem.estimators.bounds import (
     _finite_vector,
     standard_error,
 )
-from poem.estimators.ips import Estimate, _interval
-from poem.estimators.weights import (
-    _check_losses,
-    _check_weights,
-    effective_sample_size,
-    importance_weights,
-)
+from poem.estimators.ips import Estimate, _interval, _losses_and_weights
+from poem.estimators.weights import effective_sample_size, importance_weights
 
 __all__ = [
     "DR_ESTIMATORS",
@@ -103,10 +98,7 @@ def direct_method(
 
 
 def _dr_inputs(losses, weights, logged_predictions, model_values):
-    w = _check_weights(weights)
-    d = _check_losses(losses, w.size)
-    if d.size < 2:
-        raise ValueError(f"losses has {d.size} row(s); at least 2 are needed for a standard error")
+    d, w = _losses_and_weights(losses, weights)
     q = _finite_vector(logged_predictions, "logged_predictions")
     v = _finite_vector(model_values, "model_values")
     for name, arr in (("logged_predictions", q), ("model_values", v)):

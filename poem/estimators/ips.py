@@ -130,26 +130,26 @@ def _snips_value_and_influence(losses: np.ndarray, weights: np.ndarray) -> tuple
     return value, share * weights.size * (losses - value)  # eᵢ = rᵢ(δᵢ − R̂)/r̄
 
 
-def _interval(
-    statistic, arrays, value, se, n, level, method, random_state, alternative="two-sided"
-):
-    """Interval of ``value``: t/normal from ``se``, or a bootstrap of ``statistic``."""
+def _interval(statistic, arrays, value, se, n, level, method, random_state):
+    """Two-sided interval of ``value``: t/normal from ``se``, or a bootstrap of ``statistic``."""
     if method == "bootstrap":
         return bootstrap_interval(
-            statistic,
-            arrays,
-            confidence_level=level,
-            random_state=random_state,
-            alternative=alternative,
+            statistic, arrays, confidence_level=level, random_state=random_state
         )
-    return confidence_interval(value, se, n, level, method, alternative=alternative)
+    return confidence_interval(value, se, n, level, method)
 
 
-def _prepare(losses: Any, weights: Any, confidence_level: Any, interval: Any):
+def _losses_and_weights(losses: Any, weights: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Validated losses δᵢ and weights rᵢ of the same length, at least two rows."""
     w = _check_weights(weights)
     d = _check_losses(losses, w.size)
     if d.size < 2:
         raise ValueError(f"losses has {d.size} row(s); at least 2 are needed for a standard error")
+    return d, w
+
+
+def _prepare(losses: Any, weights: Any, confidence_level: Any, interval: Any):
+    d, w = _losses_and_weights(losses, weights)
     level = _check_confidence_level(confidence_level)
     _check_option(interval, "interval", INTERVAL_METHODS)
     return d, w, level
