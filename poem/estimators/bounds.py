@@ -46,12 +46,10 @@ def _check_confidence_level(confidence_level: Any) -> float:
     return float(confidence_level)
 
 
-def _finite_vector(values: Any, name: str, min_rows: int = 2) -> np.ndarray:
+def _finite_vector(values: Any, name: str) -> np.ndarray:
     v = _as_vector(values, name)
-    if v.size < min_rows:
-        raise ValueError(
-            f"{name} has {v.size} row(s); at least {min_rows} are needed for a sample variance"
-        )
+    if v.size < 2:
+        raise ValueError(f"{name} has {v.size} row(s); at least 2 are needed for a sample variance")
     _check_values(~np.isfinite(v), name, "are not finite (NaN or inf)")
     return v
 
