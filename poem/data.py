@@ -457,14 +457,9 @@ def check_logged_bandit(
     p = log.propensities
     outside = ~(np.isfinite(p) & (p > 0) & (p <= 1))
     _add_violation(violations, "propensity", outside, row_ids, "outside (0, 1]", _PROPENSITY_HINT)
-    _add_violation(
-        violations,
-        "propensity",
-        ~outside & (p < MIN_PROPENSITY),
-        row_ids,
-        f"below {MIN_PROPENSITY:.3g} (subnormal: the importance weight 1/p overflows)",
-        _PROPENSITY_HINT,
-    )
+    subnormal = ~outside & (p < MIN_PROPENSITY)
+    message = f"below {MIN_PROPENSITY:.3g} (subnormal: the importance weight 1/p overflows)"
+    _add_violation(violations, "propensity", subnormal, row_ids, message, _PROPENSITY_HINT)
 
     d = log.losses
     lo, hi = log.loss_bounds
@@ -472,14 +467,10 @@ def check_logged_bandit(
     hint = "Losses must be observed numbers"
     _add_violation(violations, "loss", ~finite, row_ids, "not finite (NaN or inf)", hint)
     tol = 1e-9 * max(1.0, hi - lo)
-    _add_violation(
-        violations,
-        "loss",
-        finite & ((d < lo - tol) | (d > hi + tol)),
-        row_ids,
-        f"outside the declared loss bounds [{lo:g}, {hi:g}]",
-        "Check the loss bounds, or whether rewards were given where losses are declared",
-    )
+    out_of_bounds = finite & ((d < lo - tol) | (d > hi + tol))
+    message = f"outside the declared loss bounds [{lo:g}, {hi:g}]"
+    hint = "Check the loss bounds, or whether rewards were given where losses are declared"
+    _add_violation(violations, "loss", out_of_bounds, row_ids, message, hint)
 
     x = log.contexts
     if x is not None and sp.issparse(x):
@@ -525,16 +516,10 @@ def _check_actions(
     n = actions.shape[0]
     out: list[Violation] = []
     if actions.dtype.kind not in "iu":
-        return [
-            Violation(
-                "action",
-                n,
-                n,
-                tuple(row_ids[:_N_EXAMPLES].tolist()),
-                f"are not integers (dtype {actions.dtype})",
-                "Actions must be integer ids (or 0/1 label vectors for the multilabel family)",
-            )
-        ]
+        examples = tuple(row_ids[:_N_EXAMPLES].tolist())
+        message = f"are not integers (dtype {actions.dtype})"
+        hint = "Actions must be integer ids (or 0/1 label vectors for the multilabel family)"
+        return [Violation("action", n, n, examples, message, hint)]
     if log.family == "discrete":
         if actions.ndim != 1:
             message = f"must be one integer per row, got shape {actions.shape}"
@@ -560,25 +545,13 @@ def _check_actions(
         if actions.ndim != 1:
             message = f"must be one index per row, got shape {actions.shape}"
             return out + [Violation("action", n, n, (), message)]
-        _add_violation(
-            out,
-            "action",
-            (sizes >= 1) & ((actions < 0) | (actions >= sizes)),
-            row_ids,
-            "index outside the row's candidate set",
-        )
+        outside = (sizes >= 1) & ((actions < 0) | (actions >= sizes))
+        _add_violation(out, "action", outside, row_ids, "index outside the row's candidate set")
         n_distinct = min_distinct  # indexes into different sets are not comparable actions
     if n_distinct < min_distinct:
-        out.append(
-            Violation(
-                "action",
-                n,
-                n,
-                (),
-                f"has only {n_distinct} distinct value(s); at least {min_distinct} are needed",
-                "A log that always takes the same action carries no counterfactual information",
-            )
-        )
+        message = f"has only {n_distinct} distinct value(s); at least {min_distinct} are needed"
+        hint = "A log that always takes the same action carries no counterfactual information"
+        out.append(Violation("action", n, n, (), message, hint))
     return out
 
 
