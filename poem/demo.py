@@ -166,23 +166,12 @@ def run_digits_demo(
     rs = check_random_state(random_state)
     data = load_dataset("digits", random_state=random_state)
     h0 = fit_logging_policy(data, fraction=fraction, temperature=temperature, random_state=rs)
+    kwargs = {"random_state": rs, "feature_names": data.feature_names}
     train_log = supervised_to_bandit(
-        data.X_train,
-        data.Y_train,
-        h0,
-        n_replays=n_replays,
-        random_state=rs,
-        event_id_prefix="train-",
-        feature_names=data.feature_names,
+        data.X_train, data.Y_train, h0, n_replays=n_replays, event_id_prefix="train-", **kwargs
     )
     test_log = supervised_to_bandit(
-        data.X_test,
-        data.Y_test,
-        h0,
-        n_replays=1,
-        random_state=rs,
-        event_id_prefix="test-",
-        feature_names=data.feature_names,
+        data.X_test, data.Y_test, h0, n_replays=1, event_id_prefix="test-", **kwargs
     )
     model = POEM(
         policy="discrete",

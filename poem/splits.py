@@ -101,8 +101,7 @@ def split_summary(method: str, rows: tuple, timestamps: Any) -> dict[str, Any]:
     for name, part in zip(("train", "validation", "test"), rows, strict=True):
         out[f"n_{name}"] = int(part.size)
     if method == "time":
-        ts = timestamps
         for name, part in zip(("train", "validation", "test"), rows, strict=True):
-            out[f"{name}_start"] = str(ts[part].min())
-            out[f"{name}_end"] = str(ts[part].max())
+            out[f"{name}_start"] = str(timestamps[part].min())
+            out[f"{name}_end"] = str(timestamps[part].max())
     return out

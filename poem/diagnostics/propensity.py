@@ -368,6 +368,11 @@ def merge_summaries(summaries: Sequence[PropensitySummary]) -> PropensitySummary
                 f"partitions disagree: family {s.family!r} with {s.n_actions} actions vs "
                 f"{total.family!r} with {total.n_actions}"
             )
+        counts, bad = total.action_counts, total.distribution_bad
+        if counts is not None:
+            counts = counts + s.action_counts
+        if bad is not None:
+            bad = tuple(a + b for a, b in zip(bad, s.distribution_bad, strict=True))
         total = replace(
             total,
             propensities=total.propensities.merge(s.propensities),
@@ -375,14 +380,8 @@ def merge_summaries(summaries: Sequence[PropensitySummary]) -> PropensitySummary
             uniform=total.uniform.merge(s.uniform),
             clip_weights=total.clip_weights.merge(s.clip_weights),
             target=None if total.target is None else total.target.merge(s.target),
-            action_counts=None
-            if total.action_counts is None
-            else total.action_counts + s.action_counts,
-            distribution_bad=None
-            if total.distribution_bad is None
-            else tuple(
-                a + b for a, b in zip(total.distribution_bad, s.distribution_bad, strict=True)
-            ),
+            action_counts=counts,
+            distribution_bad=bad,
         )
     return total
 

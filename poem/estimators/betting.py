@@ -30,9 +30,8 @@ def _plug_in_bets(x: np.ndarray, alpha: float, scale: float) -> np.ndarray:
     squares = np.cumsum((x - mean) ** 2, axis=-1)
     # σ̂²ᵢ₋₁ = (s² + Σ_{j<i} (x_j − μ̂_j)²) / i, with prior s² = scale²
     previous = np.concatenate([np.zeros(x.shape[:-1] + (1,)), squares[..., :-1]], axis=-1)
-    variance = np.maximum(
-        (scale**2 + previous) / count, np.finfo(np.float64).tiny
-    )  # s² may underflow
+    # s² may underflow: floor the variance at the smallest normal float
+    variance = np.maximum((scale**2 + previous) / count, np.finfo(np.float64).tiny)
     return np.sqrt(2.0 * np.log(1.0 / alpha) / (n * variance))
 
 
