@@ -1,18 +1,11 @@
 """The logged-bandit data model: :class:`LoggedBandit` and its invariants.
 
-A log holds, for each row i, a context xᵢ, the logged action yᵢ, its loss δᵢ and
-the propensity pᵢ = π₀(yᵢ|xᵢ) (DESIGN §3). Three action structures ("families")
-are supported:
-
-``"discrete"``
-    ``actions`` are integers in ``0..n_actions-1``; ``contexts`` has shape ``(n, d)``.
-``"multilabel"``
-    ``actions`` are bit vectors of shape ``(n, n_actions)`` (``n_actions`` = number of labels q).
-``"candidates"``
-    each row has its own ragged candidate list (:class:`CandidateSets`); ``actions`` index
-    into the row's list. ``contexts`` is optional (row-level features, not used by the policy).
-
-Rewards are converted to losses exactly once, by :meth:`LoggedBandit.from_rewards`.
+A log holds, for each row i, a context xᵢ, the logged action yᵢ, its loss δᵢ and the
+propensity pᵢ = π₀(yᵢ|xᵢ) (DESIGN §3), for one of three action structures (:data:`FAMILIES`):
+``"discrete"`` (an action index), ``"multilabel"`` (a 0/1 vector over q labels) and
+``"candidates"`` (an index into the row's own candidate list, :class:`CandidateSets`;
+contexts optional, not used by the policy). Rewards are converted to losses exactly once, by
+:meth:`LoggedBandit.from_rewards`.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Supervised → bandit conversion (Swaminathan & Joachims 2015, §6; DESIGN §9).
 
-A supervised data set D* = {(xᵢ, y*ᵢ)} becomes logged bandit feedback in three steps:
-
-1. :func:`fit_logging_policy` trains the logging policy h₀ on a random fraction f of D*
-   (the paper's "CRF trained on 5% of D*": one logistic regression per label, or a
-   multinomial logistic regression for K classes), served at temperature τ;
-2. :func:`supervised_to_bandit` replays D* ``n_replays`` times, samples yᵢ ~ h₀(·|xᵢ) and
-   records δᵢ = Δ(y*ᵢ, yᵢ) (Hamming loss, or 0/1 loss for classes) and pᵢ = h₀(yᵢ|xᵢ);
-3. :func:`true_expected_loss` scores any policy on the supervised test set in closed form,
-   R(h) = 1/n Σᵢ E_{y∼h(xᵢ)} Δ(y*ᵢ, y), the quantity the paper reports; :func:`map_loss`
-   scores its MAP predictor.
+A supervised data set D* = {(xᵢ, y*ᵢ)} becomes logged bandit feedback: :func:`fit_logging_policy`
+trains the logging policy h₀ on a fraction of D*, :func:`supervised_to_bandit` replays D*
+through it, and :func:`true_expected_loss` scores any policy on the supervised test set in
+closed form (the quantity the paper reports); :func:`map_loss` scores its MAP predictor.
 """
 
 from __future__ import annotations
