@@ -107,16 +107,12 @@ def save_diagnostic_plots(
         probs, label = target_policy.log_action_probability_on(log), "target policy"
     else:
         probs, label = reference_probabilities(log), "uniform reference policy"
-    weights = importance_weights(probs, log.propensities)
+    p = log.propensities
+    weights, clip = importance_weights(probs, p), suggested_clip(p)
     return {
-        "propensity_histogram": plot_propensity_histogram(
-            log.propensities, out / "propensity_histogram.png"
-        ),
+        "propensity_histogram": plot_propensity_histogram(p, out / "propensity_histogram.png"),
         "weight_distribution": plot_weight_distribution(
-            weights,
-            out / "weight_distribution.png",
-            clip=suggested_clip(log.propensities),
-            label=label,
+            weights, out / "weight_distribution.png", clip=clip, label=label
         ),
         "action_counts": plot_action_counts(log, out / "action_counts.png"),
     }
