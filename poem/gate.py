@@ -205,28 +205,17 @@ def gate_decision(
     ----------
     rows : GateRows
         The test rows' vectors (:func:`gate_rows`).
-    estimator : {"ips", "snips", "clipped_ips"}, default="ips"
-        The gate option (:mod:`poem.estimators.gate_options`).
-    clip : float or None, default=None
-        Weight cap M for ``"clipped_ips"``, i.e. M.
+    estimator, clip, min_improvement, min_ess, interval, randomization, order_seed
+        As for :func:`~poem.estimators.compare.compare_policies` (``randomization``, e.g.
+        from :func:`decision_coin`).
     confidence_level : float, default=0.95
         One-sided level 1 − α when there is no ``attempt``, i.e. 1 − α.
-    min_improvement : float, default=0.0
-        Required risk reduction (loss units).
-    min_ess : float, default=100.0
-        Minimum effective sample size of the challenger's weights.
-    interval : {"t", "normal", "bootstrap"}, default="t"
-        Method of the reported intervals (the decision uses the betting bound).
     failed_checks : sequence of str, default=()
         Names of data or propensity checks that did not pass; any blocks promotion.
-    randomization : float or None, default=None
-        U in (0, 1] for the randomized decision (:func:`decision_coin`); None: deterministic.
     min_propensity : float or None, default=None
         The logger's minimum propensity as *declared* before the rows were seen (log
         metadata ``min_propensity`` or ``checks.min_propensity``), so every weight is
         ≤ 1/min_propensity; None: no bound (only terms that need none are used).
-    order_seed : int or None, default=0
-        Seed of the random order of the rows for the bound (recorded in the result).
     attempt : Attempt or None, default=None
         This attempt on the window (:func:`poem.ledger.next_attempt`): its α replaces
         1 − ``confidence_level`` for the decision and the reported intervals.

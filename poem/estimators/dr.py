@@ -270,10 +270,8 @@ def evaluate_policy_dr(
         Cross-fitting folds.
     random_state : int, RandomState instance or None, default=None
         Seed of the folds (and of the bootstrap when ``interval="bootstrap"``).
-    confidence_level : float, default=0.95
-        Coverage of the interval, i.e. 1 − γ.
-    interval : {"t", "normal", "bootstrap"}, default="t"
-        Interval method.
+    confidence_level, interval
+        As for :func:`direct_method`.
 
     Returns
     -------
