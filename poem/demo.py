@@ -58,14 +58,9 @@ class DemoResult:
         Rows of the training and held-out bandit logs.
     n_actions : int
         Number of actions K (digit classes).
-    logging_fraction : float
-        Fraction f of the training part h₀ was fitted on.
-    n_replays : int
-        Replays R of the training part.
-    solver : str
-        POEM solver.
-    variance_scale : float
-        Multiplier c of the calibrated variance penalty.
+    logging_fraction, n_replays, solver, variance_scale, confidence_level
+        The ``fraction``, ``n_replays``, ``solver``, ``variance_scale`` and
+        ``confidence_level`` arguments of :func:`run_digits_demo`.
     clip : float
         Resolved clip M.
     variance_penalty : float
@@ -76,8 +71,6 @@ class DemoResult:
         Whether POEM converged.
     fit_seconds : float
         Wall time of ``POEM.fit``.
-    confidence_level : float
-        Coverage of the estimate intervals.
     policies : tuple of DemoPolicy
         h₀ first, then POEM.
     """

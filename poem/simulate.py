@@ -302,12 +302,8 @@ def map_loss(policy: StochasticPolicy, X: Any, Y: Any) -> float:
 
     Parameters
     ----------
-    policy : StochasticPolicy
-        The policy h.
-    X : array-like or sparse matrix of shape (n_samples, n_features)
-        Contexts xᵢ.
-    Y : array-like of shape (n_samples,) or (n_samples, n_labels)
-        True labels y*ᵢ.
+    policy, X, Y
+        As for :func:`true_expected_loss`.
 
     Returns
     -------
