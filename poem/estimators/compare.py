@@ -61,17 +61,9 @@ class PolicyComparison:
         True iff ``upper_bound < -min_improvement`` and the challenger's ESS ≥ ``min_ess``.
     reasons : tuple of str
         One human-readable line per condition, starting with ``"passed:"`` or ``"failed:"``.
-    min_improvement : float
-        Required improvement (risk units).
-    min_ess : float
-        Required challenger effective sample size.
-    randomization : float or None
-        The U in (0, 1] of a randomized decision (see :func:`compare_policies`); None:
-        deterministic.
-    order_seed : int or None
-        Seed of the random order of the rows the bound bet on (None: the order given).
-    max_weight : float or None
-        The declared weight bound B the bound used (None: none was declared).
+    min_improvement, min_ess, randomization, order_seed, max_weight
+        The arguments of :func:`compare_policies` the decision used (ε, n_min, U, the seed
+        of the rows' order and the declared weight bound B; None where not given).
     attempt : int
         Which attempt on this test window against this champion (1: the first); its α is
         1 − the difference's confidence level.
