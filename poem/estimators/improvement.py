@@ -1,18 +1,12 @@
 """The gate's bound on the improvement of a challenger over the champion (DESIGN §5).
 
-The gate promotes when a lower confidence bound on the improvement
-R(champion) − R(challenger), *averaged over the test window*, is above the required margin.
-Each option's per-row terms Xᵢ are bounded below by a known Lᵢ
-(:mod:`poem.estimators.gate_options`); :func:`improvement_lower_bound` bets on them with the
-rows in a seeded uniformly random order (:func:`shuffle_rows`,
-:func:`poem.estimators.betting.betting_lower_bound`).
-
-Why a random order: production logs are in time order and drift within the window, and a
-capital over the logged order reaches 1/α as soon as the *early* rows favour the challenger,
-even when the window's average does not. In a uniformly random order the row at each
+:func:`improvement_lower_bound` bets (:func:`poem.estimators.betting.betting_lower_bound`) on
+each option's per-row terms (:mod:`poem.estimators.gate_options`) with the rows in a seeded
+uniformly random order (:func:`shuffle_rows`). Production logs are in time order and drift
+within the window, and a capital over the logged order reaches 1/α as soon as the *early* rows
+favour the challenger, even when the window's average does not; in a random order each
 position is a draw from the window's rows not yet seen, so the bets test the window's average
-(for i.i.d. rows the order changes nothing; drift: ``benchmarks/gate_calibration.py``). The
-gate records the seed (``order_seed``), so the decision is reproducible.
+(drift: ``benchmarks/gate_calibration.py``). The gate records the seed (``order_seed``).
 
 Every function takes arrays whose last axis is the rows, so the calibration benchmark runs
 thousands of simulated logs through exactly the code the gate runs on one.
