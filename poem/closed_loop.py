@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -80,12 +80,8 @@ class SupervisedEnvironment:
         h0 = fit_logging_policy(
             X, Y, family=self.family, fraction=fraction, random_state=random_state
         )
-        return StochasticPolicy(
-            h0.family,
-            h0.coef,
-            h0.temperature,
-            h0.exploration_floor,
-            {**h0.metadata, "feature_names": list(self.dataset.feature_names)},
+        return replace(
+            h0, metadata={**h0.metadata, "feature_names": list(self.dataset.feature_names)}
         )
 
     def skyline(self, random_state: int) -> StochasticPolicy:
