@@ -332,8 +332,7 @@ def release_rows(split: PartitionedSplit, part: str, source: Any = None) -> Part
     part : {"train", "validation", "test"}
         The part to drop (e.g. ``"train"`` once its rows are prepared for training).
     source : partition set or None, default=None
-        The partitions already reduced to :func:`kept_rows` (by a pass that also did
-        something else with them); None reduces ``split.source`` here.
+        The partitions already reduced to :func:`kept_rows`; None reduces ``split.source``.
 
     Returns
     -------

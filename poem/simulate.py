@@ -99,12 +99,11 @@ def fit_logging_policy(
     Swaminathan, A. & Joachims, T. (2015). Batch learning from logged bandit feedback through
     counterfactual risk minimization. JMLR 16. arXiv:1502.02362, §6.
     """
+    n_labels = None
     if isinstance(X, SupervisedDataset):
         if family is not None and family != X.family:
             raise ValueError(f"family={family!r} differs from the data set's family {X.family!r}")
         X, Y, family, n_labels = X.X_train, X.Y_train, X.family, X.n_labels
-    else:
-        n_labels = None
     if family not in _FAMILIES:
         raise ValueError(f"family must be one of {_FAMILIES}, got {family!r}")
     if Y is None:
@@ -142,8 +141,8 @@ def fit_logging_policy(
         "n_fit_rows": m,
         "seed": random_state if isinstance(random_state, int) else None,
         pseudo_key: pseudo,
+        "version": "h0-" + _digest(coef, temperature),
     }
-    metadata["version"] = "h0-" + _digest(coef, temperature)
     return StochasticPolicy(policy_family, coef, temperature=float(temperature), metadata=metadata)
 
 
