@@ -76,14 +76,8 @@ def interval_flags(terms: Any, weights: Any, clipped_fraction: float = 0.0) -> t
     skewness = float(np.mean(centred**3)) / spread if spread > 0 else 0.0  # 0 on underflow too
     m4 = float(np.mean(centred**4))
     kurtosis = m4 / m2**2 if m2**2 > 0 and m4 > 0 else None  # m2² underflows for m2 < 1e-154
-    return flags_from_moments(
-        u.size,
-        effective_sample_size(weights),
-        int(np.count_nonzero(u)),
-        skewness,
-        clipped_fraction,
-        kurtosis=kurtosis,
-    )
+    ess, nonzero = effective_sample_size(weights), int(np.count_nonzero(u))
+    return flags_from_moments(u.size, ess, nonzero, skewness, clipped_fraction, kurtosis=kurtosis)
 
 
 def flags_from_moments(
