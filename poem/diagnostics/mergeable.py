@@ -114,14 +114,8 @@ class Moments:
         mean = float(w.mean())
         c = w - mean
         c2 = c * c
-        return cls(
-            w.size,
-            mean,
-            float(c2.sum()),
-            float(np.sum(c2 * c)),
-            int(np.count_nonzero(w)),
-            float(c2 @ c2),
-        )
+        m2, m3, m4 = float(c2.sum()), float(np.sum(c2 * c)), float(c2 @ c2)
+        return cls(w.size, mean, m2, m3, int(np.count_nonzero(w)), m4)
 
     def merge(self, other: Moments) -> Moments:
         r"""Pairwise update of the central sums (Pébay 2008, Eq. 2.1 and 2.2).
