@@ -80,8 +80,7 @@ class GateRows:
         Declared (δ_min, δ_max).
     total_variation : ndarray of shape (n_samples,) or None, default=None
         TV(xᵢ) = ½ Σ_y |π_c(y|xᵢ) − π_h(y|xᵢ)| (:func:`policy_total_variation`); None when
-        the champion is the logging policy or the policies' full distributions are unknown
-        (then the bound against a policy champion uses the declared weight bound: less power).
+        the champion is the logging policy or the policies' full distributions are unknown.
     """
 
     losses: np.ndarray
