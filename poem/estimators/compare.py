@@ -483,11 +483,8 @@ def _paired_difference(d, wc, wh, estimator, clip, level, interval, random_state
         def statistic(loss, a, b):
             return _mean_statistic(loss, a) - _mean_statistic(loss, b)
 
-    se = standard_error(terms)
-    arrays = (d, wc, wh)
-    lower, upper = _interval(statistic, arrays, value, se, d.size, level, interval, random_state)
+    se, n, arrays = standard_error(terms), int(d.size), (d, wc, wh)
+    lower, upper = _interval(statistic, arrays, value, se, n, level, interval, random_state)
     flags = interval_flags(terms, np.maximum(wc, wh))
     name = f"{estimator}_difference"
-    return Estimate(
-        name, float(value), se, lower, upper, int(d.size), level, 0.0, 0.0, interval, flags
-    )
+    return Estimate(name, float(value), se, lower, upper, n, level, 0.0, 0.0, interval, flags)

@@ -157,16 +157,11 @@ def _prepare(losses: Any, weights: Any, confidence_level: Any, interval: Any):
 
 def _mean_estimate(name, d, w, level, interval, random_state, clipped=0.0) -> Estimate:
     u = d * w  # Eq. (1) terms uᵢ = δᵢ rᵢ (rᵢ already clipped for clipped IPS)
-    value = float(u.mean())
-    se = standard_error(u)
-    lower, upper = _interval(
-        _mean_statistic, (d, w), value, se, d.size, level, interval, random_state
-    )
+    value, se, n = float(u.mean()), standard_error(u), d.size
+    lower, upper = _interval(_mean_statistic, (d, w), value, se, n, level, interval, random_state)
     ess = effective_sample_size(w)
     flags = interval_flags(u, w, clipped)
-    return Estimate(
-        name, value, se, lower, upper, int(d.size), level, ess, clipped, interval, flags
-    )
+    return Estimate(name, value, se, lower, upper, int(n), level, ess, clipped, interval, flags)
 
 
 def ips(
@@ -327,13 +322,11 @@ def snips(
     """
     d, w, level = _prepare(losses, weights, confidence_level, interval)
     value, e = _snips_value_and_influence(d, w)
-    se = standard_error(e)
-    lower, upper = _interval(
-        _ratio_statistic, (d, w), value, se, d.size, level, interval, random_state
-    )
+    se, n = standard_error(e), d.size
+    lower, upper = _interval(_ratio_statistic, (d, w), value, se, n, level, interval, random_state)
     ess = effective_sample_size(w)
     flags = interval_flags(e, w)
-    return Estimate("snips", value, se, lower, upper, int(d.size), level, ess, 0.0, interval, flags)
+    return Estimate("snips", value, se, lower, upper, int(n), level, ess, 0.0, interval, flags)
 
 
 def _dispatch(estimator: str, losses: Any, weights: Any, clip: Any, **kwargs: Any) -> Estimate:
