@@ -150,14 +150,8 @@ def improvement_lower_bound(
     ----------
     losses, challenger_weights, champion_weights : array-like of shape (..., n_samples)
         δᵢ, r^c_i and r^h_i, as for :func:`improvement_capitals`.
-    estimator : {"ips", "clipped_ips", "snips"}, default="ips"
-        The gate option.
-    loss_bounds : tuple of float
-        (δ_min, δ_max), i.e. (a, b).
-    max_weight : float or None, default=None
-        Declared weight bound B (see :func:`improvement_capitals`).
-    clip : float or None, default=None
-        Challenger weight cap M for ``"clipped_ips"``.
+    estimator, loss_bounds, max_weight, clip, total_variation
+        As for :func:`improvement_capitals` (``estimator`` defaults to ``"ips"`` here).
     confidence_level : float, default=0.95
         Probability that the bound holds, in (0, 1), i.e. 1 − α.
     randomization : float or array-like of shape (...), optional
@@ -166,8 +160,6 @@ def improvement_lower_bound(
     order_seed : int, Generator or None, default=0
         Seed of the random order σ (one permutation per log); None keeps the given order
         (only for rows already in a random order).
-    total_variation : array-like of shape (..., n_samples) or None, default=None
-        The policies' total variation per row (see :func:`improvement_capitals`).
 
     Returns
     -------
