@@ -242,8 +242,7 @@ class PropensitySummary:
     uniform : Moments
         Moments of the uniform policy's weights u(yᵢ|xᵢ)/pᵢ.
     clip_weights : LogHistogram
-        Sketch of the positive weights the clipping check uses (the target's, else the
-        uniform's; a zero weight never reaches M).
+        Sketch of the positive weights of the clipping check (the target's, else the uniform's).
     target : Moments or None
         Moments of the target policy's weights (for its ESS).
     target_name : str or None

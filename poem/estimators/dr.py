@@ -264,10 +264,8 @@ def evaluate_policy_dr(
     predictions : LossPredictions or None, default=None
         Reuse already cross-fitted predictions (e.g. to evaluate several policies); fitted
         with :func:`fit_loss_model` when None.
-    loss_model : scikit-learn estimator or None, default=None
+    loss_model, n_folds
         Passed to :func:`fit_loss_model`.
-    n_folds : int, default=5
-        Cross-fitting folds.
     random_state : int, RandomState instance or None, default=None
         Seed of the folds (and of the bootstrap when ``interval="bootstrap"``).
     confidence_level, interval
