@@ -151,13 +151,8 @@ def load_dataset(
     if name == "yeast":
         return _load_yeast(data_dir / "yeast")
     if name in _MULAN_LABELS:
-        folder = data_dir / "mulan"
-        return load_files(
-            folder / f"{name}-train.arff",
-            folder / f"{name}-test.arff",
-            n_labels=_MULAN_LABELS[name],
-            name=name,
-        )
+        train, test = (data_dir / "mulan" / f"{name}-{part}.arff" for part in ("train", "test"))
+        return load_files(train, test, n_labels=_MULAN_LABELS[name], name=name)
     return _load_tmc2007(data_dir / "tmc2007")
 
 
