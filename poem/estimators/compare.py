@@ -302,10 +302,8 @@ def compare_policies(
         Weight cap M; required for ``"clipped_ips"`` and rejected otherwise. The bound clips
         only the challenger's weights (pessimistic); the reported clipped estimates estimate
         the clipped risks and are flagged when any weight reaches M.
-    interval : {"t", "normal", "bootstrap"}, default="t"
-        Method of the reported intervals (not of the decision).
-    random_state : int, RandomState instance or None, default=0
-        Seed of the bootstrap (used only when ``interval="bootstrap"``).
+    interval, random_state
+        As for :func:`~poem.estimators.ips.ips`, for the reported intervals (not the decision).
     loss_baseline : float, default=0.0
         Translation c of the reported estimates: they run on δᵢ − c with c added back to
         each risk (the difference does not move; :func:`poem.gate.counterfactual_ab_test`

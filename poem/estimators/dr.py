@@ -70,12 +70,8 @@ def direct_method(
     model_values : array-like of shape (n_samples,)
         Model-expected loss of the target policy per row, i.e. v̂ᵢ
         (:meth:`LossPredictions.expected_loss`).
-    confidence_level : float, default=0.95
-        Coverage of the interval, in (0, 1), i.e. 1 − γ.
-    interval : {"t", "normal", "bootstrap"}, default="t"
-        Interval method.
-    random_state : int, RandomState instance or None, default=0
-        Seed of the bootstrap.
+    confidence_level, interval, random_state
+        As for :func:`~poem.estimators.ips.ips`.
 
     Returns
     -------
