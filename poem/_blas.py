@@ -2,8 +2,7 @@
 
 The CRM pass and the estimator sums multiply thin matrices block by block (K×d by d×b) or
 take dot products of vectors; OpenBLAS's threads gain nothing there and cost several-fold when
-the cores are shared (measured on a loaded 2-core machine: 4× on the CRM pass, 7× on the
-estimator sums). scikit-learn limits BLAS the same way in k-means.
+the cores are shared. scikit-learn limits BLAS the same way in k-means.
 """
 
 from __future__ import annotations

@@ -28,8 +28,7 @@ SCATTER_BYTES = 2**16
 class _Sent:
     """The futures of the arguments a :class:`ClusterPartitions` scattered, by content token.
 
-    A plain object, not a dict: collection walkers (Prefect's parameter resolution) do not
-    iterate it while a trial's thread adds to it.
+    Not a dict, so that collection walkers (Prefect's parameters) do not iterate it.
     """
 
     def __init__(self) -> None:
@@ -50,14 +49,12 @@ class ClusterPartitions:
     per partition where its object lives and keeps the results there (or gathers them);
     ``fold`` chains one task per partition, so only the small state travels.
 
-    Arguments travel as Dask's guides advise ("avoid very large graphs": scatter the data,
-    pass futures): an argument of more than :data:`SCATTER_BYTES` is scattered once —
-    a per-partition one (e.g. a partition's row positions) to the worker holding that
-    partition, a shared one (the same for every task) to every worker — and the tasks
-    receive its future, so the task graphs stay a few kilobytes whatever the log's size.
-    Scattered arguments are remembered by content (:func:`dask.base.tokenize`): the same
-    rows passed again (each search trial scores the same validation rows) are not sent again.
-    They stay on the workers as long as this set (a ``consume`` map forgets them).
+    An argument of more than :data:`SCATTER_BYTES` is scattered once (a per-partition one to
+    the worker holding that partition, a shared one to every worker) and the tasks receive
+    its future, so the task graphs stay small whatever the log's size. Scattered arguments
+    are remembered by content (:func:`dask.base.tokenize`), so the same rows passed again are
+    not sent again; they stay on the workers as long as this set (a ``consume`` map forgets
+    them).
 
     Attributes
     ----------
@@ -178,9 +175,8 @@ def _large(value: Any) -> bool:
 def _nbytes(value: Any) -> int:
     """Bytes ``value`` takes in a message: ``dask.sizeof``, or its pickle for other objects.
 
-    ``sizeof`` knows arrays, frames and containers of them, but counts an arbitrary object
-    (e.g. a policy holding arrays) as its bare ``sys.getsizeof``; such an object is measured
-    by pickling it, its array buffers out of band (not copied).
+    ``sizeof`` counts an arbitrary object (e.g. a policy holding arrays) as its bare
+    ``sys.getsizeof``; such an object is pickled, its array buffers out of band (not copied).
     """
     from dask.sizeof import sizeof
 

@@ -1,17 +1,10 @@
 """A Dask cluster for one run, and where its log lines go (DESIGN §8).
 
-Dask logs through Python's ``logging`` (the ``distributed`` loggers, INFO by default) and
-``warnings`` ("Sending large graph", ...). A ``LocalCluster``'s scheduler and nannies run in
-this process; its workers are child processes that write to the same terminal. Dask's guides
-(Debugging → Logs; Customize initialization) give the pieces used here:
-
-- :func:`local_client` starts the workers with this module as their *preload*
-  (:func:`dask_setup`: a worker writes no line to stderr, its warnings become log records) and
-  forwards their ``distributed`` records to this process (``Client.forward_logging``);
-- :func:`dask_logging` sends, while it is active, every ``distributed``/``tornado`` record of
-  this process (the scheduler's, the nannies', the client's and the workers' forwarded ones)
-  and every warning raised inside ``distributed`` or ``dask`` to one log file, instead of the
-  terminal.
+Dask logs through Python's ``logging`` (the ``distributed`` loggers) and ``warnings``, and a
+``LocalCluster``'s workers are child processes that write to the same terminal:
+:func:`local_client` silences the workers from their start (:func:`dask_setup`, their
+preload) and forwards their records to this process, and :func:`dask_logging` sends this
+process's Dask records and warnings to one log file instead of the terminal.
 
 Imports ``distributed`` only when a function is called (optional dependency).
 """
@@ -33,13 +26,10 @@ DASK_LOGGERS = ("distributed", "tornado")
 WORKER_MALLOC = {"MALLOC_TRIM_THRESHOLD_": 128 * 2**20, "MALLOC_MMAP_THRESHOLD_": 32 * 2**20}
 """glibc's allocator settings of the workers (set before they start).
 
-Dask's default (``distributed.nanny.pre-spawn-environ``) sets ``MALLOC_TRIM_THRESHOLD_`` to
-64 KiB, which also switches off glibc's adaptive mmap threshold: every temporary array above
-128 KiB is then a fresh ``mmap`` whose pages the kernel zeroes again, and the heap is trimmed
-after each pass. On the CRM passes (one 250,000 × 50 partition, 5 actions) that made a third
-of the workers' CPU time kernel time and a statistics pass 1.6–2.2× slower than in a plain
-process (``benchmarks/scale_retrain.py`` notes). Temporaries up to 32 MiB are reused from the
-heap instead, and up to 128 MiB of freed heap is kept per worker.
+Dask's default ``MALLOC_TRIM_THRESHOLD_`` of 64 KiB also switches off glibc's adaptive mmap
+threshold, so every temporary array above 128 KiB is a fresh, kernel-zeroed ``mmap`` (a
+statistics pass 1.6–2.2× slower: ``benchmarks/scale_retrain.py``). Temporaries up to 32 MiB
+are reused from the heap instead, and up to 128 MiB of freed heap is kept per worker.
 """
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s%(worker_suffix)s: %(message)s"
@@ -57,9 +47,8 @@ class _Format(logging.Formatter):
 class _FileLog(logging.Handler):
     """Appends formatted records to a file.
 
-    Not a ``logging.StreamHandler``: a ``LocalCluster`` lowers the level of the
-    ``StreamHandler`` s of ``distributed`` (its ``silence_logs``, meant for the terminal) while
-    it runs; this file keeps Dask's INFO lines.
+    Not a ``logging.StreamHandler``, whose level a ``LocalCluster``'s ``silence_logs`` lowers
+    while it runs: this file keeps Dask's INFO lines.
     """
 
     def __init__(self, path: Path) -> None:
@@ -81,10 +70,9 @@ class _FileLog(logging.Handler):
 def dask_setup(worker: Any) -> None:
     """Preload hook of the workers of :func:`local_client` (Dask calls it at worker start).
 
-    The worker's ``distributed`` loggers lose their stderr handler (the forwarding handler of
-    ``Client.forward_logging`` sends their records to the client instead), and warnings raised
-    in the worker become ``distributed.worker.warnings`` records, so nothing the worker
-    reports reaches the terminal directly.
+    The worker's ``distributed`` loggers lose their stderr handler (``Client.forward_logging``
+    sends their records to the client instead) and its warnings become
+    ``distributed.worker.warnings`` records, so nothing it reports reaches the terminal.
     """
     for name in DASK_LOGGERS:
         logger = logging.getLogger(name)
@@ -123,9 +111,9 @@ def local_client(
     -------
     distributed.Client
         Closing it closes the cluster. The workers run :func:`dask_setup` at start (also after
-        ``Client.restart``) and their ``distributed`` records at WARNING and above (the
-        cluster's ``silence_logs``, Dask's default) are forwarded to this process's loggers of
-        the same name. The workers' allocator is set by :data:`WORKER_MALLOC`.
+        ``Client.restart``), their ``distributed`` records at WARNING and above are forwarded
+        to this process's loggers of the same name, and :data:`WORKER_MALLOC` sets their
+        allocator.
     """
     import dask
     from distributed import Client

@@ -1,12 +1,10 @@
 """A supervised data set as the environment of a closed-loop simulation (DESIGN §7).
 
 The labels are hidden from the learner and known to the environment: it replays the training
-contexts as served requests (``n_replays`` per context, adjacent in time), observes the loss of
-each served decision from the labels (0/1 loss for classes, Hamming loss for label sets,
-:func:`poem.simulate.supervised_loss`) and computes every policy's **true expected loss** on the
-test set in closed form (:func:`poem.simulate.true_expected_loss`). The orchestration (registry,
-retraining, the gate) is the ``flows.closed_loop`` flow; serving is whatever ``predict``
-callable it passes (the registered pyfunc, in process).
+contexts as served requests, observes each served decision's loss from the labels
+(:func:`poem.simulate.supervised_loss`) and scores every policy by its true expected loss on
+the test set (:func:`poem.simulate.true_expected_loss`). The orchestration is the
+``flows.closed_loop`` flow; serving is whatever ``predict`` callable it passes.
 
 References
 ----------
@@ -18,7 +16,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -82,12 +80,8 @@ class SupervisedEnvironment:
         h0 = fit_logging_policy(
             X, Y, family=self.family, fraction=fraction, random_state=random_state
         )
-        return StochasticPolicy(
-            h0.family,
-            h0.coef,
-            h0.temperature,
-            h0.exploration_floor,
-            {**h0.metadata, "feature_names": list(self.dataset.feature_names)},
+        return replace(
+            h0, metadata={**h0.metadata, "feature_names": list(self.dataset.feature_names)}
         )
 
     def skyline(self, random_state: int) -> StochasticPolicy:

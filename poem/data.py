@@ -1,18 +1,11 @@
 """The logged-bandit data model: :class:`LoggedBandit` and its invariants.
 
-A log holds, for each row i, a context xᵢ, the logged action yᵢ, its loss δᵢ and
-the propensity pᵢ = π₀(yᵢ|xᵢ) (DESIGN §3). Three action structures ("families")
-are supported:
-
-``"discrete"``
-    ``actions`` are integers in ``0..n_actions-1``; ``contexts`` has shape ``(n, d)``.
-``"multilabel"``
-    ``actions`` are bit vectors of shape ``(n, n_actions)`` (``n_actions`` = number of labels q).
-``"candidates"``
-    each row has its own ragged candidate list (:class:`CandidateSets`); ``actions`` index
-    into the row's list. ``contexts`` is optional (row-level features, not used by the policy).
-
-Rewards are converted to losses exactly once, by :meth:`LoggedBandit.from_rewards`.
+A log holds, for each row i, a context xᵢ, the logged action yᵢ, its loss δᵢ and the
+propensity pᵢ = π₀(yᵢ|xᵢ) (DESIGN §3), for one of three action structures (:data:`FAMILIES`):
+``"discrete"`` (an action index), ``"multilabel"`` (a 0/1 vector over q labels) and
+``"candidates"`` (an index into the row's own candidate list, :class:`CandidateSets`;
+contexts optional, not used by the policy). Rewards are converted to losses exactly once, by
+:meth:`LoggedBandit.from_rewards`.
 """
 
 from __future__ import annotations
@@ -46,6 +39,7 @@ _PROPENSITY_HINT = "Propensities must be the logging policy's probability of the
 MIN_PROPENSITY = float(np.finfo(np.float64).tiny)
 # largest |loss bound| whose square (sample variances) stays finite in float64
 MAX_ABS_LOSS_BOUND = 1e150
+_OPTIONAL_ROWS = ("timestamps", "event_ids", "logging_distribution")  # per-row, may be None
 
 
 def _readonly(a: Any) -> Any:
@@ -130,11 +124,9 @@ class CandidateSets:
         """Return the candidate sets of the given rows, in that order."""
         rows = np.asarray(rows, dtype=np.int64)
         sizes = self.sizes[rows]
-        starts = self.offsets[rows]
-        idx = np.repeat(starts - np.concatenate([[0], np.cumsum(sizes)[:-1]]), sizes) + np.arange(
-            sizes.sum()
-        )
-        return CandidateSets(self.features[idx], np.concatenate([[0], np.cumsum(sizes)]))
+        ends = np.cumsum(sizes)
+        idx = np.repeat(self.offsets[rows] - (ends - sizes), sizes) + np.arange(sizes.sum())
+        return CandidateSets(self.features[idx], np.concatenate([[0], ends]))
 
 
 @dataclass(frozen=True)
@@ -212,10 +204,8 @@ class LoggedBandit:
         if self.family == "candidates" and not isinstance(self.candidates, CandidateSets):
             raise ValueError("the candidates family needs candidates=CandidateSets(...)")
         actions = np.asarray(self.actions)
-        if actions.dtype.kind == "f" and actions.size and np.all(np.isfinite(actions)):
-            if np.all(actions == np.round(actions)):
-                actions = actions.astype(np.int64)
-        if actions.dtype.kind == "b":
+        finite_floats = actions.dtype.kind == "f" and actions.size and np.all(np.isfinite(actions))
+        if actions.dtype.kind == "b" or (finite_floats and np.all(actions == np.round(actions))):
             actions = actions.astype(np.int64)
         set_(self, "actions", _readonly(actions))
         for name in ("losses", "propensities"):
@@ -226,23 +216,17 @@ class LoggedBandit:
         set_(self, "loss_bounds", check_loss_bounds(self.loss_bounds))
         if self.n_actions is None:
             set_(self, "n_actions", self._infer_n_actions())
-        elif self.n_actions is not None:
+        else:
             set_(self, "n_actions", int(self.n_actions))
         if self.timestamps is not None:
             set_(self, "timestamps", _readonly(np.asarray(self.timestamps, dtype="datetime64[ns]")))
         if self.event_ids is not None:
             ids = np.asarray(self.event_ids)
-            # string ids are kept as Python objects: a fixed-width "<U{max}" array costs
-            # n × (longest id) × 4 bytes, so one 1 MB id would blow memory up
-            set_(
-                self, "event_ids", _readonly(ids.astype(object) if ids.dtype.kind in "US" else ids)
-            )
-        if self.logging_distribution is not None:
-            set_(
-                self,
-                "logging_distribution",
-                _readonly(np.asarray(self.logging_distribution, dtype=np.float64)),
-            )
+            if ids.dtype.kind in "US":  # as Python objects: "<U{max}" costs n × the longest id
+                ids = ids.astype(object)
+            set_(self, "event_ids", _readonly(ids))
+        if (dist := self.logging_distribution) is not None:
+            set_(self, "logging_distribution", _readonly(np.asarray(dist, dtype=np.float64)))
         if self.feature_names is not None:
             set_(self, "feature_names", tuple(str(f) for f in self.feature_names))
         check_logged_bandit(self)
@@ -251,10 +235,8 @@ class LoggedBandit:
         a = self.actions
         if self.family == "multilabel":
             return int(a.shape[1]) if a.ndim == 2 else None
-        if self.family == "discrete":
-            if a.size and a.dtype.kind in "iu":
-                return int(a.max()) + 1
-            return None
+        if self.family == "discrete" and a.size and a.dtype.kind in "iu":
+            return int(a.max()) + 1
         return None
 
     # -- constructors -------------------------------------------------------------------------
@@ -312,18 +294,10 @@ class LoggedBandit:
         rows = np.asarray(rows)
         if rows.dtype == bool:
             rows = np.flatnonzero(rows)
-        sub = {
-            "contexts": None if self.contexts is None else self.contexts[rows],
-            "actions": self.actions[rows],
-            "losses": self.losses[rows],
-            "propensities": self.propensities[rows],
-            "candidates": None if self.candidates is None else self.candidates.take(rows),
-            "timestamps": None if self.timestamps is None else self.timestamps[rows],
-            "event_ids": None if self.event_ids is None else self.event_ids[rows],
-            "logging_distribution": None
-            if self.logging_distribution is None
-            else self.logging_distribution[rows],
-        }
+        sub = {"candidates": None if self.candidates is None else self.candidates.take(rows)}
+        for name in ("contexts", "actions", "losses", "propensities", *_OPTIONAL_ROWS):
+            value = getattr(self, name)
+            sub[name] = None if value is None else value[rows]
         return replace(self, **sub)
 
 
@@ -396,39 +370,23 @@ def _examples(mask: np.ndarray, row_ids: np.ndarray) -> tuple:
     return tuple(v.item() if hasattr(v, "item") else v for v in row_ids[idx])
 
 
-def _row_violation(column, mask, row_ids, message, hint=""):
+def _add_violation(out: list, column, mask, row_ids, message, hint="") -> None:
+    """Append the :class:`Violation` of the rows where ``mask`` holds to ``out`` (if any)."""
     mask = np.asarray(mask, dtype=bool)
     n_bad = int(mask.sum())
-    if not n_bad:
-        return None
-    return Violation(column, n_bad, int(mask.size), _examples(mask, row_ids), message, hint)
+    if n_bad:
+        out.append(
+            Violation(column, n_bad, int(mask.size), _examples(mask, row_ids), message, hint)
+        )
 
 
 def _nonfinite_rows(x: Any) -> np.ndarray:
     if sp.issparse(x):
         x = sp.csr_matrix(x)
         bad = ~np.isfinite(x.data)
-        return (
-            np.bincount(
-                np.repeat(np.arange(x.shape[0]), np.diff(x.indptr))[bad], minlength=x.shape[0]
-            )
-            > 0
-        )
+        rows = np.repeat(np.arange(x.shape[0]), np.diff(x.indptr))
+        return np.bincount(rows[bad], minlength=x.shape[0]) > 0
     return ~np.all(np.isfinite(x), axis=1)
-
-
-def _nonfinite_feature_violations(
-    x: Any, row_ids: np.ndarray, sparse_column: str, prefix: str
-) -> list[Violation]:
-    """One violation per dense column ``<prefix><j>`` (or the sparse values column) with NaN/inf."""
-    if sp.issparse(x):
-        v = _row_violation(sparse_column, _nonfinite_rows(x), row_ids, "not finite (NaN or inf)")
-        return [v] if v else []
-    bad = ~np.isfinite(x)
-    return [
-        _row_violation(f"{prefix}{j}", bad[:, j], row_ids, "not finite (NaN or inf)")
-        for j in np.flatnonzero(bad.any(axis=0))
-    ]
 
 
 def check_logged_bandit(
@@ -462,19 +420,9 @@ def check_logged_bandit(
         Listing each violated column with the number of bad rows and up to five row ids.
     """
     n = int(np.asarray(log.losses).shape[0])
-    violations: list[Violation] = []
     if n < max(1, min_rows):
-        raise InvalidLogError(
-            [
-                Violation(
-                    "rows",
-                    0,
-                    n,
-                    (),
-                    f"the log has {n} row(s); at least {max(1, min_rows)} are needed",
-                )
-            ]
-        )
+        message = f"the log has {n} row(s); at least {max(1, min_rows)} are needed"
+        raise InvalidLogError([Violation("rows", 0, n, (), message)])
     lengths = {"losses": n, "propensities": np.asarray(log.propensities).shape[0]}
     actions = np.asarray(log.actions)
     lengths["actions"] = actions.shape[0] if actions.ndim else 0
@@ -482,97 +430,74 @@ def check_logged_bandit(
         lengths["contexts"] = log.contexts.shape[0]
     if log.candidates is not None:
         lengths["candidates"] = log.candidates.n_rows
-    for name in ("timestamps", "event_ids", "logging_distribution"):
+    for name in _OPTIONAL_ROWS:
         value = getattr(log, name)
         if value is not None:
             lengths[name] = np.asarray(value).shape[0]
     if len(set(lengths.values())) > 1:
-        bad = {k: v for k, v in lengths.items() if v != n}
-        for col, length in bad.items():
-            violations.append(
-                Violation(
-                    col,
-                    0,
-                    n,
-                    (),
-                    f"has {length:,} rows but losses has {n:,}",
-                    "All columns must have one entry per row",
-                )
-            )
-        raise InvalidLogError(violations)
+        hint = "All columns must have one entry per row"
+        raise InvalidLogError(
+            [
+                Violation(col, 0, n, (), f"has {length:,} rows but losses has {n:,}", hint)
+                for col, length in lengths.items()
+                if length != n
+            ]
+        )
 
     row_ids = log.event_ids if log.event_ids is not None else np.arange(n)
+    violations: list[Violation] = []
 
     p = log.propensities
     outside = ~(np.isfinite(p) & (p > 0) & (p <= 1))
-    v = _row_violation("propensity", outside, row_ids, "outside (0, 1]", _PROPENSITY_HINT)
-    violations.append(v) if v else None
-    v = _row_violation(
-        "propensity",
-        ~outside & (p < MIN_PROPENSITY),
-        row_ids,
-        f"below {MIN_PROPENSITY:.3g} (subnormal: the importance weight 1/p overflows)",
-        _PROPENSITY_HINT,
-    )
-    violations.append(v) if v else None
+    _add_violation(violations, "propensity", outside, row_ids, "outside (0, 1]", _PROPENSITY_HINT)
+    subnormal = ~outside & (p < MIN_PROPENSITY)
+    message = f"below {MIN_PROPENSITY:.3g} (subnormal: the importance weight 1/p overflows)"
+    _add_violation(violations, "propensity", subnormal, row_ids, message, _PROPENSITY_HINT)
 
     d = log.losses
     lo, hi = log.loss_bounds
-    v = _row_violation(
-        "loss",
-        ~np.isfinite(d),
-        row_ids,
-        "not finite (NaN or inf)",
-        "Losses must be observed numbers",
-    )
-    violations.append(v) if v else None
-    tol = 1e-9 * max(1.0, hi - lo)
     finite = np.isfinite(d)
-    v = _row_violation(
-        "loss",
-        finite & ((d < lo - tol) | (d > hi + tol)),
-        row_ids,
-        f"outside the declared loss bounds [{lo:g}, {hi:g}]",
-        "Check the loss bounds, or whether rewards were given where losses are declared",
-    )
-    violations.append(v) if v else None
+    hint = "Losses must be observed numbers"
+    _add_violation(violations, "loss", ~finite, row_ids, "not finite (NaN or inf)", hint)
+    tol = 1e-9 * max(1.0, hi - lo)
+    out_of_bounds = finite & ((d < lo - tol) | (d > hi + tol))
+    message = f"outside the declared loss bounds [{lo:g}, {hi:g}]"
+    hint = "Check the loss bounds, or whether rewards were given where losses are declared"
+    _add_violation(violations, "loss", out_of_bounds, row_ids, message, hint)
 
-    if log.contexts is not None:
-        violations.extend(_nonfinite_feature_violations(log.contexts, row_ids, "x_values", "x_"))
+    x = log.contexts
+    if x is not None and sp.issparse(x):
+        _add_violation(
+            violations, "x_values", _nonfinite_rows(x), row_ids, "not finite (NaN or inf)"
+        )
+    elif x is not None:
+        bad = ~np.isfinite(x)
+        for j in np.flatnonzero(bad.any(axis=0)):
+            _add_violation(violations, f"x_{j}", bad[:, j], row_ids, "not finite (NaN or inf)")
     if log.candidates is not None:
         cand = log.candidates
-        bad = _nonfinite_rows(cand.features)
         rows = np.zeros(n, dtype=bool)
-        rows[cand.row_of_candidate[bad]] = True
-        v = _row_violation("candidate_features", rows, row_ids, "not finite (NaN or inf)")
-        violations.append(v) if v else None
+        rows[cand.row_of_candidate[_nonfinite_rows(cand.features)]] = True
+        _add_violation(violations, "candidate_features", rows, row_ids, "not finite (NaN or inf)")
 
     violations.extend(_check_actions(log, actions, row_ids, min_distinct_actions))
 
     if log.event_ids is not None:
-        ids = np.asarray(log.event_ids)
-        _, first, counts = np.unique(ids, return_index=True, return_counts=True)
+        _, first = np.unique(np.asarray(log.event_ids), return_index=True)
         dup_mask = np.ones(n, dtype=bool)
         dup_mask[first] = False
-        v = _row_violation(
-            "event_id", dup_mask, row_ids, "repeat an earlier event id", "Event ids must be unique"
+        hint = "Event ids must be unique"
+        _add_violation(
+            violations, "event_id", dup_mask, row_ids, "repeat an earlier event id", hint
         )
-        violations.append(v) if v else None
     if log.timestamps is not None:
-        v = _row_violation("timestamp", np.isnat(log.timestamps), row_ids, "missing (NaT)")
-        violations.append(v) if v else None
-    if log.logging_distribution is not None:
-        dist = log.logging_distribution
-        if log.family != "discrete" or dist.ndim != 2 or dist.shape[1] != log.n_actions:
-            violations.append(
-                Violation(
-                    "logging_distribution",
-                    0,
-                    n,
-                    (),
-                    "must have shape (n_rows, n_actions) and the discrete family",
-                )
-            )
+        _add_violation(violations, "timestamp", np.isnat(log.timestamps), row_ids, "missing (NaT)")
+    dist = log.logging_distribution
+    if dist is not None and (
+        log.family != "discrete" or dist.ndim != 2 or dist.shape[1] != log.n_actions
+    ):
+        message = "must have shape (n_rows, n_actions) and the discrete family"
+        violations.append(Violation("logging_distribution", 0, n, (), message))
     if violations:
         raise InvalidLogError(violations)
     return log
@@ -584,90 +509,42 @@ def _check_actions(
     n = actions.shape[0]
     out: list[Violation] = []
     if actions.dtype.kind not in "iu":
-        return [
-            Violation(
-                "action",
-                n,
-                n,
-                tuple(row_ids[:_N_EXAMPLES].tolist()),
-                f"are not integers (dtype {actions.dtype})",
-                "Actions must be integer ids (or 0/1 label vectors for the multilabel family)",
-            )
-        ]
+        examples = tuple(row_ids[:_N_EXAMPLES].tolist())
+        message = f"are not integers (dtype {actions.dtype})"
+        hint = "Actions must be integer ids (or 0/1 label vectors for the multilabel family)"
+        return [Violation("action", n, n, examples, message, hint)]
     if log.family == "discrete":
         if actions.ndim != 1:
-            return [
-                Violation(
-                    "action", n, n, (), f"must be one integer per row, got shape {actions.shape}"
-                )
-            ]
+            message = f"must be one integer per row, got shape {actions.shape}"
+            return [Violation("action", n, n, (), message)]
         K = log.n_actions
-        v = _row_violation(
-            "action",
-            (actions < 0) | (actions >= K),
-            row_ids,
-            f"outside the action range 0..{K - 1}",
-        )
-        out.append(v) if v else None
+        outside = (actions < 0) | (actions >= K)
+        _add_violation(out, "action", outside, row_ids, f"outside the action range 0..{K - 1}")
         n_distinct = np.unique(actions).size
     elif log.family == "multilabel":
         q = log.n_actions
         if actions.ndim != 2 or actions.shape[1] != q:
             width = actions.shape[1] if actions.ndim == 2 else 1
-            return [
-                Violation(
-                    "action",
-                    n,
-                    n,
-                    (),
-                    f"have width {width}, expected {q} labels",
-                    "Every multilabel action must be a 0/1 vector of the same width",
-                )
-            ]
-        v = _row_violation(
-            "action",
-            np.any((actions != 0) & (actions != 1), axis=1),
-            row_ids,
-            "have entries other than 0/1",
-        )
-        out.append(v) if v else None
+            hint = "Every multilabel action must be a 0/1 vector of the same width"
+            return [Violation("action", n, n, (), f"have width {width}, expected {q} labels", hint)]
+        not_bits = np.any((actions != 0) & (actions != 1), axis=1)
+        _add_violation(out, "action", not_bits, row_ids, "have entries other than 0/1")
         n_distinct = _count_distinct_rows(actions)
     else:
         assert log.candidates is not None
         sizes = log.candidates.sizes
-        v = _row_violation(
-            "candidates",
-            sizes < 1,
-            row_ids,
-            "have zero candidates",
-            "Every decision needs at least one candidate",
-        )
-        out.append(v) if v else None
+        hint = "Every decision needs at least one candidate"
+        _add_violation(out, "candidates", sizes < 1, row_ids, "have zero candidates", hint)
         if actions.ndim != 1:
-            return out + [
-                Violation(
-                    "action", n, n, (), f"must be one index per row, got shape {actions.shape}"
-                )
-            ]
-        v = _row_violation(
-            "action",
-            (sizes >= 1) & ((actions < 0) | (actions >= sizes)),
-            row_ids,
-            "index outside the row's candidate set",
-        )
-        out.append(v) if v else None
+            message = f"must be one index per row, got shape {actions.shape}"
+            return out + [Violation("action", n, n, (), message)]
+        outside = (sizes >= 1) & ((actions < 0) | (actions >= sizes))
+        _add_violation(out, "action", outside, row_ids, "index outside the row's candidate set")
         n_distinct = min_distinct  # indexes into different sets are not comparable actions
     if n_distinct < min_distinct:
-        out.append(
-            Violation(
-                "action",
-                n,
-                n,
-                (),
-                f"has only {n_distinct} distinct value(s); at least {min_distinct} are needed",
-                "A log that always takes the same action carries no counterfactual information",
-            )
-        )
+        message = f"has only {n_distinct} distinct value(s); at least {min_distinct} are needed"
+        hint = "A log that always takes the same action carries no counterfactual information"
+        out.append(Violation("action", n, n, (), message, hint))
     return out
 
 

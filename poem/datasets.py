@@ -151,13 +151,8 @@ def load_dataset(
     if name == "yeast":
         return _load_yeast(data_dir / "yeast")
     if name in _MULAN_LABELS:
-        folder = data_dir / "mulan"
-        return load_files(
-            folder / f"{name}-train.arff",
-            folder / f"{name}-test.arff",
-            n_labels=_MULAN_LABELS[name],
-            name=name,
-        )
+        train, test = (data_dir / "mulan" / f"{name}-{part}.arff" for part in ("train", "test"))
+        return load_files(train, test, n_labels=_MULAN_LABELS[name], name=name)
     return _load_tmc2007(data_dir / "tmc2007")
 
 
@@ -168,15 +163,9 @@ def _load_digits(random_state: int) -> SupervisedDataset:
     X_train, X_test, y_train, y_test = train_test_split(
         X, y, test_size=_DIGITS_TEST_SIZE, stratify=y, random_state=random_state
     )
+    names = tuple(str(f) for f in bunch.feature_names)
     return SupervisedDataset(
-        "digits",
-        "discrete",
-        X_train,
-        y_train,
-        X_test,
-        y_test,
-        tuple(str(f) for f in bunch.feature_names),
-        int(bunch.target_names.size),
+        "digits", "discrete", X_train, y_train, X_test, y_test, names, int(bunch.target_names.size)
     )
 
 

@@ -58,14 +58,9 @@ class DemoResult:
         Rows of the training and held-out bandit logs.
     n_actions : int
         Number of actions K (digit classes).
-    logging_fraction : float
-        Fraction f of the training part h₀ was fitted on.
-    n_replays : int
-        Replays R of the training part.
-    solver : str
-        POEM solver.
-    variance_scale : float
-        Multiplier c of the calibrated variance penalty.
+    logging_fraction, n_replays, solver, variance_scale, confidence_level
+        The ``fraction``, ``n_replays``, ``solver``, ``variance_scale`` and
+        ``confidence_level`` arguments of :func:`run_digits_demo`.
     clip : float
         Resolved clip M.
     variance_penalty : float
@@ -76,8 +71,6 @@ class DemoResult:
         Whether POEM converged.
     fit_seconds : float
         Wall time of ``POEM.fit``.
-    confidence_level : float
-        Coverage of the estimate intervals.
     policies : tuple of DemoPolicy
         h₀ first, then POEM.
     """
@@ -142,9 +135,8 @@ def run_digits_demo(
         POEM solver.
     variance_scale : float, default=0.1
         Multiplier c of the calibrated variance penalty, λ = c·λ*, from the paper's grid
-        c ∈ {10⁻⁶, …, 1}. On digits c = 1 over-regularises (POEM stays near the uniform start
-        and ends worse than h₀); the full protocol selects c by IPS on a validation log
-        (:func:`poem.learners.search_hyperparameters`).
+        c ∈ {10⁻⁶, …, 1} (c = 1 over-regularises on digits; the full protocol selects c:
+        :func:`poem.learners.search_hyperparameters`).
     confidence_level : float, default=0.95
         Coverage of the estimate intervals, 1 − γ.
     random_state : int, default=0
@@ -167,23 +159,12 @@ def run_digits_demo(
     rs = check_random_state(random_state)
     data = load_dataset("digits", random_state=random_state)
     h0 = fit_logging_policy(data, fraction=fraction, temperature=temperature, random_state=rs)
+    kwargs = {"random_state": rs, "feature_names": data.feature_names}
     train_log = supervised_to_bandit(
-        data.X_train,
-        data.Y_train,
-        h0,
-        n_replays=n_replays,
-        random_state=rs,
-        event_id_prefix="train-",
-        feature_names=data.feature_names,
+        data.X_train, data.Y_train, h0, n_replays=n_replays, event_id_prefix="train-", **kwargs
     )
     test_log = supervised_to_bandit(
-        data.X_test,
-        data.Y_test,
-        h0,
-        n_replays=1,
-        random_state=rs,
-        event_id_prefix="test-",
-        feature_names=data.feature_names,
+        data.X_test, data.Y_test, h0, n_replays=1, event_id_prefix="test-", **kwargs
     )
     model = POEM(
         policy="discrete",

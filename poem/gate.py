@@ -37,14 +37,12 @@ def decision_coin(policy: Any) -> float:
 
     .. math:: U = (h + 1) / 2^{64}
 
-    where h is the first 64 bits of the SHA-256 of the policy's family, coefficients w,
-    temperature α and exploration floor ε (:meth:`StochasticPolicy.digest`), i.e. of what it
-    serves. The randomized decision (``randomization=`` of
-    :func:`~poem.estimators.compare.compare_policies`) needs U independent of the test
-    log: the challenger is fitted on the training (and validation) rows only, so its digest
-    is, and across challengers it is uniform for all practical purposes. Because U is a
-    function of the challenger, re-running the gate — or retraining that reproduces the same
-    w — gives the same U and the same decision; a rejected challenger cannot draw again.
+    where h is the first 64 bits of the SHA-256 of what the policy serves (family,
+    coefficients w, temperature and exploration floor: :meth:`StochasticPolicy.digest`). The
+    challenger is fitted without the test rows, so U is independent of the test log, as the
+    randomized decision (``randomization=`` of
+    :func:`~poem.estimators.compare.compare_policies`) needs; re-running the gate gives the
+    same U, so a rejected challenger cannot draw again.
 
     Parameters
     ----------
@@ -82,8 +80,7 @@ class GateRows:
         Declared (δ_min, δ_max).
     total_variation : ndarray of shape (n_samples,) or None, default=None
         TV(xᵢ) = ½ Σ_y |π_c(y|xᵢ) − π_h(y|xᵢ)| (:func:`policy_total_variation`); None when
-        the champion is the logging policy or the policies' full distributions are unknown
-        (then the bound against a policy champion uses the declared weight bound: less power).
+        the champion is the logging policy or the policies' full distributions are unknown.
     """
 
     losses: np.ndarray
@@ -109,16 +106,15 @@ def policy_total_variation(challenger: Any, champion: Any, log: Any) -> np.ndarr
     Returns
     -------
     ndarray of shape (n_samples,) or None
-        A :class:`~poem.log_rows.RowsView` of two
-        :class:`~poem.log_rows.FixedProbabilities` gives the TV its workers computed.
-        None when ``champion`` is None (the logging policy, whose distribution the log does
-        not hold), when either policy is not a discrete-action :class:`StochasticPolicy`
-        (multilabel, candidate sets, per-row probabilities only) or the log has no contexts.
+        TV(xᵢ) (for a :class:`~poem.log_rows.RowsView` of two
+        :class:`~poem.log_rows.FixedProbabilities`, the TV its workers computed). None when
+        ``champion`` is None (the logging policy), either policy is not a discrete-action
+        :class:`StochasticPolicy` or the log has no contexts.
     """
-    policies = (challenger, champion)
-    contexts = getattr(log, "contexts", None)
     if champion is None:
         return None
+    policies = (challenger, champion)
+    contexts = getattr(log, "contexts", None)
     given = getattr(log, "total_variation", None)  # computed where the rows live
     if given is not None and all(hasattr(p, "probabilities") for p in policies):
         return np.asarray(given, dtype=np.float64)
@@ -199,41 +195,26 @@ def gate_decision(
 
     where U is the betting upper confidence bound of
     :func:`~poem.estimators.compare.compare_policies` on the importance weights
-    rᵢ = π(yᵢ|xᵢ)/pᵢ (r^{champ} ≡ 1 for the logging policy), the rows in the random order of
-    ``order_seed``, the declared loss bounds, the policies' total variation per row
-    (``rows.total_variation``: against a policy champion no weight bound is then needed) and
-    the weight bound B = 1/``min_propensity``;
-    Rᵢ are the risks at row i's context and time (the null: the challenger's risk averaged
-    over the test window is not lower than the champion's), and αₖ the α of this attempt on
-    the window (``attempt``; else 1 − ``confidence_level``). The challenger's ESS must also
-    reach ``min_ess`` and no check may have failed.
+    rᵢ = π(yᵢ|xᵢ)/pᵢ (r^{champ} ≡ 1 for the logging policy) with the weight bound
+    B = 1/``min_propensity``, Rᵢ the risks at row i's context and time and αₖ the α of this
+    attempt on the window (``attempt``; else 1 − ``confidence_level``). The challenger's ESS
+    must also reach ``min_ess`` and no check may have failed.
 
     Parameters
     ----------
     rows : GateRows
         The test rows' vectors (:func:`gate_rows`).
-    estimator : {"ips", "snips", "clipped_ips"}, default="ips"
-        The gate option (:mod:`poem.estimators.gate_options`).
-    clip : float or None, default=None
-        Weight cap M for ``"clipped_ips"``, i.e. M.
+    estimator, clip, min_improvement, min_ess, interval, randomization, order_seed
+        As for :func:`~poem.estimators.compare.compare_policies` (``randomization``, e.g.
+        from :func:`decision_coin`).
     confidence_level : float, default=0.95
         One-sided level 1 − α when there is no ``attempt``, i.e. 1 − α.
-    min_improvement : float, default=0.0
-        Required risk reduction (loss units).
-    min_ess : float, default=100.0
-        Minimum effective sample size of the challenger's weights.
-    interval : {"t", "normal", "bootstrap"}, default="t"
-        Method of the reported intervals (the decision uses the betting bound).
     failed_checks : sequence of str, default=()
         Names of data or propensity checks that did not pass; any blocks promotion.
-    randomization : float or None, default=None
-        U in (0, 1] for the randomized decision (:func:`decision_coin`); None: deterministic.
     min_propensity : float or None, default=None
         The logger's minimum propensity as *declared* before the rows were seen (log
         metadata ``min_propensity`` or ``checks.min_propensity``), so every weight is
         ≤ 1/min_propensity; None: no bound (only terms that need none are used).
-    order_seed : int or None, default=0
-        Seed of the random order of the rows for the bound (recorded in the result).
     attempt : Attempt or None, default=None
         This attempt on the window (:func:`poem.ledger.next_attempt`): its α replaces
         1 − ``confidence_level`` for the decision and the reported intervals.

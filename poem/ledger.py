@@ -1,18 +1,15 @@
 """The gate's attempt ledger: repeated attempts on one test window share one α (DESIGN §5).
 
 Every gate attempt against a champion on a test window that overlaps an earlier attempt's
-window (a re-run, a new seed, a new grid, a refit that differs at round-off, a new coin)
-is one more test of the same rows. If each drew the full α, k attempts would promote an
-equal challenger with chance up to 1 − (1 − α)ᵏ. The ledger gives the k-th attempt
+window (a re-run, a new seed, a refit) is one more test of the same rows, so the ledger gives
+the k-th attempt
 
     αₖ = α (1 − q) q^{k−1},  Σₖ αₖ = α,
 
-with q the ``retry_fraction`` (the share of α kept for later attempts), so the chance that
-*any* attempt on the window promotes a challenger that is not better is at most α (union
-bound). A window disjoint from every recorded one starts a new ledger (attempt 1); a
-promotion changes the champion, which starts a new ledger too. The ledger is plain data
-(:class:`LedgerEntry`, JSON); the flows store it as a tag on the registered model
-(``flows/ledger.py``).
+with q the ``retry_fraction``, so the chance that *any* attempt on the window promotes a
+challenger that is not better is at most α (union bound). A disjoint window or a new champion
+starts a new ledger. The ledger is plain data (:class:`LedgerEntry`, JSON), stored by the
+flows as a tag on the registered model (``flows/ledger.py``).
 """
 
 from __future__ import annotations

@@ -5,22 +5,15 @@ Every stage sees a log as a *partition set* (:mod:`poem.io.partitions`) of
 partition (:func:`as_partitions`), a Parquet log on a cluster one per row group
 (:class:`poem._dask.ClusterPartitions`). What travels to the client:
 
-- **split** (:func:`split_partitioned`): each partition sends its row count and timestamps
-  (8 bytes a row); the client applies :func:`poem.splits.split_rows` to the concatenation and
-  keeps each partition's local row positions. Same rows as one partition.
-- **scores and gate** (:func:`policy_rows`): the
-  policies' probabilities of the logged actions are computed where the rows live (the
-  O(n·d·K) part); the client receives, per row, the loss, the propensity and one
-  probability per policy (24–32 bytes a row, in log order) and runs the in-memory functions
-  (:func:`poem.learners.search.validation_scores`, :func:`poem.gate.counterfactual_ab_test`)
-  on them. The gate's betting bound is sequential in the rows' order (a capital process),
-  not a sum over partitions; it runs on the client over those per-row vectors, in the
-  in-memory order, hence the same decision and metrics.
-
-- **take** (:func:`take_log`): the rows themselves, concatenated into one in-memory log, for
-  the learners without an additive form (BanditNet, hybrid, a doubly robust fit on several
-  partitions): they fit on it as on any log; :func:`sample_log` takes at most a given number
-  of a part's rows (uniformly, in log order) for the search's learning evidence.
+- **split** (:func:`split_partitioned`): each partition's row count and timestamps; the client
+  splits the concatenation (:func:`poem.splits.split_rows`), so the rows are those of one
+  partition;
+- **scores and gate** (:func:`policy_rows`): per row, the loss, the propensity and each
+  policy's probability of the logged action, computed where the rows live; the client runs
+  the in-memory functions on them in log order (the gate's betting bound is sequential, not
+  a sum over partitions), hence the same decision and metrics;
+- **take** (:func:`take_log`, :func:`sample_log`): the rows themselves as one in-memory log,
+  for the learners without an additive form.
 
 Training on the split's rows is :mod:`poem.learners.prepared`.
 """
@@ -33,7 +26,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from poem.data import CandidateSets, LoggedBandit
+from poem.data import _OPTIONAL_ROWS, CandidateSets, LoggedBandit
 from poem.gate import policy_total_variation
 from poem.io.partitions import LocalPartitions
 from poem.splits import split_rows, split_summary
@@ -264,9 +257,13 @@ def _policy_rows(log: Any, rows: np.ndarray, *, policies: tuple) -> tuple | None
     return np.asarray(part.losses), part.propensities, part.loss_bounds, probs, ids
 
 
-def _joined(pieces: list, j: int) -> Any:
-    values = [p[4][j] for p in pieces]
-    return None if any(v is None for v in values) else np.concatenate(values)
+def _stack(values: list) -> Any:
+    """Row-wise concatenation of arrays or sparse matrices (None when any is None)."""
+    if any(v is None for v in values):
+        return None
+    if sp.issparse(values[0]):
+        return sp.vstack(values, format="csr")
+    return np.concatenate([np.asarray(v) for v in values])
 
 
 def policy_rows(
@@ -301,9 +298,7 @@ def policy_rows(
         np.concatenate([p[0] for p in pieces]),
         np.concatenate([p[1] for p in pieces]),
         pieces[0][2],
-        _joined(pieces, 0),
-        _joined(pieces, 1),
-        _joined(pieces, 2),
+        *(_stack([p[4][j] for p in pieces]) for j in range(3)),
     )
     probs = [
         FixedProbabilities(np.concatenate([p[3][j] for p in pieces])) for j in range(len(policies))
@@ -337,8 +332,7 @@ def release_rows(split: PartitionedSplit, part: str, source: Any = None) -> Part
     part : {"train", "validation", "test"}
         The part to drop (e.g. ``"train"`` once its rows are prepared for training).
     source : partition set or None, default=None
-        The partitions already reduced to :func:`kept_rows` (by a pass that also did
-        something else with them); None reduces ``split.source`` here.
+        The partitions already reduced to :func:`kept_rows`; None reduces ``split.source``.
 
     Returns
     -------
@@ -363,10 +357,6 @@ def as_partitions(log: LoggedBandit) -> LocalPartitions:
     return LocalPartitions([log])
 
 
-def _take(log: Any, rows: np.ndarray) -> Any:
-    return take_rows(log, rows)
-
-
 def concat_logs(logs: list) -> LoggedBandit:
     """One :class:`~poem.data.LoggedBandit` of partitions' logs, in order (None skipped).
 
@@ -381,36 +371,15 @@ def concat_logs(logs: list) -> LoggedBandit:
     if len(logs) == 1:
         return logs[0]
 
-    def join(name: str) -> Any:
-        values = [getattr(log, name) for log in logs]
-        if any(v is None for v in values):
-            return None
-        if sp.issparse(values[0]):
-            return sp.vstack(values, format="csr")
-        return np.concatenate([np.asarray(v) for v in values])
-
     first = logs[0]
     candidates = None
     if first.candidates is not None:
         sets = [log.candidates for log in logs]
-        features = [c.features for c in sets]
-        stacked = (
-            sp.vstack(features, format="csr")
-            if sp.issparse(features[0])
-            else np.concatenate(features)
-        )
-        candidates = CandidateSets.from_sizes(stacked, np.concatenate([c.sizes for c in sets]))
-    return replace(
-        first,
-        contexts=join("contexts"),
-        actions=join("actions"),
-        losses=join("losses"),
-        propensities=join("propensities"),
-        candidates=candidates,
-        timestamps=join("timestamps"),
-        event_ids=join("event_ids"),
-        logging_distribution=join("logging_distribution"),
-    )
+        features = _stack([c.features for c in sets])
+        candidates = CandidateSets.from_sizes(features, np.concatenate([c.sizes for c in sets]))
+    columns = ("contexts", "actions", "losses", "propensities", *_OPTIONAL_ROWS)
+    joined = {name: _stack([getattr(log, name) for log in logs]) for name in columns}
+    return replace(first, candidates=candidates, **joined)
 
 
 def take_log(source: Any, rows: list[np.ndarray]) -> LoggedBandit:
@@ -418,7 +387,7 @@ def take_log(source: Any, rows: list[np.ndarray]) -> LoggedBandit:
 
     For the learners without an additive form: they fit on it as on any log.
     """
-    return concat_logs(source.map(_take, rows, gather=True))
+    return concat_logs(source.map(take_rows, rows, gather=True))
 
 
 def sample_log(

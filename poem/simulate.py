@@ -1,15 +1,9 @@
 """Supervised → bandit conversion (Swaminathan & Joachims 2015, §6; DESIGN §9).
 
-A supervised data set D* = {(xᵢ, y*ᵢ)} becomes logged bandit feedback in three steps:
-
-1. :func:`fit_logging_policy` trains the logging policy h₀ on a random fraction f of D*
-   (the paper's "CRF trained on 5% of D*": one logistic regression per label, or a
-   multinomial logistic regression for K classes), served at temperature τ;
-2. :func:`supervised_to_bandit` replays D* ``n_replays`` times, samples yᵢ ~ h₀(·|xᵢ) and
-   records δᵢ = Δ(y*ᵢ, yᵢ) (Hamming loss, or 0/1 loss for classes) and pᵢ = h₀(yᵢ|xᵢ);
-3. :func:`true_expected_loss` scores any policy on the supervised test set in closed form,
-   R(h) = 1/n Σᵢ E_{y∼h(xᵢ)} Δ(y*ᵢ, y), the quantity the paper reports; :func:`map_loss`
-   scores its MAP predictor.
+A supervised data set D* = {(xᵢ, y*ᵢ)} becomes logged bandit feedback: :func:`fit_logging_policy`
+trains the logging policy h₀ on a fraction of D*, :func:`supervised_to_bandit` replays D*
+through it, and :func:`true_expected_loss` scores any policy on the supervised test set in
+closed form (the quantity the paper reports); :func:`map_loss` scores its MAP predictor.
 """
 
 from __future__ import annotations
@@ -63,13 +57,11 @@ def fit_logging_policy(
     K the number of classes and τ the temperature. The paper's temperature multiplier
     w₀ ↦ α·w₀ (§6, Fig. 3) is τ = 1/α: τ < 1 gives a more deterministic logger.
 
-    Rare labels and classes get a well-defined, smoothed policy instead of a crash, and one
-    ``UserWarning`` names them (they are also listed in ``metadata``). A label that is
-    constant in the subsample (k = 0 or k = m positives of m rows) gets w_l = 0 and the
-    Laplace-smoothed intercept logit((k + ½)/(m + 1)), i.e. σ_l = (k + ½)/(m + 1) on every
-    context (σ_l = ½ without an intercept). A class absent from the subsample gets one
-    pseudo-example with x = 0: with an intercept it acts as one pseudo-count, so the class
-    keeps a small probability instead of an infinite negative log-odds.
+    Rare labels and classes are smoothed, and one ``UserWarning`` names them (also listed in
+    ``metadata``): a label constant in the subsample (k = 0 or k = m positives of m rows)
+    gets w_l = 0 and the Laplace-smoothed intercept logit((k + ½)/(m + 1)) (σ_l = ½ without
+    an intercept); a class absent from it gets one pseudo-example with x = 0, so it keeps a
+    small probability.
 
     Parameters
     ----------
@@ -107,12 +99,11 @@ def fit_logging_policy(
     Swaminathan, A. & Joachims, T. (2015). Batch learning from logged bandit feedback through
     counterfactual risk minimization. JMLR 16. arXiv:1502.02362, §6.
     """
+    n_labels = None
     if isinstance(X, SupervisedDataset):
         if family is not None and family != X.family:
             raise ValueError(f"family={family!r} differs from the data set's family {X.family!r}")
         X, Y, family, n_labels = X.X_train, X.Y_train, X.family, X.n_labels
-    else:
-        n_labels = None
     if family not in _FAMILIES:
         raise ValueError(f"family must be one of {_FAMILIES}, got {family!r}")
     if Y is None:
@@ -132,22 +123,15 @@ def fit_logging_policy(
     X_fit = X[rows]
     if family == "multilabel":
         coef, pseudo = _fit_per_label(X_fit, Y[rows], fit_intercept)
-        pseudo_key = "constant_labels"
+        pseudo_key, kind = "constant_labels", "label(s) constant"
+        remedy = "they get w = 0 and the Laplace-smoothed rate (k + 1/2)/(m + 1)"
     else:
         coef, pseudo = _fit_multinomial(X_fit, Y[rows], n_actions, fit_intercept)
-        pseudo_key = "absent_classes"
+        pseudo_key, kind = "absent_classes", "class(es) absent"
+        remedy = "they get one pseudo-example each (a small smoothed probability)"
     if pseudo:
-        kind = "label(s) constant" if family == "multilabel" else "class(es) absent"
-        warnings.warn(
-            f"h0: {len(pseudo)} {kind} in the {m} sampled rows: {pseudo}; "
-            + (
-                "they get w = 0 and the Laplace-smoothed rate (k + 1/2)/(m + 1)"
-                if family == "multilabel"
-                else "they get one pseudo-example each (a small smoothed probability)"
-            ),
-            UserWarning,
-            stacklevel=2,
-        )
+        message = f"h0: {len(pseudo)} {kind} in the {m} sampled rows: {pseudo}; {remedy}"
+        warnings.warn(message, UserWarning, stacklevel=2)
     policy_family = make_family(family, X.shape[1], n_actions, fit_intercept)
     metadata = {
         "role": "logging_policy",
@@ -157,8 +141,8 @@ def fit_logging_policy(
         "n_fit_rows": m,
         "seed": random_state if isinstance(random_state, int) else None,
         pseudo_key: pseudo,
+        "version": "h0-" + _digest(coef, temperature),
     }
-    metadata["version"] = "h0-" + _digest(coef, temperature)
     return StochasticPolicy(policy_family, coef, temperature=float(temperature), metadata=metadata)
 
 
@@ -317,12 +301,8 @@ def map_loss(policy: StochasticPolicy, X: Any, Y: Any) -> float:
 
     Parameters
     ----------
-    policy : StochasticPolicy
-        The policy h.
-    X : array-like or sparse matrix of shape (n_samples, n_features)
-        Contexts xᵢ.
-    Y : array-like of shape (n_samples,) or (n_samples, n_labels)
-        True labels y*ᵢ.
+    policy, X, Y
+        As for :func:`true_expected_loss`.
 
     Returns
     -------
@@ -422,26 +402,10 @@ def supervised_loss(actions: Any, truth: Any, family: str) -> np.ndarray:
     return (np.asarray(actions) != truth).astype(np.float64)
 
 
-def _with_pseudo_rows(X: Any, y: np.ndarray, missing: list[int]) -> tuple[Any, np.ndarray]:
-    """Append one all-zero context per missing label value / class."""
-    if not missing:
-        return X, y
-    zeros = (
-        sp.csr_matrix((len(missing), X.shape[1]))
-        if sp.issparse(X)
-        else np.zeros((len(missing), X.shape[1]))
-    )
-    X_aug = sp.vstack([X, zeros], format="csr") if sp.issparse(X) else np.vstack([X, zeros])
-    return X_aug, np.concatenate([y, np.asarray(missing, dtype=y.dtype)])
-
-
 def _fit_per_label(X: Any, Y: np.ndarray, fit_intercept: bool) -> tuple[np.ndarray, list[int]]:
-    r"""One L2 logistic regression per label; rows (q, d [+1]) with the intercept last.
+    """One L2 logistic regression per label; rows (q, d [+1]) with the intercept last.
 
-    A label that is constant in the sample (k = 0 or k = n positives of n rows) has no
-    logistic-regression fit; it gets w_l = 0 and the Laplace-smoothed intercept
-    b_l = logit((k + ½)/(n + 1)), so σ_l = (k + ½)/(n + 1) on every context (0.5 without
-    an intercept, where w_l = 0 is the only context-free choice).
+    Constant labels are smoothed as described in :func:`fit_logging_policy`.
     """
     n, q = Y.shape
     coef = np.zeros((q, X.shape[1] + int(fit_intercept)))
@@ -464,10 +428,18 @@ def _fit_per_label(X: Any, Y: np.ndarray, fit_intercept: bool) -> tuple[np.ndarr
 def _fit_multinomial(
     X: Any, y: np.ndarray, n_classes: int, fit_intercept: bool
 ) -> tuple[np.ndarray, list[int]]:
-    """Multinomial logistic regression; rows (K, d [+1]) with the intercept last."""
+    """Multinomial logistic regression; rows (K, d [+1]) with the intercept last.
+
+    Each class absent from ``y`` gets one pseudo-example with an all-zero context.
+    """
     absent = [k for k in range(n_classes) if not np.any(y == k)]
-    X_aug, y_aug = _with_pseudo_rows(X, y, absent)
-    model = LogisticRegression(fit_intercept=fit_intercept, **_LOGREG).fit(X_aug, y_aug)
+    if absent:
+        if sp.issparse(X):
+            X = sp.vstack([X, sp.csr_matrix((len(absent), X.shape[1]))], format="csr")
+        else:
+            X = np.vstack([X, np.zeros((len(absent), X.shape[1]))])
+        y = np.concatenate([y, np.asarray(absent, dtype=y.dtype)])
+    model = LogisticRegression(fit_intercept=fit_intercept, **_LOGREG).fit(X, y)
     weights = np.hstack([model.coef_, model.intercept_[:, None]]) if fit_intercept else model.coef_
     if n_classes == 2:  # scikit-learn keeps one row w for two classes: softmax([0, w·x]) = σ(w·x)
         weights = np.vstack([np.zeros_like(weights), weights])

@@ -1,9 +1,7 @@
 """Train / validation / test splits of a logged-bandit log (DESIGN §2, "split").
 
-When the log carries timestamps the split is by time: the oldest rows train, the next
-validate and the newest test, so that the gate estimates how a policy trained on the past
-does on the future. Without timestamps the split is a seeded random permutation. The test
-split is used only by the gate.
+By time when the log has timestamps (so that the gate estimates how a policy trained on the
+past does on the future), else a seeded random permutation. Only the gate uses the test part.
 """
 
 from __future__ import annotations
@@ -101,8 +99,7 @@ def split_summary(method: str, rows: tuple, timestamps: Any) -> dict[str, Any]:
     for name, part in zip(("train", "validation", "test"), rows, strict=True):
         out[f"n_{name}"] = int(part.size)
     if method == "time":
-        ts = timestamps
         for name, part in zip(("train", "validation", "test"), rows, strict=True):
-            out[f"{name}_start"] = str(ts[part].min())
-            out[f"{name}_end"] = str(ts[part].max())
+            out[f"{name}_start"] = str(timestamps[part].min())
+            out[f"{name}_end"] = str(timestamps[part].max())
     return out

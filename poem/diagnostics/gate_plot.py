@@ -30,29 +30,13 @@ def plot_gate(comparison: Any, path: str | Path) -> Path:
     ax_risk, ax_diff = fig.subplots(1, 2)
     rows = [("champion", comparison.champion), ("challenger", comparison.challenger)]
     for y, (name, est) in enumerate(rows):
-        ax_risk.errorbar(
-            est.value,
-            y,
-            xerr=[[est.value - est.lower], [est.upper - est.value]],
-            fmt="o",
-            capsize=4,
-            color="C0" if name == "champion" else "C1",
-        )
+        _interval_bar(ax_risk, est, y, color="C0" if name == "champion" else "C1")
     ax_risk.set_yticks(range(len(rows)), [name for name, _ in rows])
     ax_risk.set_xlabel(
         f"{comparison.challenger.estimator} risk ({comparison.challenger.confidence_level:.0%} CI)"
     )
     ax_risk.set_ylim(-0.6, len(rows) - 0.4)
-    diff = comparison.difference
-    ax_diff.errorbar(
-        diff.value,
-        0,
-        xerr=[[diff.value - diff.lower], [diff.upper - diff.value]],
-        fmt="o",
-        capsize=4,
-        color="C2",
-        label="difference (two-sided CI)",
-    )
+    _interval_bar(ax_diff, comparison.difference, 0, color="C2", label="difference (two-sided CI)")
     ax_diff.axvline(comparison.upper_bound, color="C3", ls="--", label="one-sided upper bound")
     ax_diff.axvline(0.0, color="k", lw=0.8)
     ax_diff.set_yticks([])
@@ -64,3 +48,9 @@ def plot_gate(comparison: Any, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
     return path
+
+
+def _interval_bar(ax: Any, est: Any, y: float, **style: Any) -> None:
+    """An estimate's value at height ``y`` with its interval as error bars."""
+    xerr = [[est.value - est.lower], [est.upper - est.value]]
+    ax.errorbar(est.value, y, xerr=xerr, fmt="o", capsize=4, **style)

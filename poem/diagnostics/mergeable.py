@@ -1,15 +1,9 @@
 """Mergeable statistics of values seen one partition at a time (DESIGN §8).
 
 Each statistic is computed on a partition with ``of`` and added to another with ``merge``; the
-merged statistic does not depend on how the values were partitioned.
-
-- :class:`Moments`: count, mean and central sums, merged with the pairwise update of
-  Chan et al. / Pébay, so the mean, standard error, Kong's ESS, skewness and kurtosis equal
-  those of all the values in memory up to floating-point rounding (~1e-12 relative);
-- :class:`LogHistogram`: a quantile sketch, counts in log-spaced bins
-  [(1+ρ)^b, (1+ρ)^(b+1)), ρ = 2⁻¹⁰, with exact minimum and maximum. Each quantile is within
-  relative error ρ of ``numpy.quantile`` (the bin's geometric midpoint is within
-  √(1+ρ) − 1 ≈ ρ/2 of any value in it; the other ρ/2 covers rounding of the bin index).
+merged statistic does not depend on how the values were partitioned: :class:`Moments` up to
+floating-point rounding (~1e-12 relative), :class:`LogHistogram`'s quantiles within relative
+error ρ = 2⁻¹⁰ of ``numpy.quantile``.
 """
 
 from __future__ import annotations
@@ -120,14 +114,8 @@ class Moments:
         mean = float(w.mean())
         c = w - mean
         c2 = c * c
-        return cls(
-            w.size,
-            mean,
-            float(c2.sum()),
-            float(np.sum(c2 * c)),
-            int(np.count_nonzero(w)),
-            float(c2 @ c2),
-        )
+        m2, m3, m4 = float(c2.sum()), float(np.sum(c2 * c)), float(c2 @ c2)
+        return cls(w.size, mean, m2, m3, int(np.count_nonzero(w)), m4)
 
     def merge(self, other: Moments) -> Moments:
         r"""Pairwise update of the central sums (Pébay 2008, Eq. 2.1 and 2.2).

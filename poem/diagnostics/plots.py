@@ -1,10 +1,6 @@
-"""Diagnostic plots of a log, saved as PNG (matplotlib, Agg backend; no display needed).
+"""Diagnostic plots of a log (propensities, importance weights, action counts) saved as PNG.
 
-* :func:`plot_propensity_histogram` — propensities on a log-scaled axis;
-* :func:`plot_weight_distribution` — importance weights of a target (or the uniform
-  reference) policy, log-scaled, with the clip M marked;
-* :func:`plot_action_counts` — how often each action (label, candidate position) was logged;
-* :func:`save_diagnostic_plots` — all three into a folder (later MLflow artifacts).
+matplotlib's Agg canvas renders them; no display is needed.
 """
 
 from __future__ import annotations
@@ -111,16 +107,12 @@ def save_diagnostic_plots(
         probs, label = target_policy.log_action_probability_on(log), "target policy"
     else:
         probs, label = reference_probabilities(log), "uniform reference policy"
-    weights = importance_weights(probs, log.propensities)
+    p = log.propensities
+    weights, clip = importance_weights(probs, p), suggested_clip(p)
     return {
-        "propensity_histogram": plot_propensity_histogram(
-            log.propensities, out / "propensity_histogram.png"
-        ),
+        "propensity_histogram": plot_propensity_histogram(p, out / "propensity_histogram.png"),
         "weight_distribution": plot_weight_distribution(
-            weights,
-            out / "weight_distribution.png",
-            clip=suggested_clip(log.propensities),
-            label=label,
+            weights, out / "weight_distribution.png", clip=clip, label=label
         ),
         "action_counts": plot_action_counts(log, out / "action_counts.png"),
     }

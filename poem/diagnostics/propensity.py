@@ -5,31 +5,25 @@
 of one log add up with :func:`merge_summaries`, and :func:`summary_report` grades the total as a
 :class:`PropensityReport`. :func:`propensity_report` is the case of one partition.
 
-The hard invariants (p finite and in (0, 1], valid actions, bounded losses) are enforced by
-:class:`poem.data.LoggedBandit` itself; these checks ask whether the propensities look like
-those of a *stochastic logger* and how much a log can tell about a target policy. Every
-check gets a status ``"pass" | "warn" | "fail"`` from :class:`PropensityThresholds` and a
-one-line explanation. Checks that do not apply (support for candidate sets, the logging
-distribution when the log has none, ESS without a target policy) are left out.
+The hard invariants are enforced by :class:`poem.data.LoggedBandit` itself; these checks ask
+whether the propensities look like those of a *stochastic logger* and how much a log can
+tell about a target policy. Each check gets a status ``"pass" | "warn" | "fail"`` from
+:class:`PropensityThresholds` and a one-line explanation; checks that do not apply are left
+out. The key test: the uniform reference policy's weights u(yᵢ|xᵢ)/pᵢ have expectation
+exactly 1 under a logger with full support, so a confidence interval of their mean that
+excludes 1 signals propensities that are not the logger's.
 
-The key test uses the uniform reference policy u: its importance weights
-wᵢ = u(yᵢ|xᵢ)/pᵢ have expectation exactly 1 under the logger when the logger has full
-support, so a confidence interval of their mean that excludes 1 signals propensities that are
-not the logger's (e.g. all multiplied by 0.5 gives a mean of 2).
-
-Counts, the extreme propensities and the weights' moments are exact
-(:class:`~poem.diagnostics.mergeable.Moments`); the quantiles p01, p10, p50, p90 come from a
-:class:`~poem.diagnostics.mergeable.LogHistogram`, so each is within relative ρ = 2⁻¹⁰ of
-``numpy.quantile``, the suggested clip M = p₉₀/p₁₀ within 2ρ, and the clipped fraction counts
-the weight sketch's bins at or above M (it can differ from the exact fraction by the weights
-within relative 3ρ of M). Whatever the partitioning, the report is the same.
+Counts, extremes and moments are exact (:class:`~poem.diagnostics.mergeable.Moments`); the
+quantiles come from a :class:`~poem.diagnostics.mergeable.LogHistogram` (each within
+relative ρ = 2⁻¹⁰ of ``numpy.quantile``, the clip M = p₉₀/p₁₀ within 2ρ, the clipped fraction
+up to the weights within relative 3ρ of M). The report does not depend on the partitioning.
 """
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -192,16 +186,7 @@ class PropensityReport:
             "target": self.target,
             "quantiles": dict(self.quantiles),
             "suggested_clip": self.suggested_clip,
-            "checks": [
-                {
-                    "name": c.name,
-                    "status": c.status,
-                    "value": c.value,
-                    "explanation": c.explanation,
-                    "details": c.details,
-                }
-                for c in self.checks
-            ],
+            "checks": [asdict(c) for c in self.checks],
         }
 
     def to_markdown(self) -> str:
@@ -257,8 +242,7 @@ class PropensitySummary:
     uniform : Moments
         Moments of the uniform policy's weights u(yᵢ|xᵢ)/pᵢ.
     clip_weights : LogHistogram
-        Sketch of the positive weights the clipping check uses (the target's, else the
-        uniform's; a zero weight never reaches M).
+        Sketch of the positive weights of the clipping check (the target's, else the uniform's).
     target : Moments or None
         Moments of the target policy's weights (for its ESS).
     target_name : str or None
@@ -383,6 +367,11 @@ def merge_summaries(summaries: Sequence[PropensitySummary]) -> PropensitySummary
                 f"partitions disagree: family {s.family!r} with {s.n_actions} actions vs "
                 f"{total.family!r} with {total.n_actions}"
             )
+        counts, bad = total.action_counts, total.distribution_bad
+        if counts is not None:
+            counts = counts + s.action_counts
+        if bad is not None:
+            bad = tuple(a + b for a, b in zip(bad, s.distribution_bad, strict=True))
         total = replace(
             total,
             propensities=total.propensities.merge(s.propensities),
@@ -390,14 +379,8 @@ def merge_summaries(summaries: Sequence[PropensitySummary]) -> PropensitySummary
             uniform=total.uniform.merge(s.uniform),
             clip_weights=total.clip_weights.merge(s.clip_weights),
             target=None if total.target is None else total.target.merge(s.target),
-            action_counts=None
-            if total.action_counts is None
-            else total.action_counts + s.action_counts,
-            distribution_bad=None
-            if total.distribution_bad is None
-            else tuple(
-                a + b for a, b in zip(total.distribution_bad, s.distribution_bad, strict=True)
-            ),
+            action_counts=counts,
+            distribution_bad=bad,
         )
     return total
 
@@ -440,8 +423,7 @@ def summary_report(
             _grade(frac > t.near_deterministic_warn, frac > t.near_deterministic_fail),
             frac,
             f"{frac:.1%} of rows have p ≥ 1 − {t.near_deterministic_epsilon:g}; a "
-            f"deterministic logger gives no "
-            "information about other actions",
+            "deterministic logger gives no information about other actions",
         )
     )
     checks.append(_uniform_weight_check(summary.uniform, t))
@@ -514,8 +496,7 @@ def _uniform_weight_check(m: Moments, t: PropensityThresholds) -> PropensityChec
         status,
         mean,
         f"mean weight of the uniform policy {mean:.3g}, {t.confidence_level:.0%} CI "
-        f"[{lo:.3g}, {hi:.3g}] "
-        f"(expected 1): {verdict[status]}{caveat}",
+        f"[{lo:.3g}, {hi:.3g}] (expected 1): {verdict[status]}{caveat}",
         details,
     )
 
@@ -535,8 +516,8 @@ def _support_check(
         "support",
         _grade(frac > t.never_logged_warn, frac > t.never_logged_fail),
         frac,
-        f"{never.size} of {K} {what} never "
-        f"logged{': ' + str(never[:10].tolist()) if never.size else ''}; "
+        f"{never.size} of {K} {what} never logged"
+        f"{': ' + str(never[:10].tolist()) if never.size else ''}; "
         "policies cannot be evaluated on actions the logger never took",
         {"never_logged": never.tolist()},
     )
@@ -550,12 +531,8 @@ def _distribution_check(
         "logging_distribution",
         _grade(n_bad > 0, n_bad > 0),
         n_bad / n,
-        f"{bad_sum:,} rows whose distribution does not sum to 1 and "
-        f"{bad_p:,} whose "
-        f"probability of the logged action differs from the propensity (tolerance "
+        f"{bad_sum:,} rows whose distribution does not sum to 1 and {bad_p:,} whose probability "
+        f"of the logged action differs from the propensity (tolerance "
         f"{t.distribution_tolerance:g})",
-        {
-            "rows_not_summing_to_one": bad_sum,
-            "rows_inconsistent_with_propensity": bad_p,
-        },
+        {"rows_not_summing_to_one": bad_sum, "rows_inconsistent_with_propensity": bad_p},
     )

@@ -81,17 +81,13 @@ def search_figure(
         if key in seen:
             label += f" (= {seen[key]})"
         seen.setdefault(key, f"{group}={name}")
-        style = {
-            "marker": _MARKERS[i % len(_MARKERS)],
-            "linestyle": _LINES[i % len(_LINES)],
-            "label": label,
-        }
+        style = dict(marker=_MARKERS[i % len(_MARKERS)], linestyle=_LINES[i % len(_LINES)])
         if all(f"{y}_lower" in r and f"{y}_upper" in r for r in members):
             lo = [float(r[y]) - float(r[f"{y}_lower"]) for r in members]
             hi = [float(r[f"{y}_upper"]) - float(r[y]) for r in members]
-            ax.errorbar(xs, ys, yerr=[lo, hi], capsize=3, **style)
+            ax.errorbar(xs, ys, yerr=[lo, hi], capsize=3, label=label, **style)
         else:
-            ax.plot(xs, ys, **style)
+            ax.plot(xs, ys, label=label, **style)
     ax.set_xscale("symlog", linthresh=1e-3)
     ax.set_xlabel(x)
     ax.set_ylabel(f"validation {y}")

@@ -101,10 +101,6 @@ class LossPredictions:
         return np.add.reduceat(p * self.values, self.offsets[:-1])
 
 
-def _default_model(binary: bool) -> Any:
-    return LogisticRegression(C=1.0, max_iter=1000) if binary else Ridge(alpha=1.0)
-
-
 def fit_loss_model(
     log: Any, *, loss_model: Any = None, n_folds: int = 5, random_state: Any = None
 ) -> LossPredictions:
@@ -157,7 +153,9 @@ def fit_loss_model(
     lo, hi = log.loss_bounds
     target = (np.asarray(log.losses) - lo) / (hi - lo)
     binary = bool(np.all((target == 0) | (target == 1)))
-    model = _default_model(binary) if loss_model is None else loss_model
+    model = loss_model
+    if model is None:
+        model = LogisticRegression(C=1.0, max_iter=1000) if binary else Ridge(alpha=1.0)
     classifier = is_classifier(model)
     if classifier and not binary:
         raise ValueError(

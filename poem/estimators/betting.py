@@ -1,12 +1,8 @@
 """Lower confidence bounds by betting: valid at every sample size, for variables bounded below.
 
 The gate (DESIGN §5) must keep its false-promotion rate ≤ α at finite n, where t intervals
-on skewed, heavy-tailed paired terms do not (measured 9–25 % at α = 5 %). A capital process
-that bets on the sign of Xᵢ − m is a nonnegative martingale when m is the true mean, so by
-Ville's inequality it ever reaches 1/α with probability ≤ α; every m at which it does is
-rejected.
-Only a *lower* bound Lᵢ on each term is needed (no upper bound, no variance assumption):
-the capital stays positive because each bet is capped at κ/(m − Lᵢ).
+on skewed, heavy-tailed paired terms do not (README). Only a *lower* bound Lᵢ on each term is
+needed (no upper bound, no variance assumption); see :func:`betting_lower_bound`.
 
 All functions are vectorised over leading axes (many simulated logs at once); rows are the
 last axis, in the order they were logged.
@@ -34,9 +30,8 @@ def _plug_in_bets(x: np.ndarray, alpha: float, scale: float) -> np.ndarray:
     squares = np.cumsum((x - mean) ** 2, axis=-1)
     # σ̂²ᵢ₋₁ = (s² + Σ_{j<i} (x_j − μ̂_j)²) / i, with prior s² = scale²
     previous = np.concatenate([np.zeros(x.shape[:-1] + (1,)), squares[..., :-1]], axis=-1)
-    variance = np.maximum(
-        (scale**2 + previous) / count, np.finfo(np.float64).tiny
-    )  # s² may underflow
+    # s² may underflow: floor the variance at the smallest normal float
+    variance = np.maximum((scale**2 + previous) / count, np.finfo(np.float64).tiny)
     return np.sqrt(2.0 * np.log(1.0 / alpha) / (n * variance))
 
 
@@ -78,14 +73,12 @@ def betting_lower_bound(
 
     where Xᵢ are the terms (conditional mean μ given rows < i), Lᵢ ≤ Xᵢ their lower bounds
     (fixed, or computed from rows < i only), σ̂²ᵢ₋₁ the running variance of rows < i
-    (prior s² = ``scale``²), κ = 1/2, n the number of rows and 1 − α the confidence level.
-    Each factor is ≥ 1 − κ > 0 and has conditional mean 1 at m = μ, so K(μ) is a
-    nonnegative martingale with mean 1 and, by Ville's inequality, P(μ̂_LB > μ) ≤ α at
-    every n (it even bounds the chance that the capital ever reaches 1/α). Each
-    factor is non-increasing in m, so the bound is found by an exponential search down
-    from the mean in steps of the standard error, then 8 Illinois regula-falsi steps on
-    maxₜ log Kₜ (O(n) each; the returned m is always one whose capital reached 1/α). No
-    upper bound on Xᵢ is needed.
+    (prior s² = ``scale``²), κ the cap of the bets, n the number of rows and 1 − α the
+    confidence level. Each factor is ≥ 1 − κ > 0 with conditional mean 1 at m = μ, so K(μ)
+    is a nonnegative martingale and, by Ville's inequality, P(μ̂_LB > μ) ≤ α at every n.
+    Each factor is non-increasing in m: the bound is found by an exponential search down
+    from the mean, then 8 Illinois regula-falsi steps on maxₜ log Kₜ (the returned m is
+    always one whose capital reached 1/α).
 
     Parameters
     ----------
@@ -99,22 +92,15 @@ def betting_lower_bound(
         Prior standard deviation s of the terms (only shapes the first bets), > 0.
     mixture : bool, default=False
         If True, axis 0 of ``terms`` and ``lower`` indexes S strategies: different terms
-        with the same conditional mean μ (e.g. different control variates). Their capitals
-        are averaged, K = (1/S) Σₛ K⁽ˢ⁾, which is again a nonnegative martingale at μ, so
-        the bound is as valid as one strategy's and close to the best one's (the price is
-        log S in the threshold).
+        with the same conditional mean μ. Their capitals are averaged, K = (1/S) Σₛ K⁽ˢ⁾,
+        again a nonnegative martingale at μ (the price is log S in the threshold).
     max_bet_fraction : float or array-like of shape (S,), default=0.5
-        The cap κ in (0, 1) of the bets; with ``mixture`` one per strategy (the same terms
-        may be stacked twice with different κ). Every factor is ≥ 1 − κ > 0, so any
-        κ < 1 keeps K a nonnegative martingale; κ near 1 bets more when the cap binds
-        (terms bounded far below their spread, e.g. rare losses) and risks more of the
-        capital on a row at Lᵢ.
+        The cap κ in (0, 1) of the bets; with ``mixture`` one per strategy. κ near 1 bets
+        more when the cap binds (terms bounded far below their spread, e.g. rare losses).
     randomization : float or array-like of shape (...), optional
-        U ~ Uniform(0, 1], drawn independently of the data (one per problem). Then m is
-        also rejected when the final capital Kₙ(m) ≥ max(U, α)/α: the randomized Ville
-        inequality P(maxₜ₍ₙ Kₜ ≥ 1/α or Kₙ ≥ U/α) ≤ α keeps the level, and a log whose
-        capital ends at K < 1/α still excludes m with chance about αK (valid only if U is
-        fresh and independent for every decision: a fixed U is not).
+        U ~ Uniform(0, 1], fresh and independent of the data (one per problem). Then m is
+        also rejected when the final capital Kₙ(m) ≥ max(U, α)/α; the randomized Ville
+        inequality P(maxₜ Kₜ ≥ 1/α or Kₙ ≥ U/α) ≤ α keeps the level.
 
     Returns
     -------

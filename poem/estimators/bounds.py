@@ -14,7 +14,7 @@ import numpy as np
 from scipy import special
 from sklearn.utils import check_random_state
 
-from poem.estimators.weights import _as_vector, _check_clip, _check_values
+from poem.estimators.weights import _as_vector, _check_clip, _check_real, _check_values
 
 __all__ = [
     "ALTERNATIVES",
@@ -40,22 +40,16 @@ def _check_option(value: Any, name: str, options: Sequence[str]) -> str:
 
 def _check_confidence_level(confidence_level: Any) -> float:
     """Validate 1 − γ ∈ (0, 1)."""
-    if isinstance(confidence_level, bool) or not isinstance(
-        confidence_level, (int, float, np.integer, np.floating)
-    ):
-        kind = type(confidence_level).__name__
-        raise TypeError(f"confidence_level must be a real number, got {kind}")
+    _check_real(confidence_level, "confidence_level")
     if not 0.0 < confidence_level < 1.0:
         raise ValueError(f"confidence_level must be in (0, 1), got {confidence_level!r}")
     return float(confidence_level)
 
 
-def _finite_vector(values: Any, name: str, min_rows: int = 2) -> np.ndarray:
+def _finite_vector(values: Any, name: str) -> np.ndarray:
     v = _as_vector(values, name)
-    if v.size < min_rows:
-        raise ValueError(
-            f"{name} has {v.size} row(s); at least {min_rows} are needed for a sample variance"
-        )
+    if v.size < 2:
+        raise ValueError(f"{name} has {v.size} row(s); at least 2 are needed for a sample variance")
     _check_values(~np.isfinite(v), name, "are not finite (NaN or inf)")
     return v
 

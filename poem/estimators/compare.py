@@ -33,7 +33,13 @@ from poem.estimators.ips import (
     shift_estimate,
 )
 from poem.estimators.reliability import interval_flags
-from poem.estimators.weights import _check_clip, _check_losses, _check_values, _check_weights
+from poem.estimators.weights import (
+    _check_clip,
+    _check_losses,
+    _check_real,
+    _check_values,
+    _check_weights,
+)
 
 __all__ = ["PolicyComparison", "compare_policies"]
 
@@ -55,17 +61,9 @@ class PolicyComparison:
         True iff ``upper_bound < -min_improvement`` and the challenger's ESS ≥ ``min_ess``.
     reasons : tuple of str
         One human-readable line per condition, starting with ``"passed:"`` or ``"failed:"``.
-    min_improvement : float
-        Required improvement (risk units).
-    min_ess : float
-        Required challenger effective sample size.
-    randomization : float or None
-        The U in (0, 1] of a randomized decision (see :func:`compare_policies`); None:
-        deterministic.
-    order_seed : int or None
-        Seed of the random order of the rows the bound bet on (None: the order given).
-    max_weight : float or None
-        The declared weight bound B the bound used (None: none was declared).
+    min_improvement, min_ess, randomization, order_seed, max_weight
+        The arguments of :func:`compare_policies` the decision used (ε, n_min, U, the seed
+        of the rows' order and the declared weight bound B; None where not given).
     attempt : int
         Which attempt on this test window against this champion (1: the first); its α is
         1 − the difference's confidence level.
@@ -166,6 +164,12 @@ class PolicyComparison:
     def to_markdown(self) -> str:
         """Small markdown report: estimates with intervals, difference, diagnostics, decision."""
         level = self.difference.confidence_level
+        ledger = " (no attempt ledger)."
+        if self.family_alpha is not None:
+            ledger = f" of the window's {self.family_alpha:.4g}."
+        order = ""
+        if self.order_seed is not None:
+            order = f" Rows in the random order of seed {self.order_seed}."
         rows = [
             ("challenger", self.challenger),
             ("champion", self.champion),
@@ -193,17 +197,7 @@ class PolicyComparison:
             f"minimum challenger effective sample size {self.min_ess:,.4g}.",
             "",
             f"Attempt {self.attempt} on this test window against this champion: "
-            f"α = {self.alpha:.4g}"
-            + (
-                f" of the window's {self.family_alpha:.4g}."
-                if self.family_alpha is not None
-                else " (no attempt ledger)."
-            )
-            + (
-                f" Rows in the random order of seed {self.order_seed}."
-                if self.order_seed is not None
-                else ""
-            ),
+            f"α = {self.alpha:.4g}{ledger}{order}",
             "",
             f"**Decision: {self.decision}**",
             "",
@@ -233,16 +227,14 @@ def _bound_kind(randomization: float | None) -> str:
 def _check_randomization(value: Any) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"randomization must be a real number or None, got {type(value).__name__}")
+    _check_real(value, "randomization", "a real number or None")
     if not (0.0 < value <= 1.0):
         raise ValueError(f"randomization must be in (0, 1], got {value!r}")
     return float(value)
 
 
 def _check_threshold(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    _check_real(value, name)
     if not (np.isfinite(value) and value >= 0):
         raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
     return float(value)
@@ -284,23 +276,10 @@ def compare_policies(
     delta-method terms for SNIPS); they do not decide, and they carry reliability flags
     (:func:`poem.estimators.reliability.interval_flags`) when they may undercover.
 
-    Null and guarantee: P(promote) ≤ γ when the challenger's risk averaged over the test
-    window is not lower than the champion's by more than ε,
-    (1/n)Σᵢ(Rᵢ(challenger) − Rᵢ(champion)) ≥ −ε, with Rᵢ the risks at row i's context and
-    time, if given the window's contexts the rows are independent draws from the logging
-    policy of their time with correct propensities, losses lie in ``loss_bounds`` and, where
-    the option needs it (``"snips"`` against the logger, or a policy champion without
-    ``total_variation``), every importance weight is ≤ ``max_weight``, a bound *declared*
-    before the rows were seen. The bound bets on the
-    rows in a random order drawn from ``order_seed`` (the order given does not matter: see
-    :mod:`poem.estimators.improvement`). Without ``max_weight`` only terms that need no
-    weight bound are used, and the reasons say so. With
-    ``randomization=U`` the bound also rejects when the capital at the end of the log
-    Kₙ ≥ U/γ (randomized Ville inequality, Ramdas & Manole 2023): the guarantee then holds
-    over the draw of U ~ Uniform(0, 1], which must be independent of the log (e.g.
-    :func:`poem.gate.decision_coin` of a challenger fitted on other rows), and a log whose
-    evidence falls short of 1/γ still promotes with chance γ·Kₙ — more power where evidence
-    is scarce (rare losses), the same false-promotion rate.
+    Guarantee: P(promote) ≤ γ when (1/n)Σᵢ(Rᵢ(challenger) − Rᵢ(champion)) ≥ −ε, with Rᵢ the
+    risks at row i's context and time, under the assumptions of
+    :func:`~poem.estimators.improvement.improvement_lower_bound` (with ``randomization``,
+    over the draw of U).
 
     Parameters
     ----------
@@ -323,10 +302,8 @@ def compare_policies(
         Weight cap M; required for ``"clipped_ips"`` and rejected otherwise. The bound clips
         only the challenger's weights (pessimistic); the reported clipped estimates estimate
         the clipped risks and are flagged when any weight reaches M.
-    interval : {"t", "normal", "bootstrap"}, default="t"
-        Method of the reported intervals (not of the decision).
-    random_state : int, RandomState instance or None, default=0
-        Seed of the bootstrap (used only when ``interval="bootstrap"``).
+    interval, random_state
+        As for :func:`~poem.estimators.ips.ips`, for the reported intervals (not the decision).
     loss_baseline : float, default=0.0
         Translation c of the reported estimates: they run on δᵢ − c with c added back to
         each risk (the difference does not move; :func:`poem.gate.counterfactual_ab_test`
@@ -336,20 +313,17 @@ def compare_policies(
         on the log (then it is assumed no loss can lie outside them).
     max_weight : float or None, default=None
         Declared bound B ≥ 1 on every importance weight, known before the test rows (1 / the
-        logger's declared minimum propensity); None: no bound is known (then only terms that
-        need none are used; never the largest weight the log shows).
+        logger's declared minimum propensity); None: only terms that need none are used.
     randomization : float or None, default=None
-        U in (0, 1], drawn independently of the log, for the randomized decision; None:
-        deterministic (only the running maximum of the capital decides).
+        U ~ Uniform(0, 1], independent of the log (e.g. :func:`poem.gate.decision_coin`):
+        the bound also rejects when the final capital Kₙ ≥ U/γ; None: deterministic.
     order_seed : int or None, default=0
         Seed of the random order of the rows for the bound (recorded in the result); None
         keeps the order given (only for rows that are already in a random order).
     total_variation : array-like of shape (n_samples,) or None, default=None
-        TV(xᵢ) = ½ Σ_y |π_c(y|xᵢ) − π_h(y|xᵢ)|, the two policies' total variation distance
-        at each row's context, in [0, 1] (:func:`poem.gate.policy_total_variation`). Against
-        a policy champion the bound then bets on terms bounded below by −(δ_max − δ_min)·TV
-        that need no weight bound (:func:`~poem.estimators.gate_options.total_variation_terms`);
-        None: only the logged actions' probabilities are known.
+        TV(xᵢ), the two policies' total variation distance at each row's context
+        (:func:`poem.gate.policy_total_variation`); against a policy champion the bound then
+        needs no weight bound (:func:`~poem.estimators.gate_options.total_variation_terms`).
 
     Returns
     -------
@@ -507,20 +481,8 @@ def _paired_difference(d, wc, wh, estimator, clip, level, interval, random_state
         def statistic(loss, a, b):
             return _mean_statistic(loss, a) - _mean_statistic(loss, b)
 
-    se = standard_error(terms)
-    arrays = (d, wc, wh)
-    lower, upper = _interval(statistic, arrays, value, se, d.size, level, interval, random_state)
+    se, n, arrays = standard_error(terms), int(d.size), (d, wc, wh)
+    lower, upper = _interval(statistic, arrays, value, se, n, level, interval, random_state)
     flags = interval_flags(terms, np.maximum(wc, wh))
-    return Estimate(
-        f"{estimator}_difference",
-        float(value),
-        se,
-        lower,
-        upper,
-        int(d.size),
-        level,
-        0.0,
-        0.0,
-        interval,
-        flags,
-    )
+    name = f"{estimator}_difference"
+    return Estimate(name, float(value), se, lower, upper, n, level, 0.0, 0.0, interval, flags)

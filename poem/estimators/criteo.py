@@ -86,18 +86,9 @@ def criteo_ips(clicks: Any, weights: Any, *, clip: float | None = None) -> Estim
     terms = c * w
     value = CRITEO_SCALE * terms.sum() / denominator  # Eq. (16)
     half_width = CRITEO_SCALE * CRITEO_Z * np.sqrt(n) * terms.std() / denominator  # Eq. (18)
-    return Estimate(
-        "criteo_ips",
-        float(value),
-        float(half_width / CRITEO_Z),
-        float(value - half_width),
-        float(value + half_width),
-        int(n),
-        0.99,
-        effective_sample_size(w),
-        fraction,
-        "normal",
-    )
+    se, ess = float(half_width / CRITEO_Z), effective_sample_size(w)
+    lower, upper = float(value - half_width), float(value + half_width)
+    return Estimate("criteo_ips", float(value), se, lower, upper, n, 0.99, ess, fraction, "normal")
 
 
 @dataclass(frozen=True)

@@ -1,18 +1,10 @@
 """Direct method (DM), doubly robust (DR) and self-normalized DR estimates of a policy's risk.
 
-A loss model δ̂(x, a) (any scikit-learn estimator) is fitted on the log by K-fold
-cross-fitting: the model that predicts rows of fold k never saw fold k (DESIGN §4.2). Its
-predictions enter three pure estimators that return the same frozen
-:class:`~poem.estimators.ips.Estimate` as IPS/SNIPS:
-
-- DM:   (1/n) Σ v̂ᵢ,                              v̂ᵢ = Σ_a π(a|xᵢ) δ̂(xᵢ, a);
-- DR:   (1/n) Σ [v̂ᵢ + rᵢ (δᵢ − δ̂(xᵢ, yᵢ))];
-- SNDR: (1/n) Σ v̂ᵢ + Σ rᵢ (δᵢ − δ̂(xᵢ, yᵢ)) / Σ rᵢ.
-
-DR equals IPS when δ̂ ≡ 0 and DM when every rᵢ = 1 and δ̂ is exact. DM/DR need the policy's
-whole distribution, so they support the discrete and candidate-set families (not multilabel,
-whose 2^q actions are not enumerated). The loss model lives in
-:mod:`poem.estimators._loss_model` and is re-exported here.
+A loss model δ̂(x, a) (any scikit-learn estimator, :mod:`poem.estimators._loss_model`,
+re-exported here) is fitted on the log by K-fold cross-fitting (DESIGN §4.2); its predictions
+enter three pure estimators that return the same frozen :class:`~poem.estimators.ips.Estimate`
+as IPS/SNIPS. DM/DR need the policy's whole distribution, so they support the discrete and
+candidate-set families (not multilabel, whose 2^q actions are not enumerated).
 """
 
 from __future__ import annotations
@@ -27,17 +19,10 @@ from poem.estimators.bounds import (
     _check_confidence_level,
     _check_option,
     _finite_vector,
-    bootstrap_interval,
-    confidence_interval,
     standard_error,
 )
-from poem.estimators.ips import Estimate
-from poem.estimators.weights import (
-    _check_losses,
-    _check_weights,
-    effective_sample_size,
-    importance_weights,
-)
+from poem.estimators.ips import Estimate, _interval, _losses_and_weights
+from poem.estimators.weights import effective_sample_size, importance_weights
 
 __all__ = [
     "DR_ESTIMATORS",
@@ -54,20 +39,17 @@ DR_ESTIMATORS = ("dm", "dr", "sndr")
 
 
 # -- the three estimators (pure functions of per-row arrays) -----------------------------------
-def _finish(name, terms_or_value, se, arrays, statistic, n, level, interval, random_state, ess):
-    value = float(terms_or_value)
-    if interval == "bootstrap":
-        lower, upper = bootstrap_interval(
-            statistic, arrays, confidence_level=level, random_state=random_state
-        )
-    else:
-        lower, upper = confidence_interval(value, se, n, level, interval)
-    return Estimate(name, value, se, lower, upper, int(n), level, ess, 0.0, interval)
-
-
-def _check_common(confidence_level: Any, interval: Any) -> float:
+def _options(confidence_level: Any, interval: Any, random_state: Any) -> tuple:
     _check_option(interval, "interval", INTERVAL_METHODS)
-    return _check_confidence_level(confidence_level)
+    return _check_confidence_level(confidence_level), interval, random_state
+
+
+def _finish(name, value, terms, arrays, statistic, options, ess) -> Estimate:
+    """The :class:`Estimate` of ``value`` with the standard error of its per-row ``terms``."""
+    level, interval, random_state = options
+    value, se, n = float(value), standard_error(terms), terms.size
+    lower, upper = _interval(statistic, arrays, value, se, n, level, interval, random_state)
+    return Estimate(name, value, se, lower, upper, int(n), level, ess, 0.0, interval)
 
 
 def direct_method(
@@ -88,12 +70,8 @@ def direct_method(
     model_values : array-like of shape (n_samples,)
         Model-expected loss of the target policy per row, i.e. v̂ᵢ
         (:meth:`LossPredictions.expected_loss`).
-    confidence_level : float, default=0.95
-        Coverage of the interval, in (0, 1), i.e. 1 − γ.
-    interval : {"t", "normal", "bootstrap"}, default="t"
-        Interval method.
-    random_state : int, RandomState instance or None, default=0
-        Seed of the bootstrap.
+    confidence_level, interval, random_state
+        As for :func:`~poem.estimators.ips.ips`.
 
     Returns
     -------
@@ -110,27 +88,13 @@ def direct_method(
     Dudík, Langford & Li (2011), Doubly robust policy evaluation and learning, ICML,
     arXiv:1103.4601 (the direct method).
     """
-    level = _check_common(confidence_level, interval)
+    options = _options(confidence_level, interval, random_state)
     v = _finite_vector(model_values, "model_values")
-    return _finish(
-        "dm",
-        v.mean(),
-        standard_error(v),
-        (v,),
-        lambda V: V.mean(-1),
-        v.size,
-        level,
-        interval,
-        random_state,
-        float(v.size),
-    )
+    return _finish("dm", v.mean(), v, (v,), lambda V: V.mean(-1), options, float(v.size))
 
 
 def _dr_inputs(losses, weights, logged_predictions, model_values):
-    w = _check_weights(weights)
-    d = _check_losses(losses, w.size)
-    if d.size < 2:
-        raise ValueError(f"losses has {d.size} row(s); at least 2 are needed for a standard error")
+    d, w = _losses_and_weights(losses, weights)
     q = _finite_vector(logged_predictions, "logged_predictions")
     v = _finite_vector(model_values, "model_values")
     for name, arr in (("logged_predictions", q), ("model_values", v)):
@@ -171,12 +135,8 @@ def doubly_robust(
         Loss-model prediction for the logged action, i.e. δ̂(xᵢ, yᵢ).
     model_values : array-like of shape (n_samples,)
         Model-expected loss of the target policy, i.e. v̂ᵢ.
-    confidence_level : float, default=0.95
-        Coverage of the interval, in (0, 1), i.e. 1 − γ.
-    interval : {"t", "normal", "bootstrap"}, default="t"
-        Interval method.
-    random_state : int, RandomState instance or None, default=0
-        Seed of the bootstrap.
+    confidence_level, interval, random_state
+        As for :func:`direct_method`.
 
     Returns
     -------
@@ -194,21 +154,10 @@ def doubly_robust(
     Dudík, Langford & Li (2011), Doubly robust policy evaluation and learning, ICML,
     arXiv:1103.4601 (the DR estimator).
     """
-    level = _check_common(confidence_level, interval)
+    options = _options(confidence_level, interval, random_state)
     d, w, q, v = _dr_inputs(losses, weights, logged_predictions, model_values)
     t = v + w * (d - q)  # tᵢ = v̂ᵢ + rᵢ(δᵢ − δ̂ᵢ)
-    return _finish(
-        "dr",
-        t.mean(),
-        standard_error(t),
-        (t,),
-        lambda T: T.mean(-1),
-        d.size,
-        level,
-        interval,
-        random_state,
-        effective_sample_size(w),
-    )
+    return _finish("dr", t.mean(), t, (t,), lambda T: T.mean(-1), options, effective_sample_size(w))
 
 
 def _sndr_statistic(v: np.ndarray, w: np.ndarray, e: np.ndarray) -> np.ndarray:
@@ -242,20 +191,10 @@ def self_normalized_doubly_robust(
 
     Parameters
     ----------
-    losses : array-like of shape (n_samples,)
-        Logged losses, i.e. δᵢ.
-    weights : array-like of shape (n_samples,)
-        Importance weights, ≥ 0 and not all 0, i.e. rᵢ.
-    logged_predictions : array-like of shape (n_samples,)
-        Loss-model prediction for the logged action, i.e. δ̂(xᵢ, yᵢ).
-    model_values : array-like of shape (n_samples,)
-        Model-expected loss of the target policy, i.e. v̂ᵢ.
-    confidence_level : float, default=0.95
-        Coverage of the interval, in (0, 1), i.e. 1 − γ.
-    interval : {"t", "normal", "bootstrap"}, default="t"
-        Interval method.
-    random_state : int, RandomState instance or None, default=0
-        Seed of the bootstrap.
+    losses, weights, logged_predictions, model_values : array-like of shape (n_samples,)
+        δᵢ, rᵢ (not all 0), δ̂(xᵢ, yᵢ) and v̂ᵢ, as for :func:`doubly_robust`.
+    confidence_level, interval, random_state
+        As for :func:`direct_method`.
 
     Returns
     -------
@@ -274,7 +213,7 @@ def self_normalized_doubly_robust(
     Swaminathan & Joachims (2015), The self-normalized estimator for counterfactual learning,
     NeurIPS 28.
     """
-    level = _check_common(confidence_level, interval)
+    options = _options(confidence_level, interval, random_state)
     d, w, q, v = _dr_inputs(losses, weights, logged_predictions, model_values)
     if w.sum() == 0:
         raise ValueError(
@@ -286,16 +225,7 @@ def self_normalized_doubly_robust(
     value = float(v.mean() + correction)
     psi = (v - v.mean()) + w * (e - correction) / w.mean()
     return _finish(
-        "sndr",
-        value,
-        standard_error(psi),
-        (v, w, e),
-        _sndr_statistic,
-        d.size,
-        level,
-        interval,
-        random_state,
-        effective_sample_size(w),
+        "sndr", value, psi, (v, w, e), _sndr_statistic, options, effective_sample_size(w)
     )
 
 
@@ -330,16 +260,12 @@ def evaluate_policy_dr(
     predictions : LossPredictions or None, default=None
         Reuse already cross-fitted predictions (e.g. to evaluate several policies); fitted
         with :func:`fit_loss_model` when None.
-    loss_model : scikit-learn estimator or None, default=None
+    loss_model, n_folds
         Passed to :func:`fit_loss_model`.
-    n_folds : int, default=5
-        Cross-fitting folds.
     random_state : int, RandomState instance or None, default=None
         Seed of the folds (and of the bootstrap when ``interval="bootstrap"``).
-    confidence_level : float, default=0.95
-        Coverage of the interval, i.e. 1 − γ.
-    interval : {"t", "normal", "bootstrap"}, default="t"
-        Interval method.
+    confidence_level, interval
+        As for :func:`direct_method`.
 
     Returns
     -------

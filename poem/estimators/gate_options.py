@@ -5,22 +5,15 @@ capital processes its bound bets on (:class:`Capital`: terms Xᵢ whose conditio
 most the improvement R(champion) − R(challenger), lower bounds Lᵢ ≤ Xᵢ fixed before the test
 rows are seen, a cap κ on the bets), whether it needs a declared weight bound B, and its
 config checks. :func:`poem.estimators.improvement.improvement_lower_bound` turns the
-capitals into the bound; nothing else branches on the option's name. Adding an option is one
-class here plus its tests.
+capitals into the bound; nothing else branches on the option's name.
 
 The weight bound B (every importance weight ≤ B) must be known before the test rows are
-seen: 1 / the logger's declared minimum propensity (log metadata ``min_propensity``, or
-``checks.min_propensity`` > 0), never the largest weight a log happens to show (a log cannot
-show that its own range is complete). Without B, only terms bounded below whatever the
-weights are used (:func:`bound_free_terms`), and the option says so.
-
-Against a policy champion the paired terms' lower bound −(b − a)B caps every bet at about
-1/B (measured: 0 % power at n = 2,000 for a 5 %-better challenger with B = 86), and the
-bound-free terms add the champion's weight noise (b − a)(r^h − 1) (s.d. 1.2 against 0.36 for
-the paired terms: 7 %). When the two policies' distributions at each row's context are known
-(discrete actions), :func:`total_variation_terms` add a control variate with conditional mean
-0 that bounds the paired terms below by −(b − a)·TV(x) whatever the weights: no B, and the
-paired terms' power (65 % in the same cell).
+seen: 1 / the logger's declared minimum propensity, never the largest weight a log happens to
+show. Without B, only terms bounded below whatever the weights are used
+(:func:`bound_free_terms`), and the option says so. Against a policy champion whose
+distributions are known, :func:`total_variation_terms` need no B and keep the paired terms'
+power (their lower bound −(b − a)B would cap every bet at about 1/B; README, "The
+counterfactual A/B gate").
 
 All functions take arrays whose last axis is the rows (leading axes: independent logs).
 """
@@ -106,14 +99,12 @@ def total_variation_terms(losses, rc, rh, loss_bounds, total_variation):
               - (b - a)\,\mathrm{TV}(x_i) \ \ge\ -(b - a)\,\mathrm{TV}(x_i)
 
     where TV(x) = ½ Σ_y |π_c(y|x) − π_h(y|x)| is the two policies' total variation distance
-    at row i's context (known from the policies before the row's action and loss are seen).
-    They are :func:`paired_terms` plus the control variate (b − a)[(r^h − r^c)₊ − TV(x)],
-    whose conditional mean given xᵢ is 0 (E[(r^h − r^c)₊ | x] = Σ_y (π_h − π_c)₊ = TV(x)
-    when the logger can take every action; ≤ TV(x) otherwise, which only lowers the mean),
-    so E[Xᵢ | xᵢ] is the improvement at xᵢ, for any logger and without a weight bound. The
-    lower bound is the window's max TV (fixed given the window's contexts, so the bets do
-    not depend on which row comes next). Any upper bound on TV(x) in [0, 1] keeps them valid
-    (the mean only goes down).
+    at row i's context (known before the row's action and loss are seen). They are
+    :func:`paired_terms` plus the control variate (b − a)[(r^h − r^c)₊ − TV(x)], whose
+    conditional mean given xᵢ is ≤ 0 (E[(r^h − r^c)₊ | x] ≤ TV(x), with equality when the
+    logger can take every action), so E[Xᵢ | xᵢ] is at most the improvement at xᵢ, for any
+    logger and without a weight bound. The lower bound uses the window's max TV (fixed given
+    the window's contexts); any upper bound on TV(x) in [0, 1] keeps the terms valid.
     """
     a, b = loss_bounds
     gap = rc - rh
@@ -218,6 +209,18 @@ class GateOption:
         return "no weight bound (the champion is the logging policy)"
 
 
+def _ips_capitals(losses, rc, rh, loss_bounds, max_weight, logger, total_variation):
+    """The ``ips`` capitals, which ``clipped_ips`` and ``snips`` average their own with."""
+    if logger:
+        return [Capital(*paired_terms(losses, rc, rh, loss_bounds, None, True), 0.5)]
+    if total_variation is not None:
+        tv = total_variation_terms(losses, rc, rh, loss_bounds, total_variation)
+        return [Capital(*tv, 0.5)]
+    if max_weight is None:
+        return [Capital(*bound_free_terms(losses, rc, rh, loss_bounds), 0.5)]
+    return [Capital(*paired_terms(losses, rc, rh, loss_bounds, max_weight, False), 0.99)]
+
+
 class IPSOption(GateOption):
     """``ips``: the paired terms (b − δ)(r^c − r^h).
 
@@ -232,28 +235,7 @@ class IPSOption(GateOption):
     def capitals(
         self, losses, rc, rh, *, loss_bounds, max_weight, clip, logger, total_variation=None
     ):
-        if logger:
-            return [Capital(*paired_terms(losses, rc, rh, loss_bounds, None, True), 0.5)]
-        if total_variation is not None:
-            tv = total_variation_terms(losses, rc, rh, loss_bounds, total_variation)
-            return [Capital(*tv, 0.5)]
-        if max_weight is None:
-            return [Capital(*bound_free_terms(losses, rc, rh, loss_bounds), 0.5)]
-        return [Capital(*paired_terms(losses, rc, rh, loss_bounds, max_weight, False), 0.99)]
-
-
-def _ips_capitals(losses, rc, rh, loss_bounds, max_weight, logger, total_variation):
-    """The ``ips`` capitals, which ``clipped_ips`` and ``snips`` average their own with."""
-    return IPSOption().capitals(
-        losses,
-        rc,
-        rh,
-        loss_bounds=loss_bounds,
-        max_weight=max_weight,
-        clip=None,
-        logger=logger,
-        total_variation=total_variation,
-    )
+        return _ips_capitals(losses, rc, rh, loss_bounds, max_weight, logger, total_variation)
 
 
 class ClippedIPSOption(GateOption):
@@ -275,13 +257,7 @@ class ClippedIPSOption(GateOption):
         if not logger and total_variation is not None:
             return exact
         capped = np.minimum(float(clip), rc)
-        if logger:
-            terms, lower = paired_terms(losses, capped, rh, loss_bounds, None, True)
-        elif max_weight is None:
-            terms, lower = bound_free_terms(losses, capped, rh, loss_bounds)
-        else:
-            terms, lower = paired_terms(losses, capped, rh, loss_bounds, max_weight, False)
-        return [Capital(terms, lower, exact[0].max_bet_fraction), *exact]
+        return [*_ips_capitals(losses, capped, rh, loss_bounds, max_weight, logger, None), *exact]
 
 
 class SNIPSOption(GateOption):
@@ -303,8 +279,7 @@ class SNIPSOption(GateOption):
         ips = _ips_capitals(losses, rc, rh, loss_bounds, max_weight, logger, total_variation)
         if max_weight is None or (not logger and total_variation is not None):
             # no bound declared (library callers), or a policy champion with the policies'
-            # total variation: the terms that need no bound (the snips terms' L = −(b − a)B
-            # caps their bets at ~1/B: 0 % power at n = 2,000 with B = 86, measured)
+            # total variation: the terms that need no bound
             return ips
         own = Capital(*snips_baseline_terms(losses, rc, rh, loss_bounds, max_weight, logger), 0.99)
         if not logger:

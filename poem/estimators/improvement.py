@@ -1,23 +1,12 @@
 """The gate's bound on the improvement of a challenger over the champion (DESIGN §5).
 
-The gate promotes when a lower confidence bound on the improvement
-R(champion) − R(challenger), *averaged over the test window*, is above the required margin.
-Each option's per-row terms Xᵢ are bounded below by a known Lᵢ
-(:mod:`poem.estimators.gate_options`); :func:`improvement_lower_bound` bets on them with the
-rows in a seeded uniformly random order (:func:`shuffle_rows`,
-:func:`poem.estimators.betting.betting_lower_bound`).
-
-Why a random order: production logs are in time order and drift within the window. A
-capital over the logged order reaches 1/α as soon as the *early* rows favour the
-challenger, even when the window's average does not (a challenger better in the morning
-and worse in the evening: 78–100 % false promotion at n = 2,000 in the time order). In a
-uniformly random order every row of the window is equally likely at every position: the
-row at position t is a draw from the window's rows not yet seen, whose average
-improvement is the window's up to the finite-population correction, and the bets cannot
-know which rows remain. For i.i.d. rows the order changes nothing (the guarantee is exact
-and the power unchanged); with drift, the false-promotion rate for the window's average is
-measured in ``benchmarks/gate_calibration.py`` (``drift`` settings). The decision depends
-on the seed, which the gate records (``order_seed``) so that it is reproducible.
+:func:`improvement_lower_bound` bets (:func:`poem.estimators.betting.betting_lower_bound`) on
+each option's per-row terms (:mod:`poem.estimators.gate_options`) with the rows in a seeded
+uniformly random order (:func:`shuffle_rows`). Production logs are in time order and drift
+within the window, and a capital over the logged order reaches 1/α as soon as the *early* rows
+favour the challenger, even when the window's average does not; in a random order each
+position is a draw from the window's rows not yet seen, so the bets test the window's average
+(drift: ``benchmarks/gate_calibration.py``). The gate records the seed (``order_seed``).
 
 Every function takes arrays whose last axis is the rows, so the calibration benchmark runs
 thousands of simulated logs through exactly the code the gate runs on one.
@@ -161,14 +150,8 @@ def improvement_lower_bound(
     ----------
     losses, challenger_weights, champion_weights : array-like of shape (..., n_samples)
         δᵢ, r^c_i and r^h_i, as for :func:`improvement_capitals`.
-    estimator : {"ips", "clipped_ips", "snips"}, default="ips"
-        The gate option.
-    loss_bounds : tuple of float
-        (δ_min, δ_max), i.e. (a, b).
-    max_weight : float or None, default=None
-        Declared weight bound B (see :func:`improvement_capitals`).
-    clip : float or None, default=None
-        Challenger weight cap M for ``"clipped_ips"``.
+    estimator, loss_bounds, max_weight, clip, total_variation
+        As for :func:`improvement_capitals` (``estimator`` defaults to ``"ips"`` here).
     confidence_level : float, default=0.95
         Probability that the bound holds, in (0, 1), i.e. 1 − α.
     randomization : float or array-like of shape (...), optional
@@ -177,8 +160,6 @@ def improvement_lower_bound(
     order_seed : int, Generator or None, default=0
         Seed of the random order σ (one permutation per log); None keeps the given order
         (only for rows already in a random order).
-    total_variation : array-like of shape (..., n_samples) or None, default=None
-        The policies' total variation per row (see :func:`improvement_capitals`).
 
     Returns
     -------

@@ -130,26 +130,26 @@ def _snips_value_and_influence(losses: np.ndarray, weights: np.ndarray) -> tuple
     return value, share * weights.size * (losses - value)  # eᵢ = rᵢ(δᵢ − R̂)/r̄
 
 
-def _interval(
-    statistic, arrays, value, se, n, level, method, random_state, alternative="two-sided"
-):
-    """Interval of ``value``: t/normal from ``se``, or a bootstrap of ``statistic``."""
+def _interval(statistic, arrays, value, se, n, level, method, random_state):
+    """Two-sided interval of ``value``: t/normal from ``se``, or a bootstrap of ``statistic``."""
     if method == "bootstrap":
         return bootstrap_interval(
-            statistic,
-            arrays,
-            confidence_level=level,
-            random_state=random_state,
-            alternative=alternative,
+            statistic, arrays, confidence_level=level, random_state=random_state
         )
-    return confidence_interval(value, se, n, level, method, alternative=alternative)
+    return confidence_interval(value, se, n, level, method)
 
 
-def _prepare(losses: Any, weights: Any, confidence_level: Any, interval: Any):
+def _losses_and_weights(losses: Any, weights: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Validated losses δᵢ and weights rᵢ of the same length, at least two rows."""
     w = _check_weights(weights)
     d = _check_losses(losses, w.size)
     if d.size < 2:
         raise ValueError(f"losses has {d.size} row(s); at least 2 are needed for a standard error")
+    return d, w
+
+
+def _prepare(losses: Any, weights: Any, confidence_level: Any, interval: Any):
+    d, w = _losses_and_weights(losses, weights)
     level = _check_confidence_level(confidence_level)
     _check_option(interval, "interval", INTERVAL_METHODS)
     return d, w, level
@@ -157,16 +157,11 @@ def _prepare(losses: Any, weights: Any, confidence_level: Any, interval: Any):
 
 def _mean_estimate(name, d, w, level, interval, random_state, clipped=0.0) -> Estimate:
     u = d * w  # Eq. (1) terms uᵢ = δᵢ rᵢ (rᵢ already clipped for clipped IPS)
-    value = float(u.mean())
-    se = standard_error(u)
-    lower, upper = _interval(
-        _mean_statistic, (d, w), value, se, d.size, level, interval, random_state
-    )
+    value, se, n = float(u.mean()), standard_error(u), d.size
+    lower, upper = _interval(_mean_statistic, (d, w), value, se, n, level, interval, random_state)
     ess = effective_sample_size(w)
     flags = interval_flags(u, w, clipped)
-    return Estimate(
-        name, value, se, lower, upper, int(d.size), level, ess, clipped, interval, flags
-    )
+    return Estimate(name, value, se, lower, upper, int(n), level, ess, clipped, interval, flags)
 
 
 def ips(
@@ -246,18 +241,12 @@ def clipped_ips(
 
     Parameters
     ----------
-    losses : array-like of shape (n_samples,)
-        Logged losses, i.e. δᵢ.
-    weights : array-like of shape (n_samples,)
-        Importance weights (unclipped), ≥ 0, i.e. rᵢ.
+    losses, weights : array-like of shape (n_samples,)
+        δᵢ and the (unclipped) rᵢ, as for :func:`ips`.
     clip : float
         Weight cap, > 0 (``inf`` disables clipping), i.e. M.
-    confidence_level : float, default=0.95
-        Coverage of the interval, in (0, 1), i.e. 1 − γ.
-    interval : {"t", "normal", "bootstrap"}, default="t"
-        Student-t, normal, or percentile-bootstrap interval.
-    random_state : int, RandomState instance or None, default=0
-        Seed of the bootstrap (used only when ``interval="bootstrap"``).
+    confidence_level, interval, random_state
+        As for :func:`ips`.
 
     Returns
     -------
@@ -306,17 +295,13 @@ def snips(
 
     Parameters
     ----------
-    losses : array-like of shape (n_samples,)
-        Logged losses, i.e. δᵢ.
-    weights : array-like of shape (n_samples,)
-        Importance weights, ≥ 0 and not all 0, i.e. rᵢ.
-    confidence_level : float, default=0.95
-        Coverage of the interval, in (0, 1), i.e. 1 − γ.
+    losses, weights : array-like of shape (n_samples,)
+        δᵢ and rᵢ (not all 0), as for :func:`ips`.
+    confidence_level, random_state
+        As for :func:`ips`.
     interval : {"t", "normal", "bootstrap"}, default="t"
         Delta-method interval with Student-t or normal quantiles, or a percentile bootstrap
         of the ratio.
-    random_state : int, RandomState instance or None, default=0
-        Seed of the bootstrap (used only when ``interval="bootstrap"``).
 
     Returns
     -------
@@ -337,13 +322,11 @@ def snips(
     """
     d, w, level = _prepare(losses, weights, confidence_level, interval)
     value, e = _snips_value_and_influence(d, w)
-    se = standard_error(e)
-    lower, upper = _interval(
-        _ratio_statistic, (d, w), value, se, d.size, level, interval, random_state
-    )
+    se, n = standard_error(e), d.size
+    lower, upper = _interval(_ratio_statistic, (d, w), value, se, n, level, interval, random_state)
     ess = effective_sample_size(w)
     flags = interval_flags(e, w)
-    return Estimate("snips", value, se, lower, upper, int(d.size), level, ess, 0.0, interval, flags)
+    return Estimate("snips", value, se, lower, upper, int(n), level, ess, 0.0, interval, flags)
 
 
 def _dispatch(estimator: str, losses: Any, weights: Any, clip: Any, **kwargs: Any) -> Estimate:
@@ -391,19 +374,15 @@ def evaluate_policy(
         Which estimator.
     clip : float or None, default=None
         Weight cap M; required for ``"clipped_ips"`` and rejected otherwise.
-    confidence_level : float, default=0.95
-        Coverage of the interval, in (0, 1), i.e. 1 − γ.
-    interval : {"t", "normal", "bootstrap"}, default="t"
-        Interval method.
-    random_state : int, RandomState instance or None, default=0
-        Seed of the bootstrap (used only when ``interval="bootstrap"``).
+    confidence_level, interval, random_state
+        As for :func:`ips`.
     loss_baseline : "max" or float, default="max"
         Translation c: the estimator runs on δᵢ − c and c is added back,
-        R̂ = c + (1/n) Σ (δᵢ − c) rᵢ. Unbiased for every c because E[rᵢ] = 1; ``"max"`` uses
-        c = δ_max, so translated losses are ≤ 0 as in the paper's training scale (§4.3,
-        DESIGN §4.1) and a policy that merely avoids the logged actions is scored
-        pessimistically (R̂ → δ_max) instead of optimistically (propensity overfitting,
-        Swaminathan & Joachims 2015b). SNIPS does not depend on c. Pass 0.0 for plain Eq. (1).
+        R̂ = c + (1/n) Σ (δᵢ − c) rᵢ, unbiased for every c because E[rᵢ] = 1. ``"max"`` uses
+        c = δ_max (losses ≤ 0 as in the paper's §4.3, DESIGN §4.1), so a policy that merely
+        avoids the logged actions is scored pessimistically (R̂ → δ_max), not optimistically
+        (propensity overfitting, Swaminathan & Joachims 2015b). SNIPS does not depend on c;
+        0.0 gives plain Eq. (1).
 
     Returns
     -------

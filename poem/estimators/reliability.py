@@ -1,10 +1,9 @@
 """Reliability flags of the t / normal / bootstrap intervals the library reports.
 
 Those intervals rest on a normal approximation of a mean of per-row terms. With heavy-tailed
-importance weights or rare non-zero losses they cover far less than their level (measured
-53–81 % at 95 %, DESIGN §4.2); an interval that may undercover says so, with the reason,
-and the reason travels with the :class:`~poem.estimators.ips.Estimate` into the gate report,
-MLflow and ``check``.
+importance weights or rare non-zero losses they cover far less than their level (DESIGN
+§4.2); an interval that may undercover says so, with the reason, which travels with the
+:class:`~poem.estimators.ips.Estimate` into the gate report, MLflow and ``check``.
 """
 
 from __future__ import annotations
@@ -24,9 +23,10 @@ __all__ = [
     "interval_flags",
 ]
 
+# thresholds chosen on the coverage benchmark (README); see interval_flags
 MIN_ESS_FRACTION = 0.1  # Kong's ESS below this fraction of n: heavy-tailed weights
-MIN_ESS = 1_000.0  # below this ESS the t interval undercovered by 1–3 points in the benchmark
-MIN_NONZERO_TERMS = 300  # fewer non-zero terms: rare losses (92 % coverage at ~110 measured)
+MIN_ESS = 1_000.0  # below this ESS: small sample
+MIN_NONZERO_TERMS = 300  # fewer non-zero terms: rare losses
 MAX_SKEWNESS_RATIO = 0.25  # |skewness| / √n above this: the normal approximation is off
 
 
@@ -42,8 +42,7 @@ def interval_flags(terms: Any, weights: Any, clipped_fraction: float = 0.0) -> t
     where uᵢ are the per-row terms whose mean is the estimate, rᵢ the importance weights,
     n_e Kong's effective sample size, k the number of non-zero terms, m_k the central moments
     and γ̂ the skewness.
-    A flag is raised when n_e < 0.1 n (weight tail) or n_e < 1,000 (small sample: the
-    benchmark measured 92–94 % coverage of 95 % t intervals there), k < 300 or
+    A flag is raised when n_e < 0.1 n (weight tail) or n_e < 1,000 (small sample), k < 300 or
     n m₂²/m₄ < 300 (few rows carry the variance: rare losses, also when the other terms are
     small but not zero, as SNIPS's linearised terms) or
     |γ̂|/√n > 0.25 (the leading Edgeworth term of the coverage error of a mean is
@@ -77,14 +76,8 @@ def interval_flags(terms: Any, weights: Any, clipped_fraction: float = 0.0) -> t
     skewness = float(np.mean(centred**3)) / spread if spread > 0 else 0.0  # 0 on underflow too
     m4 = float(np.mean(centred**4))
     kurtosis = m4 / m2**2 if m2**2 > 0 and m4 > 0 else None  # m2² underflows for m2 < 1e-154
-    return flags_from_moments(
-        u.size,
-        effective_sample_size(weights),
-        int(np.count_nonzero(u)),
-        skewness,
-        clipped_fraction,
-        kurtosis=kurtosis,
-    )
+    ess, nonzero = effective_sample_size(weights), int(np.count_nonzero(u))
+    return flags_from_moments(u.size, ess, nonzero, skewness, clipped_fraction, kurtosis=kurtosis)
 
 
 def flags_from_moments(

@@ -61,10 +61,15 @@ def _check_losses(losses: Any, n_rows: int, other: str = "weights") -> np.ndarra
     return d
 
 
+def _check_real(value: Any, name: str, what: str = "a real number") -> None:
+    """Raise ``TypeError`` naming ``name`` unless ``value`` is a real number (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be {what}, got {type(value).__name__}")
+
+
 def _check_clip(clip: Any) -> float:
     """Validate the weight cap M > 0 (``inf`` allowed: no clipping)."""
-    if isinstance(clip, bool) or not isinstance(clip, (int, float, np.integer, np.floating)):
-        raise TypeError(f"clip must be a real number, got {type(clip).__name__}")
+    _check_real(clip, "clip")
     if np.isnan(clip) or clip <= 0:
         raise ValueError(f"clip must be > 0, got {clip!r}")
     return float(clip)
