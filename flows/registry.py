@@ -1,34 +1,18 @@
 """MLflow Model Registry protocol (DESIGN §6): versions, tags and aliases.
 
-- Every trained challenger becomes a version of ``tracking.registered_model`` with tags
-  (data fingerprint, flow run id, gate decision and reasons, estimator values) and the
-  ``challenger`` alias.
-- ``champion`` moves only in :func:`promote`, the flow's last step; the replaced champion
-  gets ``previous-champion`` and the new version records it in the tag ``replaced_champion``.
-- :func:`rollback` moves ``champion`` back along that chain (or forward, with ``--to``).
+Every trained challenger becomes a version of ``tracking.registered_model`` with its tags
+(:func:`version_tags`) and the ``challenger`` alias; the registered artifact is decided by
+:func:`log_policy_model` alone. ``champion`` moves only in :func:`promote` (the flow's last
+step) and :func:`rollback`, both under :func:`flows.registry_lock.registry_lock` (held in the
+registry's own database, so across machines sharing a tracking server).
 
-Consistency under concurrency and kills (the promotion protocol)
-----------------------------------------------------------------
-- A version the gate passed is registered with ``promotion=pending`` and ``gated_against``
-  (the champion it was compared with, or ``logging-policy``).
-- :func:`promote` runs under :func:`flows.registry_lock.registry_lock`, a lock held in the
-  registry's own database (a registered model whose name is unique), so it holds across
-  machines that share a tracking server, and is a compare-and-set: it moves ``champion`` only
-  if the champion is still the one the version was gated against; otherwise it tags
-  ``promotion=superseded`` and raises :class:`PromotionConflict`. So at most one version is
-  promoted per champion generation, and each was gated against the one it replaced.
-  :func:`repair_promotions` and :func:`rollback` take the same lock.
-- Order inside the lock: tag ``replaced_champion``; move ``champion`` (the commit point); move
-  ``previous-champion``; tag ``promotion=done``. ``previous-champion`` never equals
-  ``champion``.
-- :func:`repair_promotions` (run at the start of every flow run) finishes what a killed
-  promotion left: after the commit point it completes the remaining steps, before it it tags
-  ``promotion=interrupted``.
-- A version the gate rejected is never promoted, and :func:`rollback` refuses it unless forced.
-
-The registered model is the serving pyfunc of :mod:`deploy.pyfunc` around the policy folder
-(``policy.npz`` + ``policy.json`` with its SHA-256, :mod:`poem.io.artifact`), logged by
-:func:`log_policy_model` — the one function that decides the registered artifact.
+:func:`promote` is a compare-and-set: it moves ``champion`` only if it is still the version
+recorded in ``gated_against`` (else ``promotion=superseded`` and :class:`PromotionConflict`), so
+each champion was gated against the one it replaced. Its steps: tag ``replaced_champion``; move
+``champion`` (the commit point); move ``previous-champion`` (never equal to ``champion``); tag
+``promotion=done``. :func:`repair_promotions`, at the start of every run, completes a killed
+promotion after the commit point and tags it ``promotion=interrupted`` before it. A version
+the gate rejected is never promoted, and :func:`rollback` refuses it unless forced.
 """
 
 from __future__ import annotations
@@ -109,8 +93,8 @@ class RollbackResult:
 class LoggedPolicy:
     """Where a logged policy model lives, and the tags its registered version gets.
 
-    ``tags`` hold the policy's family and sizes and the digests of the policy folder
-    (:func:`poem.io.artifact.artifact_digest`) and of the model code MLflow imports at load.
+    ``tags``: the policy's family and sizes, and the digests of the policy folder and of the
+    model code MLflow imports at load.
     """
 
     model_uri: str
@@ -124,8 +108,7 @@ def log_policy_model(
 ) -> LoggedPolicy:
     """Log ``policy`` as the serving pyfunc model of :mod:`deploy.pyfunc`, linked to ``run_id``.
 
-    This is the one place that decides the registered artifact; the policy folder
-    (``policy.npz`` + ``policy.json``) sits under the model's ``artifacts/policy``.
+    The policy folder (``policy.npz`` + ``policy.json``) sits under ``artifacts/policy``.
 
     Parameters
     ----------
@@ -216,10 +199,7 @@ def register_version(
 ) -> str:
     """Create a model version with ``tags`` and point the ``challenger`` alias at it.
 
-    Besides ``tags`` the version records where its policy folder is, the policy's family
-    and sizes (for :func:`check_champion_compatible`) and the digests of the policy and of
-    the model code (checked by :func:`load_version_policy` and
-    :func:`flows.integrity.verify_model_version`).
+    The version also gets ``logged.tags`` and the URI of its policy folder.
     """
     try:
         client.get_registered_model(tracking.registered_model)
@@ -276,9 +256,8 @@ def check_champion_compatible(
 ) -> str | None:
     """Check that the champion can score a log of ``family`` with ``n_features`` features.
 
-    Cheap: reads the champion version's tags (``policy_family``, ``n_features``), falling back
-    to its policy spec for versions registered without them. Returns the champion version
-    (None: no champion yet, the logging policy is the baseline).
+    Reads the champion version's tags (``policy_family``, ``n_features``), else its policy.
+    Returns the champion version (None: no champion yet).
 
     Raises
     ------
@@ -408,11 +387,9 @@ def promote(
 def repair_promotions(client: MlflowClient, tracking: TrackingConfig) -> list[str]:
     """Finish or close promotions a killed run left half-done; returns the repaired versions.
 
-    A version tagged ``promotion=pending`` whose run is no longer RUNNING: if it is the
-    champion (killed after the commit point) the remaining steps are done; otherwise it is
-    tagged ``promotion=interrupted`` (it never became champion). A ``previous-champion`` equal
-    to ``champion`` (left by older releases) is removed. Call after
-    :func:`flows.tracking.reap_stale_runs` so killed runs are no longer RUNNING.
+    A ``promotion=pending`` version that is champion gets the remaining steps; one whose run
+    is no longer RUNNING gets ``promotion=interrupted``. A ``previous-champion`` equal to
+    ``champion`` is removed. Call after :func:`flows.tracking.reap_stale_runs`.
     """
     name = tracking.registered_model
     repaired: list[str] = []
