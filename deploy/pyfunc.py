@@ -75,9 +75,8 @@ __all__ = [
 
 ARTIFACT_KEY = "policy"
 OUTPUT_COLUMNS = ("event_id", "action", "propensity", "map_action", "model_version", "timestamp")
-_REGISTERED_META = (
-    "registered_model_meta"  # written by MLflow beside MLmodel when loading models:/...
-)
+# written by MLflow beside MLmodel when loading models:/...
+_REGISTERED_META = "registered_model_meta"
 
 
 def invalid_request(message: str) -> MlflowException:
@@ -88,16 +87,10 @@ def invalid_request(message: str) -> MlflowException:
 def guard_scoring_server() -> None:
     """Make ``mlflow models serve`` answer HTTP 4xx, not 500, for requests it cannot parse.
 
-    A request without a ``Content-Type`` header is answered 415 with what to send (MLflow
-    3.17's ``invocations`` would fail on ``None.split``: HTTP 500).
-
-    The scoring server parses the JSON body before the model sees it
-    (``mlflow.pyfunc.scoring_server._parse_json_data``, MLflow 3.17) and turns only
-    ``JSONDecodeError`` into a 400: an integer literal over 4,300 digits (``ValueError``),
-    JSON nested tens of thousands deep (``RecursionError``) or a ``dataframe_split`` of the
-    wrong shape (``TypeError``...) become HTTP 500. When the scoring server is the process
-    loading this model, its JSON stage is wrapped so any such failure is a 400 naming the
-    error. A no-op elsewhere (``mlflow.pyfunc.load_model`` in a notebook or the flow).
+    In the scoring server's process (MLflow 3.17; a no-op elsewhere): a request without a
+    ``Content-Type`` header is answered 415 with what to send, and any failure of its JSON
+    stage (``_parse_json_data``: huge integers, deep nesting, a wrong ``dataframe_split``
+    shape) is a 400 naming the error.
     """
     import sys
 
@@ -137,9 +130,7 @@ def guard_scoring_server() -> None:
 def feature_names_of(policy: StochasticPolicy) -> list[str]:
     """Column names of the policy's features: ``metadata["feature_names"]`` or ``x_0..x_{d-1}``.
 
-    Unnamed features are served under the names the canonical log format stores them under
-    (:mod:`poem.io.log_format`), so a policy trained on a log whose columns are ``x_0 … x_7``
-    (a CSV without metadata) accepts requests with those columns.
+    The fallback is the log format's names (:mod:`poem.io.log_format`).
     """
     names = policy.metadata.get("feature_names")
     d = policy.family.n_features
@@ -168,9 +159,8 @@ def _model_version(model_dir: Path) -> str:
 def _registered_digest(model_dir: Path) -> str | None:
     """The ``policy_sha256`` tag of the registered version being loaded (``models:/`` URIs).
 
-    MLflow writes ``registered_model_meta`` (name, version) beside ``MLmodel`` when it loads a
-    registered model; the digest is then read from the registry, outside the artifact. None for
-    a model loaded from a path, or a version registered without the tag.
+    Read from the registry, outside the artifact; None for a model loaded from a path, or a
+    version registered without the tag.
     """
     meta = model_dir / _REGISTERED_META
     if not meta.is_file():
@@ -343,9 +333,8 @@ def model_signature(policy: StochasticPolicy, example: pd.DataFrame) -> Any:
         [ColSpec("string", EVENT_ID, required=required_ids)] + [ColSpec("double", n) for n in names]
     )
     output = StochasticPolicyModel(policy).predict(None, example, {"seed": 0})
-    with (
-        warnings.catch_warnings()
-    ):  # "integer columns cannot represent missing values": outputs only
+    # "integer columns cannot represent missing values": outputs only
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         inferred = infer_signature(
             example, output, params={"seed": UNSEEDED, "return_distribution": False}
@@ -363,11 +352,9 @@ def log_policy_model(
 ) -> Any:
     """Log a policy as a :class:`StochasticPolicyModel` pyfunc (models from code, no pickle).
 
-    The policy artifact (``policy.npz`` + ``policy.json`` with its SHA-256,
-    :mod:`poem.io.artifact`) becomes the model artifact ``artifacts/<folder name>``;
-    ``code_paths`` ships the ``poem`` package so the model directory is self-contained;
-    ``pip_requirements`` are explicit (no slow inference); the signature and input example
-    make MLflow write ``serving_input_example.json`` beside the model.
+    The policy artifact becomes the model artifact ``artifacts/<folder name>``; ``code_paths`` ships
+    the ``poem`` package; ``pip_requirements`` are explicit; the signature and input example
+    make MLflow write ``serving_input_example.json``.
 
     Parameters
     ----------

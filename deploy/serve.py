@@ -35,9 +35,7 @@ def free_port() -> int:
 
 def invocation_body(frame: Any, params: dict[str, Any] | None = None) -> bytes:
     """JSON body of ``POST /invocations`` for a DataFrame (``dataframe_split`` orient)."""
-    split = frame.to_dict(
-        orient="split", index=False
-    )  # full float precision (to_json keeps 10 digits)
+    split = frame.to_dict(orient="split", index=False)  # full precision (to_json keeps 10 digits)
     payload: dict[str, Any] = {
         "dataframe_split": {"columns": split["columns"], "data": split["data"]}
     }
@@ -93,19 +91,8 @@ class ModelServer:
             "MLFLOW_TRACKING_URI": self.tracking_uri,
             "MLFLOW_REGISTRY_URI": self.tracking_uri,
         }
-        cmd = [
-            str(Path(bin_dir) / "mlflow"),
-            "models",
-            "serve",
-            "-m",
-            self.model_uri,
-            "--env-manager",
-            "local",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            str(self.port),
-        ]
+        cmd = [str(Path(bin_dir) / "mlflow"), "models", "serve", "-m", self.model_uri]
+        cmd += ["--env-manager", "local", "-h", "127.0.0.1", "-p", str(self.port)]
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_file, "ab") as log:
             self.process = subprocess.Popen(
@@ -163,9 +150,8 @@ class ModelServer:
     def stop(self) -> None:
         """Terminate the server's process group and wait until every process in it has exited.
 
-        SIGTERM first; SIGKILL for whatever is left after 15 s. Waiting for the whole group (not
-        only the ``mlflow`` parent) matters: a lingering ``uvicorn`` child would keep answering on
-        the port after a restart.
+        SIGTERM first; SIGKILL for whatever is left after 15 s (a lingering ``uvicorn`` child
+        would keep answering on the port after a restart).
         """
         if self.process is None:
             return

@@ -25,7 +25,6 @@ import logging
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,8 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+
+from deploy.serve import free_port
 
 __all__ = [
     "PrefectServerDied",
@@ -84,12 +85,6 @@ def _die_with_parent(parent: int) -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:  # the parent died before prctl took effect
         os._exit(1)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _prefect_home() -> Path:
@@ -225,7 +220,7 @@ class TemporaryServer:
             fd, name = tempfile.mkstemp(prefix="poem-prefect-server-", suffix=".log")
             os.close(fd)
             self.log_file = Path(name)
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/api"
         parent = os.getpid()
         self._out = open(self.log_file, "ab")  # noqa: SIM115 - closed in stop()
