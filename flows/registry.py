@@ -48,6 +48,7 @@ __all__ = [
     "RollbackResult",
     "alias_version",
     "check_champion_compatible",
+    "ensure_registered_model",
     "repair_promotions",
     "load_version_policy",
     "version_tags",
@@ -190,6 +191,17 @@ def version_tags(
     return tags
 
 
+def ensure_registered_model(client: MlflowClient, name: str) -> None:
+    """Create the registered model ``name`` unless it exists (or is created concurrently)."""
+    try:
+        client.get_registered_model(name)
+    except MlflowException:
+        try:
+            client.create_registered_model(name)
+        except MlflowException:  # created concurrently
+            client.get_registered_model(name)
+
+
 def register_version(
     client: MlflowClient,
     tracking: TrackingConfig,
@@ -201,13 +213,7 @@ def register_version(
 
     The version also gets ``logged.tags`` and the URI of its policy folder.
     """
-    try:
-        client.get_registered_model(tracking.registered_model)
-    except MlflowException:
-        try:
-            client.create_registered_model(tracking.registered_model)
-        except MlflowException:  # created concurrently
-            client.get_registered_model(tracking.registered_model)
+    ensure_registered_model(client, tracking.registered_model)
     all_tags = {
         **{k: str(v)[:5000] for k, v in tags.items()},
         **{k: str(v) for k, v in logged.tags.items()},

@@ -94,7 +94,7 @@ def simulate_days(out: Path, seed: int, replays: int) -> list[tuple[Path, int]]:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``poem-pipeline demo``."""
-    _quiet()
+    quiet()
     try:
         cfg = load_config(args.config)
     except ConfigError as exc:
@@ -131,10 +131,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _quiet() -> None:
-    quiet(libraries=True)
-
-
 def _run_days(config: Path, days: list[tuple[Path, int]]) -> list | int:
     """Run ``retrain`` on each day with one line per stage; the results, or an exit code."""
     # imported here so that quiet() below silences it too (GX sets this logger to INFO)
@@ -142,7 +138,7 @@ def _run_days(config: Path, days: list[tuple[Path, int]]) -> list | int:
 
     retrain = retrain_flow.retrain
 
-    _quiet()  # importing prefect and GX configures logging; silence the libraries again
+    quiet()  # importing prefect and GX configures logging; silence the libraries again
     results = []
     with StageProgress().attached() as progress:
         for i, (folder, n_rows) in enumerate(days, start=1):
