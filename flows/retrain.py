@@ -278,9 +278,7 @@ def _close_failed_run(run: Any, data_path: str, exc: BaseException) -> None:
 
 @flow(name="retrain", task_runner=ThreadPoolTaskRunner(max_workers=8), validate_parameters=False)
 def retrain(
-    config_path: str | Path,
-    logs: str | Path | None = None,
-    overrides: dict[str, Any] | None = None,
+    config_path: str | Path, logs: str | Path | None = None, overrides: dict[str, Any] | None = None
 ) -> RetrainResult:
     """Validate new logs, learn a policy, gate it against the champion, register and promote.
 
@@ -361,9 +359,7 @@ def retrain(
 
 
 def run_retrain(
-    config_path: str | Path,
-    logs: str | Path | None = None,
-    overrides: dict[str, Any] | None = None,
+    config_path: str | Path, logs: str | Path | None = None, overrides: dict[str, Any] | None = None
 ) -> RetrainResult:
     """Run :func:`retrain` on the task runner of :func:`flows.cluster.flow_task_runner`."""
     cfg = load_config(config_path, overrides)

@@ -20,13 +20,7 @@ import time
 from pathlib import Path
 
 from flows.commands import Deferred, command_parser
-from flows.commands._console import (
-    EXIT_INTERRUPTED,
-    StageProgress,
-    exit_now,
-    interruptible,
-    quiet,
-)
+from flows.commands._console import EXIT_INTERRUPTED, StageProgress, exit_now, interruptible, quiet
 from flows.config import ConfigError, default_config_path, load_config
 from flows.prefect_server import prefect_api
 

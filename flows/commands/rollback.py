@@ -34,11 +34,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="version to make champion (default: the previous-champion alias)",
     )
-    parser.add_argument(
-        "--force",
-        action="store_true",
-        help="allow a version the gate rejected",
-    )
+    parser.add_argument("--force", action="store_true", help="allow a version the gate rejected")
 
 
 def run(args: argparse.Namespace) -> int:
