@@ -1,34 +1,31 @@
 """MLflow pyfunc serving a :class:`~poem.policies.StochasticPolicy` (DESIGN §7, STYLE §9).
 
-Every request row (discrete, multilabel) or every request id (candidate sets, long format)
-gets one decision: the sampled action yᵢ ~ π(·|xᵢ), **its propensity under exactly the served
-distribution** (temperature α and exploration floor ε applied, so today's served policy is
-tomorrow's logging policy π₀), the MAP action, the registered model version and the time of
-the decision; with ``params={"return_distribution": true}`` also the full served distribution.
+Every request row (discrete, multilabel) or request id (candidate sets) gets one decision: the
+sampled action yᵢ ~ π(·|xᵢ), **its propensity under exactly the served distribution**
+(temperature α and exploration floor ε applied: today's served policy is tomorrow's logging
+policy π₀), the MAP action, the registered model version and the time of the decision; with
+``params={"return_distribution": true}`` also the full served distribution.
 
 Request layout
 --------------
 ``discrete`` / ``multilabel``
-    one row per decision, one float column per feature (names from the artifact's
-    ``metadata["feature_names"]``, else the log format's ``x_0..x_{d-1}``: a policy trained on
-    a log without names serves the log's own columns), optional string column ``event_id``.
+    one row per decision, one float column per feature (:func:`feature_names_of`), optional
+    string column ``event_id``.
 ``candidates``
-    long format: one row per candidate with the candidate's feature columns and a string
-    column ``event_id``; the rows of one request must be contiguous. ``action`` is the
-    0-based position of the chosen candidate inside its request.
+    long format: one row per candidate with its feature columns and a string column
+    ``event_id``; the rows of one request are contiguous. ``action`` is the 0-based position of
+    the chosen candidate inside its request.
 
-Params (all optional): ``seed`` (integer ≥ 0 → reproducible draws; the default −1 means a
-fresh OS-entropy generator per request, so draws are independent across requests — an
-omitted signature param takes its default, ECOSYSTEM §3) and ``return_distribution``.
+Params (optional): ``seed`` (integer ≥ 0 → reproducible draws; the default −1 draws from fresh
+OS entropy per request, since MLflow fills an omitted param with its default) and
+``return_distribution``. A malformed request (no rows, missing or non-numeric features,
+NaN/inf, a bad candidate layout, an ``event_id`` repeated in a discrete or multilabel request,
+bad params) raises :class:`mlflow.exceptions.MlflowException` with code
+``INVALID_PARAMETER_VALUE`` (HTTP 400 with the message).
 
-Malformed requests (no rows, missing or non-numeric feature columns, NaN/inf, bad candidate
-layout, an ``event_id`` repeated within a discrete or multilabel request, bad params) raise
-:class:`mlflow.exceptions.MlflowException` with error code ``INVALID_PARAMETER_VALUE``; the
-scoring server turns it into HTTP 400 with the message.
-
-The model is logged as *models from code*: MLflow executes this file and :func:`set_model`
-at the bottom selects the model, so no pickle is stored. The policy itself is the
-``.npz`` + JSON artifact of :mod:`poem.io.artifact`, checksum-verified in ``load_context``.
+The model is logged as *models from code* (MLflow executes this file; :func:`set_model` at the
+bottom selects the model, no pickle); the policy is the checksum-verified ``.npz`` + JSON
+artifact of :mod:`poem.io.artifact`.
 """
 
 from __future__ import annotations

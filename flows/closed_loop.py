@@ -131,15 +131,8 @@ def _simulation_config(
         uri=f"sqlite:///{workdir / 'mlflow.db'}",
         artifact_location=(workdir / "mlartifacts").as_uri(),
     )
-    raw["data"].update(
-        path=str(workdir / "logs"),
-        family=family,
-        loss_bounds=None,
-        reward_bounds=None,
-        n_actions=None,
-        window_start=None,
-        window_end=None,
-    )
+    unset = ("loss_bounds", "reward_bounds", "n_actions", "window_start", "window_end")
+    raw["data"].update(path=str(workdir / "logs"), family=family, **dict.fromkeys(unset))
     raw["training"]["params"]["policy"] = family
     for section, values in (overrides or {}).items():
         raw[section] = {**raw.get(section, {}), **values}

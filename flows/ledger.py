@@ -54,9 +54,7 @@ def record_attempt(
     Parameters
     ----------
     client : MlflowClient
-        Registry client.
     tracking : TrackingConfig
-        Names the registered model.
     champion_version : str or None
         The champion gated against (None: the logging policy).
     window : TestWindow

@@ -114,9 +114,7 @@ def log_policy_model(
     Parameters
     ----------
     client : MlflowClient
-        Client of the tracking store.
     tracking : TrackingConfig
-        Tracking settings (``uri``).
     experiment_id : str
         Experiment of the parent run.
     run_id : str
@@ -334,9 +332,7 @@ def promote(
     Parameters
     ----------
     client : MlflowClient
-        Client of the registry.
     tracking : TrackingConfig
-        Registered model and alias names.
     version : str
         Version to promote.
     force : bool, default=False
@@ -434,9 +430,7 @@ def rollback(
     Parameters
     ----------
     client : MlflowClient
-        Client of the registry.
     tracking : TrackingConfig
-        Registered model and alias names.
     to_version : str or None, default=None
         Target version; default the ``previous-champion`` alias.
     force : bool, default=False
