@@ -395,8 +395,7 @@ def prefect_api(
     try:
         url = server.wait()
         server.watch()
-        # a dead temporary server does not come back: 2 retries (2 + 4 s, enough for its 503 on
-        # a busy sqlite) instead of 5 (62 s of back-off per call before the run can stop)
+        # a dead temporary server does not come back: 2 retries (2 + 4 s) instead of 5 (62 s)
         retries = min(int(PREFECT_CLIENT_MAX_RETRIES.value()), 2)
         with temporary_settings(
             updates={PREFECT_API_URL: url, PREFECT_CLIENT_MAX_RETRIES: retries}

@@ -109,9 +109,7 @@ def registry_lock(
             break
         except MlflowException as exc:
             if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
-                # the name existed at our insert and was released before the store looked it
-                # up to word its "already exists" error (MLflow's create re-reads the model
-                # after the unique constraint fails): the lock is free again, so try again
+                # released between our failed insert and MLflow's re-read: free again, retry
                 continue
             if exc.error_code != "RESOURCE_ALREADY_EXISTS":
                 raise

@@ -46,22 +46,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         default=None,
         help="folder for check_report.json, quarantine.parquet, data_docs/ and plots/",
     )
-    parser.add_argument(
-        "--loss-bounds",
-        type=float,
-        nargs=2,
-        metavar=("MIN", "MAX"),
-        default=None,
-        help="declared loss bounds, for logs without metadata",
-    )
-    parser.add_argument(
-        "--reward-bounds",
-        type=float,
-        nargs=2,
-        metavar=("MIN", "MAX"),
-        default=None,
-        help="declared reward bounds, for logs with a reward column (converted to loss = -reward)",
-    )
+    for name, what in (
+        ("loss", "for logs without metadata"),
+        ("reward", "for logs with a reward column (converted to loss = -reward)"),
+    ):
+        parser.add_argument(
+            f"--{name}-bounds",
+            type=float,
+            nargs=2,
+            metavar=("MIN", "MAX"),
+            default=None,
+            help=f"declared {name} bounds, {what}",
+        )
     parser.add_argument(
         "--n-actions",
         type=int,

@@ -194,8 +194,7 @@ def _checked_run(
     which = "the packaged default config" if Path(config) == default_config_path() else config
     print(f"retrain on {path} (config: {which})", flush=True)
     t0 = time.perf_counter()
-    # Prefect's temporary server boots while Prefect, MLflow and GX import (PREFECT_API_URL:
-    # a running server is used instead)
+    # the temporary server boots while Prefect, MLflow and GX import (not with PREFECT_API_URL)
     try:
         if server is None and not configured_api_url():
             server = TemporaryServer().start()
