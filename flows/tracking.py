@@ -486,11 +486,9 @@ def recent_runs(
     )
     parents = [r for r in runs if PARENT_RUN_TAG not in r.data.tags][:n]
     versions: dict[str, tuple[str, str]] = {}
-    try:
+    with contextlib.suppress(MlflowException):
         for mv in client.search_model_versions(f"name='{tracking.registered_model}'"):
             versions[mv.run_id] = (str(mv.version), mv.tags.get("gate_decision", ""))
-    except MlflowException:
-        pass
     rows = []
     for r in parents:
         version, decision = versions.get(r.info.run_id, ("", ""))

@@ -154,12 +154,10 @@ def run_retrain(
 
 
 def _early_server() -> TemporaryServer | None:
-    """Spawn the temporary server before the config is validated, when that is harmless.
+    """Spawn the temporary server to boot while the config is validated, when that is harmless.
 
-    Validating the config imports the learners (~2 s of CPU); the server boots meanwhile. Only
-    when its database exists (:meth:`TemporaryServer.has_database`): a mistake then stops a
-    server that only checked its migrations, never one creating a new database. Any start-up
-    problem is left to the regular start, which reports it.
+    Only when its database exists (:meth:`TemporaryServer.has_database`); a start-up problem is
+    left to the regular start, which reports it.
     """
     if configured_api_url():
         return None
