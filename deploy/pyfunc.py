@@ -136,21 +136,22 @@ def feature_names_of(policy: StochasticPolicy) -> list[str]:
     return [f"x_{j}" for j in range(d)]
 
 
+def _yaml_value(path: Path, key: str, *, unquote: bool = True) -> str | None:
+    """The first non-empty ``key: value`` line of a file MLflow writes, or None."""
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name.strip() == key and value.strip():
+                return value.strip().strip("'\"") if unquote else value.strip()
+    return None
+
+
 def _model_version(model_dir: Path) -> str:
     """Read the registered version (``registered_model_meta``), else the logged model id."""
-    meta = model_dir / _REGISTERED_META
-    if meta.is_file():
-        for line in meta.read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model_version" and value.strip():
-                return value.strip().strip("'\"")
-    mlmodel = model_dir / "MLmodel"
-    if mlmodel.is_file():
-        for line in mlmodel.read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model_id" and value.strip():
-                return value.strip()
-    return "unregistered"
+    version = _yaml_value(model_dir / _REGISTERED_META, "model_version")
+    if version is None:
+        version = _yaml_value(model_dir / "MLmodel", "model_id", unquote=False)
+    return "unregistered" if version is None else version
 
 
 def _registered_digest(model_dir: Path) -> str | None:
@@ -159,23 +160,15 @@ def _registered_digest(model_dir: Path) -> str | None:
     Read from the registry, outside the artifact; None for a model loaded from a path, or a
     version registered without the tag.
     """
-    meta = model_dir / _REGISTERED_META
-    if not meta.is_file():
-        return None
-    fields = {}
-    for line in meta.read_text().splitlines():
-        key, _, value = line.partition(":")
-        fields[key.strip()] = value.strip().strip("'\"")
-    if {fields.get("model_name"), fields.get("model_version")} & {None, "", "null"}:
+    name = _yaml_value(model_dir / _REGISTERED_META, "model_name")
+    number = _yaml_value(model_dir / _REGISTERED_META, "model_version")
+    if {name, number} & {None, "", "null"}:
         return None
     try:
-        version = mlflow.MlflowClient().get_model_version(
-            fields["model_name"], fields["model_version"]
-        )
+        version = mlflow.MlflowClient().get_model_version(name, number)
     except MlflowException as exc:
         raise ArtifactError(
-            f"cannot read the registered digest of {fields['model_name']!r} version "
-            f"{fields['model_version']} ({exc})"
+            f"cannot read the registered digest of {name!r} version {number} ({exc})"
         ) from exc
     return version.tags.get("policy_sha256")
 

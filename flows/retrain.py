@@ -343,7 +343,7 @@ def retrain(
     return RetrainResult(
         decision=comparison.decision,
         challenger_version=version,
-        champion_version=version if comparison.promote else champion_version,
+        champion_version=champion_after,
         previous_champion_version=champion_version,
         reasons=tuple(comparison.reasons),
         metrics=gate_metrics(comparison),
