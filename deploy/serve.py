@@ -12,6 +12,7 @@ terminates by id — only the processes this object started.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -104,11 +105,9 @@ class ModelServer:
                 raise RuntimeError(
                     f"mlflow models serve exited with {self.process.returncode}:\n{self._tail()}"
                 )
-            try:
+            with contextlib.suppress(OSError):
                 if self.request("GET", "/ping", timeout=2.0)[0] == 200:
                     return self
-            except OSError:
-                pass
             time.sleep(0.25)  # readiness poll interval
         self.stop()
         raise RuntimeError(

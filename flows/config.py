@@ -1,10 +1,11 @@
 """Typed configuration of the pipeline, loaded from ``mlflow.yml`` (STYLE §7).
 
-The only module that reads YAML or environment variables. :func:`load_config` returns a frozen
-:class:`PipelineConfig`; each task gets only its section. Every value and every combination that
-would fail mid-run or do nothing is checked at load, before any data is read, and reported as
-one bounded :class:`ConfigError` naming the key. Relative paths are resolved against the
-working directory at load; ``MLFLOW_TRACKING_URI``, when set, overrides ``tracking.uri``.
+The only module that reads YAML (strictly: :mod:`flows._yaml`) or environment variables.
+:func:`load_config` returns a frozen :class:`PipelineConfig`; each task gets only its section.
+Every value and every combination that would fail mid-run or do nothing is checked at load,
+before any data is read, and reported as one bounded :class:`ConfigError` naming the key.
+Relative paths are resolved against the working directory at load; ``MLFLOW_TRACKING_URI``,
+when set, overrides ``tracking.uri``.
 """
 
 from __future__ import annotations

@@ -288,15 +288,6 @@ def check_champion_compatible(
     return version
 
 
-def _version_tags(client: MlflowClient, tracking: TrackingConfig, version: str) -> dict:
-    try:
-        return dict(client.get_model_version(tracking.registered_model, version).tags)
-    except MlflowException as exc:
-        raise RollbackError(
-            f"registered model {tracking.registered_model!r} has no version {version!r}"
-        ) from exc
-
-
 def _set_alias(client: MlflowClient, tracking: TrackingConfig, alias: str, version: str | None):
     """Point ``alias`` at ``version``, or delete it when ``version`` is None."""
     name = tracking.registered_model
@@ -464,7 +455,10 @@ def rollback(
         target = str(target)
         if target == current:
             raise RollbackError(f"version {target} of {name!r} is already the champion")
-        tags = _version_tags(client, tracking, target)
+        try:
+            tags = client.get_model_version(name, target).tags
+        except MlflowException as exc:
+            raise RollbackError(f"registered model {name!r} has no version {target!r}") from exc
         if tags.get(DECISION_TAG) == "rejected" and not force:
             raise RollbackError(
                 f"version {target} of {name!r} was rejected by the gate "

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from mlflow import MlflowClient
 from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunStatus
@@ -73,9 +72,8 @@ class StoreLockTimeout(TimeoutError):
 
 def _lock_path(uri: str) -> Path:
     """The lock file of a store: beside a sqlite database, else one per URI in the temp folder."""
-    parsed = urlparse(uri)
-    if parsed.scheme == "sqlite" and uri.startswith("sqlite:///") and ":memory:" not in uri:
-        database = Path(uri.removeprefix("sqlite:///").split("?", 1)[0])
+    database = sqlite_path(uri)
+    if database is not None:
         return database.with_name(database.name + ".lock")
     key = hashlib.sha256(uri.encode()).hexdigest()[:16]
     return Path(tempfile.gettempdir()) / f"poem-pipeline-store-{key}.lock"

@@ -188,8 +188,10 @@ def confirm_learning(
     """Serve the selected fit only if shown better than the best re-tempered champion.
 
     :func:`poem.learners.learning_evidence.confirm_fit` of ``trials[best]``'s fit against the
-    champion candidates, on ``logs`` (:func:`evidence_logs`). Logs the metrics ``learning_*``
-    and the tag ``learning_evidence`` (``shown`` / ``not shown``).
+    best champion candidate on ``logs`` (:func:`evidence_logs`): the fit stays selected when the
+    one-sided ``search.learning_confidence_level`` upper bounds of the paired doubly robust
+    R(fit) − R(candidate) and of its model term are both below 0. Logs the metrics
+    ``learning_*`` and the tag ``learning_evidence`` (``shown`` / ``not shown``).
 
     Returns ``(selected trial, the fitted estimator or None, evidence)``: the fit when it stays
     selected (reused by :func:`~flows.tasks.train.train_policy`), None when a candidate does.
