@@ -375,13 +375,8 @@ def log_policy_model(
     import scipy
     import sklearn
 
-    requirements = [
-        f"mlflow=={mlflow.__version__}",
-        f"numpy=={np.__version__}",
-        f"pandas=={pd.__version__}",
-        f"scipy=={scipy.__version__}",
-        f"scikit-learn=={sklearn.__version__}",
-    ]
+    pinned = {"mlflow": mlflow, "numpy": np, "pandas": pd, "scipy": scipy, "scikit-learn": sklearn}
+    requirements = [f"{name}=={module.__version__}" for name, module in pinned.items()]
     with tempfile.TemporaryDirectory(prefix="poem-policy-") as tmp:
         if isinstance(policy, StochasticPolicy):
             artifact_dir = Path(tmp) / ARTIFACT_KEY

@@ -46,6 +46,7 @@ __all__ = [
     "TrainingConfig",
     "apply_overrides",
     "default_config_path",
+    "flatten",
     "load_config",
     "parse_overrides",
     "resolve_config_path",
@@ -547,17 +548,19 @@ class PipelineConfig(_Section):
 
     def flat_params(self) -> dict[str, str]:
         """``section.key`` → value strings, for MLflow params."""
-        out: dict[str, str] = {}
+        return {key: str(value) for key, value in flatten(self.model_dump(mode="json")).items()}
 
-        def walk(prefix: str, value: Any) -> None:
-            if isinstance(value, dict):
-                for k, v in value.items():
-                    walk(f"{prefix}.{k}" if prefix else str(k), v)
-            else:
-                out[prefix] = str(value)
 
-        walk("", self.model_dump(mode="json"))
-        return out
+def flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mappings → ``a.b.c`` keys (MLflow params and metrics are flat)."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, Mapping):
+            out.update(flatten(value, name))
+        else:
+            out[name] = value
+    return out
 
 
 def _learner_check(where: str, learner: str, params: dict[str, Any]) -> dict[str, Any]:

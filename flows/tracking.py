@@ -29,7 +29,7 @@ from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunS
 from mlflow.exceptions import MlflowException
 from mlflow.utils.time import get_current_time_millis
 
-from flows.config import TrackingConfig
+from flows.config import TrackingConfig, flatten
 from flows.store_faults import check_store, sqlite_path
 from poem.io.logs import log_fingerprint
 
@@ -222,18 +222,6 @@ def ensure_experiment(client: MlflowClient, tracking: TrackingConfig) -> str:
         if experiment is None:
             raise
         return experiment.experiment_id
-
-
-def flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested mappings → ``a.b.c`` keys (MLflow params and metrics are flat)."""
-    out: dict[str, Any] = {}
-    for key, value in values.items():
-        name = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, Mapping):
-            out.update(flatten(value, name))
-        else:
-            out[name] = value
-    return out
 
 
 OWNER_TAGS = ("poem.host", "poem.pid", "poem.pid_start")

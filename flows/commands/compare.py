@@ -87,16 +87,11 @@ def run(args: argparse.Namespace) -> int:
 
     quiet()
     try:
-        client = tracking.client_for(cfg.tracking, read_only=True)
+        t = cfg.tracking
+        client = tracking.client_for(t, read_only=True)
         rows = tracking.recent_runs(client, cfg.tracking, args.last)
-        aliases = {
-            a: registry.alias_version(client, cfg.tracking, a)
-            for a in (
-                cfg.tracking.champion_alias,
-                cfg.tracking.previous_champion_alias,
-                cfg.tracking.challenger_alias,
-            )
-        }
+        names = (t.champion_alias, t.previous_champion_alias, t.challenger_alias)
+        aliases = {a: registry.alias_version(client, t, a) for a in names}
     except (StoreError, MlflowException, OSError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"error: cannot read the tracking store {cfg.tracking.uri}: {first}", file=sys.stderr)
