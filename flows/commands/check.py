@@ -1,10 +1,7 @@
 """``poem-pipeline check LOGS``: validate a log (GX suite, quarantine, propensity checks, plots).
 
-Prints a readable table; with ``--out`` writes ``check_report.json``, ``quarantine.parquet``,
-Data Docs HTML and PNG plots. The quarantine limit and the propensity floor default to the
-``checks`` section of the config ``retrain`` reads (one default for both commands). Exit code 0
-when the log is usable (warnings allowed), 1 on a hard failure, 2 for a missing file or an
-invalid config (as every command). All work is done by :func:`data_checks.check.check_logs`.
+The quarantine limit and the propensity floor default to the config's ``checks`` section, as
+for ``retrain``. All work is done by :func:`data_checks.check.check_logs`.
 """
 
 from __future__ import annotations
