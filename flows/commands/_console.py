@@ -27,6 +27,7 @@ __all__ = [
     "StageProgress",
     "drain_prefect",
     "exit_now",
+    "fail",
     "interruptible",
     "quiet",
 ]
@@ -45,6 +46,12 @@ _QUIET_ENV = {
     "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
 }
 _NOISY = ("mlflow", "great_expectations", "alembic", "py.warnings", "prefect", "httpx", "uvicorn")
+
+
+def fail(message: str, code: int) -> int:
+    """Print ``error: <message>`` on stderr; return the exit ``code``."""
+    print(f"error: {message}", file=sys.stderr)
+    return code
 
 
 def quiet(*, libraries: bool = True) -> None:

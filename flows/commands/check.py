@@ -7,11 +7,10 @@ for ``retrain``. All work is done by :func:`data_checks.check.check_logs`.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from flows.commands import Deferred, add_config_argument
-from flows.commands._console import EXIT_CONFIG
+from flows.commands._console import EXIT_CONFIG, fail
 from flows.config import ConfigError, load_config
 
 # imported when the command runs (Great Expectations, pandas take seconds)
@@ -120,13 +119,11 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     if not args.logs.exists():
-        print(f"error: {args.logs} does not exist", file=sys.stderr)
-        return EXIT_CONFIG
+        return fail(f"{args.logs} does not exist", EXIT_CONFIG)
     try:
         checks = load_config(args.config).checks
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+        return fail(str(exc), EXIT_CONFIG)
 
     target = None if args.target_policy is None else artifact.load_policy(args.target_policy)
     outcome = data_check.check_logs(

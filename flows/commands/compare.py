@@ -8,11 +8,10 @@ invalid config.
 from __future__ import annotations
 
 import argparse
-import sys
 from datetime import UTC, datetime
 
 from flows.commands import Deferred, command_parser
-from flows.commands._console import quiet
+from flows.commands._console import EXIT_CONFIG, EXIT_FAILED, fail, quiet
 from flows.config import ConfigError, load_config
 from flows.store_faults import StoreError
 
@@ -81,8 +80,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         cfg = load_config(args.config)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return fail(str(exc), EXIT_CONFIG)
     from mlflow.exceptions import MlflowException
 
     quiet()
@@ -94,8 +92,7 @@ def run(args: argparse.Namespace) -> int:
         aliases = {a: registry.alias_version(client, t, a) for a in names}
     except (StoreError, MlflowException, OSError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"error: cannot read the tracking store {cfg.tracking.uri}: {first}", file=sys.stderr)
-        return 1
+        return fail(f"cannot read the tracking store {cfg.tracking.uri}: {first}", EXIT_FAILED)
     if not rows:
         print(f"no runs yet in experiment {cfg.tracking.experiment!r} of {cfg.tracking.uri}")
         return 0

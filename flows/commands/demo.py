@@ -20,7 +20,16 @@ import time
 from pathlib import Path
 
 from flows.commands import Deferred, command_parser
-from flows.commands._console import EXIT_INTERRUPTED, StageProgress, exit_now, interruptible, quiet
+from flows.commands._console import (
+    EXIT_CONFIG,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    StageProgress,
+    exit_now,
+    fail,
+    interruptible,
+    quiet,
+)
 from flows.config import ConfigError, default_config_path, load_config
 from flows.prefect_server import prefect_api
 
@@ -92,8 +101,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         cfg = load_config(args.config)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return fail(str(exc), EXIT_CONFIG)
     t0 = time.perf_counter()
     print(
         f"simulating two days of digits logs with a stochastic logger -> {args.out}/logs",
@@ -141,11 +149,9 @@ def _run_days(config: Path, days: list[tuple[Path, int]]) -> list | int:
             try:
                 result = retrain(config, logs=folder)
             except exceptions.InvalidLogError as exc:
-                print(f"error: the logs failed their checks:\n{exc}", file=sys.stderr)
-                return 1
+                return fail(f"the logs failed their checks:\n{exc}", EXIT_FAILED)
             except Exception as exc:  # noqa: BLE001 - report any failure as an exit code
-                print(f"error: retrain failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-                return 1
+                return fail(f"retrain failed: {type(exc).__name__}: {exc}", EXIT_FAILED)
             for line in result.headline():
                 print(f"      {line.strip()}", flush=True)
             results.append(result)
