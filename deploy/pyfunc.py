@@ -1,34 +1,31 @@
 """MLflow pyfunc serving a :class:`~poem.policies.StochasticPolicy` (DESIGN §7, STYLE §9).
 
-Every request row (discrete, multilabel) or every request id (candidate sets, long format)
-gets one decision: the sampled action yᵢ ~ π(·|xᵢ), **its propensity under exactly the served
-distribution** (temperature α and exploration floor ε applied, so today's served policy is
-tomorrow's logging policy π₀), the MAP action, the registered model version and the time of
-the decision; with ``params={"return_distribution": true}`` also the full served distribution.
+Every request row (discrete, multilabel) or request id (candidate sets) gets one decision: the
+sampled action yᵢ ~ π(·|xᵢ), **its propensity under exactly the served distribution**
+(temperature α and exploration floor ε applied: today's served policy is tomorrow's logging
+policy π₀), the MAP action, the registered model version and the time of the decision; with
+``params={"return_distribution": true}`` also the full served distribution.
 
 Request layout
 --------------
 ``discrete`` / ``multilabel``
-    one row per decision, one float column per feature (names from the artifact's
-    ``metadata["feature_names"]``, else the log format's ``x_0..x_{d-1}``: a policy trained on
-    a log without names serves the log's own columns), optional string column ``event_id``.
+    one row per decision, one float column per feature (:func:`feature_names_of`), optional
+    string column ``event_id``.
 ``candidates``
-    long format: one row per candidate with the candidate's feature columns and a string
-    column ``event_id``; the rows of one request must be contiguous. ``action`` is the
-    0-based position of the chosen candidate inside its request.
+    long format: one row per candidate with its feature columns and a string column
+    ``event_id``; the rows of one request are contiguous. ``action`` is the 0-based position of
+    the chosen candidate inside its request.
 
-Params (all optional): ``seed`` (integer ≥ 0 → reproducible draws; the default −1 means a
-fresh OS-entropy generator per request, so draws are independent across requests — an
-omitted signature param takes its default, ECOSYSTEM §3) and ``return_distribution``.
+Params (optional): ``seed`` (integer ≥ 0 → reproducible draws; the default −1 draws from fresh
+OS entropy per request, since MLflow fills an omitted param with its default) and
+``return_distribution``. A malformed request (no rows, missing or non-numeric features,
+NaN/inf, a bad candidate layout, an ``event_id`` repeated in a discrete or multilabel request,
+bad params) raises :class:`mlflow.exceptions.MlflowException` with code
+``INVALID_PARAMETER_VALUE`` (HTTP 400 with the message).
 
-Malformed requests (no rows, missing or non-numeric feature columns, NaN/inf, bad candidate
-layout, an ``event_id`` repeated within a discrete or multilabel request, bad params) raise
-:class:`mlflow.exceptions.MlflowException` with error code ``INVALID_PARAMETER_VALUE``; the
-scoring server turns it into HTTP 400 with the message.
-
-The model is logged as *models from code*: MLflow executes this file and :func:`set_model`
-at the bottom selects the model, so no pickle is stored. The policy itself is the
-``.npz`` + JSON artifact of :mod:`poem.io.artifact`, checksum-verified in ``load_context``.
+The model is logged as *models from code* (MLflow executes this file; :func:`set_model` at the
+bottom selects the model, no pickle); the policy is the checksum-verified ``.npz`` + JSON
+artifact of :mod:`poem.io.artifact`.
 """
 
 from __future__ import annotations
@@ -75,9 +72,8 @@ __all__ = [
 
 ARTIFACT_KEY = "policy"
 OUTPUT_COLUMNS = ("event_id", "action", "propensity", "map_action", "model_version", "timestamp")
-_REGISTERED_META = (
-    "registered_model_meta"  # written by MLflow beside MLmodel when loading models:/...
-)
+# written by MLflow beside MLmodel when loading models:/...
+_REGISTERED_META = "registered_model_meta"
 
 
 def invalid_request(message: str) -> MlflowException:
@@ -88,16 +84,10 @@ def invalid_request(message: str) -> MlflowException:
 def guard_scoring_server() -> None:
     """Make ``mlflow models serve`` answer HTTP 4xx, not 500, for requests it cannot parse.
 
-    A request without a ``Content-Type`` header is answered 415 with what to send (MLflow
-    3.17's ``invocations`` would fail on ``None.split``: HTTP 500).
-
-    The scoring server parses the JSON body before the model sees it
-    (``mlflow.pyfunc.scoring_server._parse_json_data``, MLflow 3.17) and turns only
-    ``JSONDecodeError`` into a 400: an integer literal over 4,300 digits (``ValueError``),
-    JSON nested tens of thousands deep (``RecursionError``) or a ``dataframe_split`` of the
-    wrong shape (``TypeError``...) become HTTP 500. When the scoring server is the process
-    loading this model, its JSON stage is wrapped so any such failure is a 400 naming the
-    error. A no-op elsewhere (``mlflow.pyfunc.load_model`` in a notebook or the flow).
+    In the scoring server's process (MLflow 3.17; a no-op elsewhere): a request without a
+    ``Content-Type`` header is answered 415 with what to send, and any failure of its JSON
+    stage (``_parse_json_data``: huge integers, deep nesting, a wrong ``dataframe_split``
+    shape) is a 400 naming the error.
     """
     import sys
 
@@ -137,9 +127,7 @@ def guard_scoring_server() -> None:
 def feature_names_of(policy: StochasticPolicy) -> list[str]:
     """Column names of the policy's features: ``metadata["feature_names"]`` or ``x_0..x_{d-1}``.
 
-    Unnamed features are served under the names the canonical log format stores them under
-    (:mod:`poem.io.log_format`), so a policy trained on a log whose columns are ``x_0 … x_7``
-    (a CSV without metadata) accepts requests with those columns.
+    The fallback is the log format's names (:mod:`poem.io.log_format`).
     """
     names = policy.metadata.get("feature_names")
     d = policy.family.n_features
@@ -148,47 +136,39 @@ def feature_names_of(policy: StochasticPolicy) -> list[str]:
     return [f"x_{j}" for j in range(d)]
 
 
+def _yaml_value(path: Path, key: str, *, unquote: bool = True) -> str | None:
+    """The first non-empty ``key: value`` line of a file MLflow writes, or None."""
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name.strip() == key and value.strip():
+                return value.strip().strip("'\"") if unquote else value.strip()
+    return None
+
+
 def _model_version(model_dir: Path) -> str:
     """Read the registered version (``registered_model_meta``), else the logged model id."""
-    meta = model_dir / _REGISTERED_META
-    if meta.is_file():
-        for line in meta.read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model_version" and value.strip():
-                return value.strip().strip("'\"")
-    mlmodel = model_dir / "MLmodel"
-    if mlmodel.is_file():
-        for line in mlmodel.read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model_id" and value.strip():
-                return value.strip()
-    return "unregistered"
+    version = _yaml_value(model_dir / _REGISTERED_META, "model_version")
+    if version is None:
+        version = _yaml_value(model_dir / "MLmodel", "model_id", unquote=False)
+    return "unregistered" if version is None else version
 
 
 def _registered_digest(model_dir: Path) -> str | None:
     """The ``policy_sha256`` tag of the registered version being loaded (``models:/`` URIs).
 
-    MLflow writes ``registered_model_meta`` (name, version) beside ``MLmodel`` when it loads a
-    registered model; the digest is then read from the registry, outside the artifact. None for
-    a model loaded from a path, or a version registered without the tag.
+    Read from the registry, outside the artifact; None for a model loaded from a path, or a
+    version registered without the tag.
     """
-    meta = model_dir / _REGISTERED_META
-    if not meta.is_file():
-        return None
-    fields = {}
-    for line in meta.read_text().splitlines():
-        key, _, value = line.partition(":")
-        fields[key.strip()] = value.strip().strip("'\"")
-    if {fields.get("model_name"), fields.get("model_version")} & {None, "", "null"}:
+    name = _yaml_value(model_dir / _REGISTERED_META, "model_name")
+    number = _yaml_value(model_dir / _REGISTERED_META, "model_version")
+    if {name, number} & {None, "", "null"}:
         return None
     try:
-        version = mlflow.MlflowClient().get_model_version(
-            fields["model_name"], fields["model_version"]
-        )
+        version = mlflow.MlflowClient().get_model_version(name, number)
     except MlflowException as exc:
         raise ArtifactError(
-            f"cannot read the registered digest of {fields['model_name']!r} version "
-            f"{fields['model_version']} ({exc})"
+            f"cannot read the registered digest of {name!r} version {number} ({exc})"
         ) from exc
     return version.tags.get("policy_sha256")
 
@@ -343,9 +323,8 @@ def model_signature(policy: StochasticPolicy, example: pd.DataFrame) -> Any:
         [ColSpec("string", EVENT_ID, required=required_ids)] + [ColSpec("double", n) for n in names]
     )
     output = StochasticPolicyModel(policy).predict(None, example, {"seed": 0})
-    with (
-        warnings.catch_warnings()
-    ):  # "integer columns cannot represent missing values": outputs only
+    # "integer columns cannot represent missing values": outputs only
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         inferred = infer_signature(
             example, output, params={"seed": UNSEEDED, "return_distribution": False}
@@ -363,11 +342,9 @@ def log_policy_model(
 ) -> Any:
     """Log a policy as a :class:`StochasticPolicyModel` pyfunc (models from code, no pickle).
 
-    The policy artifact (``policy.npz`` + ``policy.json`` with its SHA-256,
-    :mod:`poem.io.artifact`) becomes the model artifact ``artifacts/<folder name>``;
-    ``code_paths`` ships the ``poem`` package so the model directory is self-contained;
-    ``pip_requirements`` are explicit (no slow inference); the signature and input example
-    make MLflow write ``serving_input_example.json`` beside the model.
+    The policy artifact becomes the model artifact ``artifacts/<folder name>``; ``code_paths`` ships
+    the ``poem`` package; ``pip_requirements`` are explicit; the signature and input example
+    make MLflow write ``serving_input_example.json``.
 
     Parameters
     ----------
@@ -398,13 +375,8 @@ def log_policy_model(
     import scipy
     import sklearn
 
-    requirements = [
-        f"mlflow=={mlflow.__version__}",
-        f"numpy=={np.__version__}",
-        f"pandas=={pd.__version__}",
-        f"scipy=={scipy.__version__}",
-        f"scikit-learn=={sklearn.__version__}",
-    ]
+    pinned = {"mlflow": mlflow, "numpy": np, "pandas": pd, "scipy": scipy, "scikit-learn": sklearn}
+    requirements = [f"{name}=={module.__version__}" for name, module in pinned.items()]
     with tempfile.TemporaryDirectory(prefix="poem-policy-") as tmp:
         if isinstance(policy, StochasticPolicy):
             artifact_dir = Path(tmp) / ARTIFACT_KEY

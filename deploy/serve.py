@@ -12,6 +12,7 @@ terminates by id — only the processes this object started.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -35,9 +36,7 @@ def free_port() -> int:
 
 def invocation_body(frame: Any, params: dict[str, Any] | None = None) -> bytes:
     """JSON body of ``POST /invocations`` for a DataFrame (``dataframe_split`` orient)."""
-    split = frame.to_dict(
-        orient="split", index=False
-    )  # full float precision (to_json keeps 10 digits)
+    split = frame.to_dict(orient="split", index=False)  # full precision (to_json keeps 10 digits)
     payload: dict[str, Any] = {
         "dataframe_split": {"columns": split["columns"], "data": split["data"]}
     }
@@ -93,19 +92,8 @@ class ModelServer:
             "MLFLOW_TRACKING_URI": self.tracking_uri,
             "MLFLOW_REGISTRY_URI": self.tracking_uri,
         }
-        cmd = [
-            str(Path(bin_dir) / "mlflow"),
-            "models",
-            "serve",
-            "-m",
-            self.model_uri,
-            "--env-manager",
-            "local",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            str(self.port),
-        ]
+        cmd = [str(Path(bin_dir) / "mlflow"), "models", "serve", "-m", self.model_uri]
+        cmd += ["--env-manager", "local", "-h", "127.0.0.1", "-p", str(self.port)]
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_file, "ab") as log:
             self.process = subprocess.Popen(
@@ -117,11 +105,9 @@ class ModelServer:
                 raise RuntimeError(
                     f"mlflow models serve exited with {self.process.returncode}:\n{self._tail()}"
                 )
-            try:
+            with contextlib.suppress(OSError):
                 if self.request("GET", "/ping", timeout=2.0)[0] == 200:
                     return self
-            except OSError:
-                pass
             time.sleep(0.25)  # readiness poll interval
         self.stop()
         raise RuntimeError(
@@ -163,9 +149,8 @@ class ModelServer:
     def stop(self) -> None:
         """Terminate the server's process group and wait until every process in it has exited.
 
-        SIGTERM first; SIGKILL for whatever is left after 15 s. Waiting for the whole group (not
-        only the ``mlflow`` parent) matters: a lingering ``uvicorn`` child would keep answering on
-        the port after a restart.
+        SIGTERM first; SIGKILL for whatever is left after 15 s (a lingering ``uvicorn`` child
+        would keep answering on the port after a restart).
         """
         if self.process is None:
             return

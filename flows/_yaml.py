@@ -1,9 +1,7 @@
 """The text layer of :mod:`flows.config`: strict YAML of ``mlflow.yml`` and ``--set`` values.
 
-A config file is small, plain text: this reader refuses what a config never needs and what
-makes a loader explode or lie. YAML aliases (``*name``, the mechanism of "billion laughs"
-bombs) are refused outright, duplicate keys are an error instead of "last one wins", the file
-must be UTF-8 and at most :data:`MAX_CONFIG_BYTES` long.
+Refused: YAML aliases ("billion laughs" bombs), duplicate keys (instead of "last one wins"),
+non-UTF-8 text and files over :data:`MAX_CONFIG_BYTES`.
 """
 
 from __future__ import annotations

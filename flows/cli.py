@@ -1,16 +1,10 @@
 """The ``poem-pipeline`` console script.
 
-Each subcommand lives in its own module under :mod:`flows.commands` exposing
-``add_parser(subparsers)`` (registers its arguments, with help) and ``run(args) -> int``
-(the exit code). The command modules are light; what takes seconds to import (Prefect, MLflow,
-GX, scikit-learn) they declare as :class:`flows.commands.Deferred` modules, imported when the
-command runs, so ``poem-pipeline --help`` stays fast and a command only pays for what it uses.
-
-Run as a program (``poem-pipeline …``, ``python -m flows.cli …``), a command that returned its
-exit code ends without tearing down the interpreter: after the ``atexit`` callbacks (Prefect's
-and MLflow's flushes included) and the joins of non-daemon threads, the process exits at once
-(:func:`_skip_teardown`). Freeing the modules of Prefect, MLflow and GX took 1–2 s of CPU
-after every ``retrain`` (measured: 5.5 s of wall time on a loaded machine) for nothing.
+Each subcommand is a module of :mod:`flows.commands` exposing ``add_parser(subparsers)`` and
+``run(args) -> int`` (the exit code); slow imports are :class:`flows.commands.Deferred`, so
+``--help`` stays fast. Run as a program, the process exits right after the ``atexit``
+callbacks, without tearing down the interpreter (:func:`_skip_teardown`): freeing Prefect,
+MLflow and GX cost seconds after every ``retrain``.
 """
 
 from __future__ import annotations

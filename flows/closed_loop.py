@@ -1,25 +1,19 @@
 """Closed-loop simulation: deploy, collect, retrain, iterate (Joachims' talk; DESIGN §7).
 
-Round 0 registers the logging policy h₀ (trained on a small fraction of the supervised training
-set, :func:`poem.simulate.fit_logging_policy`) as version 1 and ``champion``. Every round then
+Round 0 registers the logging policy h₀ (fitted on a small fraction of the supervised training
+set) as version 1 and ``champion``. Every round then
 
-1. loads ``models:/<name>@champion`` through the serving pyfunc (:mod:`deploy.pyfunc`), in process;
-2. serves it on the supervised training contexts (``n_replays`` requests per context, adjacent
-   in time): one request per batch,
-   each decision with its propensity under the served distribution;
-3. observes the loss of each decision from the hidden labels (0/1 loss for classes, Hamming loss
-   for label sets; :class:`poem.closed_loop.SupervisedEnvironment`) and writes decisions and
-   feedback with :class:`poem.io.decisions.DecisionLog` into a new ``date=`` partition (one
-   simulated day per round);
-4. runs the ``retrain`` flow on that newest partition; the gate decides whether ``champion`` moves.
+1. loads ``models:/<name>@champion`` through the serving pyfunc (:mod:`deploy.pyfunc`);
+2. serves it on the training contexts (``n_replays`` requests per context, one per batch), each
+   decision with its propensity under the served distribution;
+3. observes each decision's loss from the hidden labels
+   (:class:`poem.closed_loop.SupervisedEnvironment`) and writes decisions and feedback into a
+   new ``date=`` partition (:class:`poem.io.decisions.DecisionLog`; one simulated day per round);
+4. runs the ``retrain`` flow on that partition; the gate decides whether ``champion`` moves.
 
-Because the labels are known, every policy's **true expected loss** on the supervised test set is
-computed in closed form (:func:`poem.simulate.true_expected_loss`), beside h₀ and the supervised
-skyline (the same model family trained on all training labels, :func:`fit_logging_policy` with
-``fraction=1``).
-
-Everything (MLflow store, registry, logs) lives in ``workdir``; ``MLFLOW_TRACKING_URI`` points
-there for the duration of the run, so a simulation never touches the production registry.
+Every policy's true expected loss on the supervised test set is computed in closed form
+(:func:`poem.simulate.true_expected_loss`), beside h₀ and the supervised skyline. Everything
+(MLflow store, registry, logs) lives in ``workdir``, never the production registry.
 """
 
 from __future__ import annotations
@@ -137,15 +131,8 @@ def _simulation_config(
         uri=f"sqlite:///{workdir / 'mlflow.db'}",
         artifact_location=(workdir / "mlartifacts").as_uri(),
     )
-    raw["data"].update(
-        path=str(workdir / "logs"),
-        family=family,
-        loss_bounds=None,
-        reward_bounds=None,
-        n_actions=None,
-        window_start=None,
-        window_end=None,
-    )
+    unset = ("loss_bounds", "reward_bounds", "n_actions", "window_start", "window_end")
+    raw["data"].update(path=str(workdir / "logs"), family=family, **dict.fromkeys(unset))
     raw["training"]["params"]["policy"] = family
     for section, values in (overrides or {}).items():
         raw[section] = {**raw.get(section, {}), **values}

@@ -1,24 +1,14 @@
 """Where the log's partitions live: this process or a Dask cluster (DESIGN §8).
 
-The one place that reads the config's ``dask`` section (:class:`flows.config.DaskConfig`);
-:mod:`flows.retrain` imports it, never the other way round. A cluster is used by size of the
-log, always, or an existing scheduler (:func:`dask_active`), and then:
+The one place that reads the config's ``dask`` section. A cluster is used by size of the log,
+always, or an existing scheduler (:func:`dask_active`), and then:
 
-- ``partitioned: true`` with a Parquet log (:func:`use_partitions`): the flow opens a data
-  cluster (:func:`data_client`: Dask's log lines go to the run's ``logs/dask.log``, not the
-  terminal) and the log's partitions stay in the workers' memory
-  (:class:`poem._dask.ClusterPartitions`); the flow's Prefect tasks stay in its thread pool
-  (the workers run plain functions, no Prefect API needed);
-- otherwise the log is one partition in this process and the search trials run on the
-  cluster as Prefect tasks through Prefect's ``DaskTaskRunner`` (:func:`select_task_runner`).
-
-Every stage, the check included, is the same code on each path (:mod:`flows.retrain`).
-
-Dask worker processes call Prefect's API themselves. With Prefect's ephemeral API (no
-``PREFECT_API_URL``) each worker would start its own temporary server and the tasks fail
-(``../shared/ECOSYSTEM.md`` §6), so a cluster run requires a Prefect server: the workers of a
-``LocalCluster`` get the parent's ``PREFECT_API_URL`` (and result storage) in their
-environment; workers of an existing cluster must be configured with it.
+- ``partitioned: true`` with a Parquet log (:func:`use_partitions`): the log's partitions stay
+  in the workers' memory (:func:`data_client`) and the flow's Prefect tasks in its thread pool;
+- otherwise the log is one partition in this process and the search trials run on the cluster
+  as Prefect tasks (:func:`select_task_runner`). Dask workers then call Prefect's API, so a
+  Prefect server is required (each worker would start its own temporary one): a
+  ``LocalCluster``'s workers get ``PREFECT_API_URL``, an existing cluster's need it set.
 """
 
 from __future__ import annotations
@@ -124,11 +114,9 @@ def data_client(
 ) -> Iterator[Any]:
     """:func:`open_data_client` for the block; Dask's log lines go to a file, not the terminal.
 
-    While the block runs, the log lines and warnings of ``distributed`` (the scheduler, the
-    nannies, the client, and the workers of a local cluster) go to ``log_file``
-    (:func:`poem._dask_cluster.dask_logging`); the terminal shows only the flow's stage lines.
-    At the end the client is closed and the file is logged to ``run`` as :data:`DASK_LOG`,
-    also when the block failed (then a failure to upload it does not hide the block's error).
+    The log lines and warnings of ``distributed`` go to ``log_file``
+    (:func:`poem._dask_cluster.dask_logging`), logged to ``run`` as :data:`DASK_LOG` at the end,
+    also when the block failed (then without hiding the block's error).
 
     Parameters
     ----------
@@ -195,8 +183,7 @@ def select_task_runner(dask: DaskConfig, log_mib: float) -> Any | None:
 def flow_task_runner(dask: DaskConfig, path: str | Path) -> Any | None:
     """The ``retrain`` flow's task runner for the log at ``path`` (None: its thread pool).
 
-    With partitions on a cluster (:func:`use_partitions`) the flow's tasks stay in threads and
-    the data cluster does the work; otherwise :func:`select_task_runner`.
+    None with partitions on a cluster (:func:`use_partitions`), else :func:`select_task_runner`.
     """
     if use_partitions(dask, path):
         return None

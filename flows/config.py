@@ -1,27 +1,16 @@
 """Typed configuration of the pipeline, loaded from ``mlflow.yml`` (STYLE §7).
 
-This is the only module that reads YAML or environment variables. :func:`load_config`
-returns a frozen :class:`PipelineConfig`; the flow passes each task only its sub-model
-(``cfg.training``, ``cfg.gate``, ...). Unknown keys, wrong types and a missing file all
-raise one :class:`ConfigError` whose message names the offending key.
-
-Everything is checked here, at load, before any data is read or any server starts: every
-value (learner parameters and every grid value through the learner's own ``validate_params``),
-and the combinations that would otherwise fail mid-run or silently do nothing (``gate.clip``
-without ``clipped_ips``, a ``variance_scale`` grid with a numeric ``variance_penalty``, an empty
-grid, aliases equal to each other or reserved, reversed bounds or windows, a policy family that
-is not the data's). The YAML itself is read strictly (:mod:`flows._yaml`: no aliases, no
-duplicate keys, UTF-8). Messages are bounded in size.
-
-Relative paths (the sqlite database of ``tracking.uri``, ``tracking.artifact_location``,
-``data.path``) are resolved against the current working directory when the file is loaded,
-so the resolved config logged to MLflow is unambiguous. ``MLFLOW_TRACKING_URI``, when set,
-overrides ``tracking.uri``. The package carries the annotated default config
-(:func:`default_config_path`, written by ``poem-pipeline init``); an empty file means the same.
+The only module that reads YAML (strictly: :mod:`flows._yaml`) or environment variables.
+:func:`load_config` returns a frozen :class:`PipelineConfig`; each task gets only its section.
+Every value and every combination that would fail mid-run or do nothing is checked at load,
+before any data is read, and reported as one bounded :class:`ConfigError` naming the key.
+Relative paths are resolved against the working directory at load; ``MLFLOW_TRACKING_URI``,
+when set, overrides ``tracking.uri``.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import re
@@ -57,6 +46,7 @@ __all__ = [
     "TrainingConfig",
     "apply_overrides",
     "default_config_path",
+    "flatten",
     "load_config",
     "parse_overrides",
     "resolve_config_path",
@@ -159,13 +149,12 @@ class TrackingConfig(_Section):
     @model_validator(mode="after")
     def _distinct_aliases(self) -> TrackingConfig:
         names = ("champion_alias", "challenger_alias", "previous_champion_alias")
-        for i, a in enumerate(names):
-            for b in names[i + 1 :]:
-                if getattr(self, a) == getattr(self, b):
-                    raise ValueError(
-                        f"tracking.{a} and tracking.{b} are both {getattr(self, a)!r}; the three "
-                        "aliases must differ (one version per role)"
-                    )
+        for a, b in itertools.combinations(names, 2):
+            if getattr(self, a) == getattr(self, b):
+                raise ValueError(
+                    f"tracking.{a} and tracking.{b} are both {getattr(self, a)!r}; the three "
+                    "aliases must differ (one version per role)"
+                )
         return self
 
 
@@ -444,13 +433,9 @@ class DaskConfig(_Section):
     """Where the log is processed (DESIGN §8): in this process, or on a Dask cluster.
 
     ``mode``: ``auto`` starts a ``LocalCluster`` when the log's files hold more than
-    ``min_log_mib`` MiB, ``always`` always does, ``never`` keeps the thread pool. A
-    ``scheduler_address`` (``tcp://host:8786``) uses that cluster instead of starting one.
-    With ``partitioned`` (and a Parquet log) the log is checked, split, trained on and gated
-    as partitions held in the workers' memory (:mod:`flows.cluster`); otherwise
-    only the search trials run on the cluster, as Prefect tasks — then Dask workers report
-    to Prefect's API, so a cluster needs a Prefect server (``PREFECT_API_URL``), not the
-    ephemeral one (:mod:`flows.cluster`).
+    ``min_log_mib`` MiB, ``always`` always does, ``never`` keeps the thread pool; a
+    ``scheduler_address`` (``tcp://host:8786``) uses that cluster instead. ``partitioned``
+    chooses between the two cluster routes of :mod:`flows.cluster`.
     """
 
     mode: Literal["auto", "always", "never"] = "auto"
@@ -563,17 +548,19 @@ class PipelineConfig(_Section):
 
     def flat_params(self) -> dict[str, str]:
         """``section.key`` → value strings, for MLflow params."""
-        out: dict[str, str] = {}
+        return {key: str(value) for key, value in flatten(self.model_dump(mode="json")).items()}
 
-        def walk(prefix: str, value: Any) -> None:
-            if isinstance(value, dict):
-                for k, v in value.items():
-                    walk(f"{prefix}.{k}" if prefix else str(k), v)
-            else:
-                out[prefix] = str(value)
 
-        walk("", self.model_dump(mode="json"))
-        return out
+def flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mappings → ``a.b.c`` keys (MLflow params and metrics are flat)."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, Mapping):
+            out.update(flatten(value, name))
+        else:
+            out[name] = value
+    return out
 
 
 def _learner_check(where: str, learner: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -687,10 +674,7 @@ def load_config(
 
 
 def _with_default_tables(raw: dict[str, Any]) -> dict[str, Any]:
-    """Fill an absent ``training.params`` / ``search.grid`` with the defaults.
-
-    So ``--set training.params.max_iter=5`` changes one parameter instead of replacing them all.
-    """
+    """Fill an absent ``training.params`` / ``search.grid`` with the defaults (for ``--set``)."""
     training, search = raw.get("training", {}), raw.get("search", {})
     if not (isinstance(training, dict) and isinstance(search, dict)):
         return raw  # the validation names the bad section

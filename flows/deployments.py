@@ -76,8 +76,7 @@ def newest_partitions(
 ) -> list[Path]:
     """Return the ``newest`` latest ``date=YYYY-MM-DD`` folders (with data files) under ``root``.
 
-    A ``date=`` folder whose name is not a calendar date (``date=2026-13-45``) is skipped with
-    a warning naming it; data files follow the rule of :func:`poem.io.parquet.list_log_files`.
+    A ``date=`` folder whose name is not a calendar date is skipped with a warning.
 
     Parameters
     ----------
@@ -267,12 +266,10 @@ def deploy_to_pool(
     newest: int = 1,
     name: str = DEPLOYMENT_NAME,
 ) -> int:
-    """Register the deployment with a work pool through ``prefect deploy``; its exit code.
+    """Check the log folder, then register the deployment with a work pool; the exit code.
 
-    Prefect's ``prefect deploy`` has no deploy-time hook for a parameter's value, so this
-    command checks the log folder (as :func:`serve` does) and then runs it with the same
-    flow, schedule and parameters: ``prefect --no-prompt deploy flows.deployments:scheduled_retrain
-    --name NAME --pool POOL --cron CRON --params '{"config_path": …, "logs": …, "newest": …}'``.
+    Runs ``prefect --no-prompt deploy`` of :data:`ENTRYPOINT` with the flow, schedule and
+    parameters of :func:`serve`.
 
     Raises
     ------

@@ -118,11 +118,9 @@ def verify_model_version(
 ) -> Path:
     """Download a version's model folder and verify it before anything in it is imported.
 
-    MLflow *imports* the model's code file when it loads a models-from-code model (``mlflow
-    models serve``, ``mlflow.pyfunc.load_model``): whoever can write the artifact store can
-    run code there. This checks the code file and the policy folder against the digests
-    recorded at registration; serve the returned local folder (``mlflow models serve -m
-    <folder>``) so what runs is what was checked.
+    MLflow imports a models-from-code model's code file when it loads it, so the code and the
+    policy folder are checked against the digests recorded at registration; serve the returned
+    folder (``mlflow models serve -m <folder>``) so what runs is what was checked.
 
     Returns
     -------

@@ -55,9 +55,7 @@ def learner_param_names(name: str) -> set[str]:
 def resolve_warm_start(params: Mapping[str, Any], champion: Any, log: Any) -> dict[str, Any]:
     """Replace ``warm_start: champion`` by the champion policy, or ``"zeros"`` without one.
 
-    The champion is used only when it fits the log (same family, feature and action counts);
-    before any promotion (the logging policy is the champion but its coefficients are not in
-    the registry) or after a schema change the fit starts at w₀ = 0.
+    The champion is used only when it fits the log (same family, feature and action counts).
     """
     out = dict(params)
     if out.get("warm_start") != CHAMPION:
@@ -112,9 +110,6 @@ def build_learner(
 
 def check_learner_params(name: str, params: Mapping[str, Any]) -> dict[str, Any]:
     """Validate ``params`` with the learner's own checks (STYLE §13); return all its params.
-
-    ``clone(est).set_params(**params).validate_params()``: the config does not mirror the
-    learner's rules, it asks the learner.
 
     Raises
     ------

@@ -1,14 +1,11 @@
 """The gate's attempt ledger on the registered model: MLflow tag I/O (DESIGN §5, §6).
 
-The math (which attempt a gate decision is, the α it may spend, when windows overlap) is in
-:mod:`poem.ledger`; this module only reads and writes the registered model's tag
-``gate_ledger`` (compact JSON, the attempts against the current champion). An attempt is
-recorded *before* the decision is made, so a run that crashes after the gate has still spent
-its α; a re-run, a new seed or a new grid on an overlapping test window is the next attempt.
-Entries against earlier champions are dropped when an attempt is recorded: a promotion
-starts a new ledger. The read-modify-write of the tag runs under the registered model's
-promotion lock (:func:`flows.registry_lock.registry_lock`), so two concurrent retrains on
-one test window get attempts k and k + 1, never both k.
+The math (which attempt a decision is, the α it may spend) is :mod:`poem.ledger`; this module
+reads and writes the registered model's tag ``gate_ledger`` (the attempts against the current
+champion; a promotion starts a new ledger). An attempt is recorded *before* the decision, so a
+run that crashes after the gate has still spent its α, and under the promotion lock
+(:func:`flows.registry_lock.registry_lock`), so concurrent retrains on one window get attempts
+k and k + 1.
 """
 
 from __future__ import annotations
@@ -18,6 +15,7 @@ from typing import Any
 from mlflow.exceptions import MlflowException
 
 from flows.config import GateConfig, TrackingConfig
+from flows.registry import ensure_registered_model
 from flows.registry_lock import registry_lock
 from poem.ledger import (
     Attempt,
@@ -43,16 +41,6 @@ def read_ledger(client: Any, tracking: TrackingConfig) -> list[LedgerEntry]:
     return entries_from_json(model.tags.get(LEDGER_TAG))
 
 
-def _ensure_model(client: Any, name: str) -> None:
-    try:
-        client.get_registered_model(name)
-    except MlflowException:
-        try:
-            client.create_registered_model(name)
-        except MlflowException:  # created concurrently
-            client.get_registered_model(name)
-
-
 def record_attempt(
     client: Any,
     tracking: TrackingConfig,
@@ -66,9 +54,7 @@ def record_attempt(
     Parameters
     ----------
     client : MlflowClient
-        Registry client.
     tracking : TrackingConfig
-        Names the registered model.
     champion_version : str or None
         The champion gated against (None: the logging policy).
     window : TestWindow
@@ -93,7 +79,7 @@ def record_attempt(
             retry_fraction=gate.retry_fraction,
         )
         entries.append(LedgerEntry(champion, window, attempt.number, attempt.alpha, run_id))
-        _ensure_model(client, tracking.registered_model)
+        ensure_registered_model(client, tracking.registered_model)
         client.set_registered_model_tag(
             tracking.registered_model, LEDGER_TAG, entries_to_json(entries)
         )

@@ -1,30 +1,18 @@
 """A temporary Prefect API server that cannot outlive the command that started it.
 
-Without ``PREFECT_API_URL`` Prefect starts its own temporary server (``SubprocessASGIServer``)
-as a child that shares the command's terminal, stdout and process group. That has two
-consequences:
+Without ``PREFECT_API_URL`` Prefect starts its own temporary server as a child sharing the
+command's terminal, stdout and process group: it survives ``kill -9`` of the command (keeping
+a piped stdout open) and gets Ctrl-C first. :class:`TemporaryServer` starts the same server in
+its own session, stdin closed, output to a log file, with ``PR_SET_PDEATHSIG`` so the kernel
+kills it when the command dies; :func:`prefect_api` points Prefect at it for a block. It also
 
-- after ``kill -9`` of the command the server keeps running (~250 MB) and keeps the
-  command's stdout open, so ``poem-pipeline retrain … | tail -1`` never returns;
-- Ctrl-C reaches the server first, and the flow then fails talking to a dead API.
-
-:class:`TemporaryServer` starts the same server (``uvicorn … prefect.server.api.server:create_app``)
-the way a child should be started: in its own session (no terminal signals), with stdin closed,
-its output in a log file, and with ``PR_SET_PDEATHSIG`` so the kernel kills it when the command
-dies for any reason, SIGKILL included. :func:`prefect_api` points Prefect at it for the duration
-of a block. Three more duties:
-
-- **start early**: :meth:`TemporaryServer.start` only spawns the process (it needs neither
-  ``import prefect`` nor a wait), so a command can start it first and import Prefect, MLflow
-  and GX while the server boots (``retrain`` does);
-- **one start at a time per Prefect home**: two commands starting servers on one fresh
-  ``$PREFECT_HOME/prefect.db`` both ran the database migrations and one died ("exited with code
-  3"); a file lock in the Prefect home makes the second wait until the first is ready;
-- **say why**: a server that exits during start-up raises :class:`PrefectServerError` whose
-  one-line message names the cause (port, lock, database, disk) from the server's own output;
-  a server that dies *during* the run (``kill -9``, OOM) interrupts the command's main thread
-  with :class:`PrefectServerDied` (a ``KeyboardInterrupt``: the flow marks its MLflow run
-  KILLED, nothing is promoted) instead of letting it continue against a dead API.
+- starts early (:meth:`TemporaryServer.start` only spawns), so the server boots while the
+  command imports Prefect, MLflow and GX;
+- serializes start-ups per Prefect home with a file lock (concurrent migrations of one fresh
+  ``prefect.db`` kill a server);
+- raises :class:`PrefectServerError` with the cause (port, lock, database, disk) when the server
+  exits during start-up, and interrupts the main thread with :class:`PrefectServerDied` (a
+  ``KeyboardInterrupt``: the run is marked KILLED, nothing is promoted) when it dies later.
 """
 
 from __future__ import annotations
@@ -37,7 +25,6 @@ import logging
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -46,6 +33,8 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+
+from deploy.serve import free_port
 
 __all__ = [
     "PrefectServerDied",
@@ -96,12 +85,6 @@ def _die_with_parent(parent: int) -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:  # the parent died before prctl took effect
         os._exit(1)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _prefect_home() -> Path:
@@ -163,12 +146,10 @@ class TemporaryServer:
         self._previous_handler: object = None
 
     def has_database(self) -> bool:
-        """Whether its database exists already: a start then only checks the migrations.
+        """Whether ``$PREFECT_HOME/prefect.db`` exists and no other database is configured.
 
-        True when ``$PREFECT_HOME/prefect.db`` exists and no other database is configured
-        (``PREFECT_API_DATABASE_CONNECTION_URL`` / ``PREFECT_SERVER_DATABASE_CONNECTION_URL``).
-        A command may then start the server before it knows it will use it, and stop it at
-        once on a mistake, without interrupting the creation of a new database.
+        Then a start only checks the migrations, so a command may start the server before it
+        knows it will use it and stop it at once on a mistake.
         """
         configured = (
             "PREFECT_API_DATABASE_CONNECTION_URL",
@@ -212,23 +193,11 @@ class TemporaryServer:
         spec = importlib.util.find_spec("prefect")
         if spec is None or spec.origin is None:
             raise PrefectServerError("Prefect's temporary API server cannot start: no prefect")
-        return [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "--app-dir",
-            str(Path(spec.origin).resolve().parent.parent),
-            "--factory",
-            "prefect.server.api.server:create_app",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--log-level",
-            "error",
-            "--lifespan",
-            "on",
-        ]
+        app_dir = str(Path(spec.origin).resolve().parent.parent)
+        command = [sys.executable, "-m", "uvicorn", "--app-dir", app_dir]
+        command += ["--factory", "prefect.server.api.server:create_app"]
+        command += ["--host", "127.0.0.1", "--port", str(self.port)]
+        return command + ["--log-level", "error", "--lifespan", "on"]
 
     def _environment(self) -> dict[str, str]:
         env = {  # as prefect.server.api.server.SubprocessASGIServer sets them
@@ -251,7 +220,7 @@ class TemporaryServer:
             fd, name = tempfile.mkstemp(prefix="poem-prefect-server-", suffix=".log")
             os.close(fd)
             self.log_file = Path(name)
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/api"
         parent = os.getpid()
         self._out = open(self.log_file, "ab")  # noqa: SIM115 - closed in stop()
@@ -426,8 +395,7 @@ def prefect_api(
     try:
         url = server.wait()
         server.watch()
-        # a dead temporary server does not come back: 2 retries (2 + 4 s, enough for its 503 on
-        # a busy sqlite) instead of 5 (62 s of back-off per call before the run can stop)
+        # a dead temporary server does not come back: 2 retries (2 + 4 s) instead of 5 (62 s)
         retries = min(int(PREFECT_CLIENT_MAX_RETRIES.value()), 2)
         with temporary_settings(
             updates={PREFECT_API_URL: url, PREFECT_CLIENT_MAX_RETRIES: retries}

@@ -1,34 +1,18 @@
 """MLflow Model Registry protocol (DESIGN §6): versions, tags and aliases.
 
-- Every trained challenger becomes a version of ``tracking.registered_model`` with tags
-  (data fingerprint, flow run id, gate decision and reasons, estimator values) and the
-  ``challenger`` alias.
-- ``champion`` moves only in :func:`promote`, the flow's last step; the replaced champion
-  gets ``previous-champion`` and the new version records it in the tag ``replaced_champion``.
-- :func:`rollback` moves ``champion`` back along that chain (or forward, with ``--to``).
+Every trained challenger becomes a version of ``tracking.registered_model`` with its tags
+(:func:`version_tags`) and the ``challenger`` alias; the registered artifact is decided by
+:func:`log_policy_model` alone. ``champion`` moves only in :func:`promote` (the flow's last
+step) and :func:`rollback`, both under :func:`flows.registry_lock.registry_lock` (held in the
+registry's own database, so across machines sharing a tracking server).
 
-Consistency under concurrency and kills (the promotion protocol)
-----------------------------------------------------------------
-- A version the gate passed is registered with ``promotion=pending`` and ``gated_against``
-  (the champion it was compared with, or ``logging-policy``).
-- :func:`promote` runs under :func:`flows.registry_lock.registry_lock`, a lock held in the
-  registry's own database (a registered model whose name is unique), so it holds across
-  machines that share a tracking server, and is a compare-and-set: it moves ``champion`` only
-  if the champion is still the one the version was gated against; otherwise it tags
-  ``promotion=superseded`` and raises :class:`PromotionConflict`. So at most one version is
-  promoted per champion generation, and each was gated against the one it replaced.
-  :func:`repair_promotions` and :func:`rollback` take the same lock.
-- Order inside the lock: tag ``replaced_champion``; move ``champion`` (the commit point); move
-  ``previous-champion``; tag ``promotion=done``. ``previous-champion`` never equals
-  ``champion``.
-- :func:`repair_promotions` (run at the start of every flow run) finishes what a killed
-  promotion left: after the commit point it completes the remaining steps, before it it tags
-  ``promotion=interrupted``.
-- A version the gate rejected is never promoted, and :func:`rollback` refuses it unless forced.
-
-The registered model is the serving pyfunc of :mod:`deploy.pyfunc` around the policy folder
-(``policy.npz`` + ``policy.json`` with its SHA-256, :mod:`poem.io.artifact`), logged by
-:func:`log_policy_model` — the one function that decides the registered artifact.
+:func:`promote` is a compare-and-set: it moves ``champion`` only if it is still the version
+recorded in ``gated_against`` (else ``promotion=superseded`` and :class:`PromotionConflict`), so
+each champion was gated against the one it replaced. Its steps: tag ``replaced_champion``; move
+``champion`` (the commit point); move ``previous-champion`` (never equal to ``champion``); tag
+``promotion=done``. :func:`repair_promotions`, at the start of every run, completes a killed
+promotion after the commit point and tags it ``promotion=interrupted`` before it. A version
+the gate rejected is never promoted, and :func:`rollback` refuses it unless forced.
 """
 
 from __future__ import annotations
@@ -64,6 +48,7 @@ __all__ = [
     "RollbackResult",
     "alias_version",
     "check_champion_compatible",
+    "ensure_registered_model",
     "repair_promotions",
     "load_version_policy",
     "version_tags",
@@ -109,8 +94,8 @@ class RollbackResult:
 class LoggedPolicy:
     """Where a logged policy model lives, and the tags its registered version gets.
 
-    ``tags`` hold the policy's family and sizes and the digests of the policy folder
-    (:func:`poem.io.artifact.artifact_digest`) and of the model code MLflow imports at load.
+    ``tags``: the policy's family and sizes, and the digests of the policy folder and of the
+    model code MLflow imports at load.
     """
 
     model_uri: str
@@ -124,15 +109,12 @@ def log_policy_model(
 ) -> LoggedPolicy:
     """Log ``policy`` as the serving pyfunc model of :mod:`deploy.pyfunc`, linked to ``run_id``.
 
-    This is the one place that decides the registered artifact; the policy folder
-    (``policy.npz`` + ``policy.json``) sits under the model's ``artifacts/policy``.
+    The policy folder (``policy.npz`` + ``policy.json``) sits under ``artifacts/policy``.
 
     Parameters
     ----------
     client : MlflowClient
-        Client of the tracking store.
     tracking : TrackingConfig
-        Tracking settings (``uri``).
     experiment_id : str
         Experiment of the parent run.
     run_id : str
@@ -207,6 +189,17 @@ def version_tags(
     return tags
 
 
+def ensure_registered_model(client: MlflowClient, name: str) -> None:
+    """Create the registered model ``name`` unless it exists (or is created concurrently)."""
+    try:
+        client.get_registered_model(name)
+    except MlflowException:
+        try:
+            client.create_registered_model(name)
+        except MlflowException:  # created concurrently
+            client.get_registered_model(name)
+
+
 def register_version(
     client: MlflowClient,
     tracking: TrackingConfig,
@@ -216,18 +209,9 @@ def register_version(
 ) -> str:
     """Create a model version with ``tags`` and point the ``challenger`` alias at it.
 
-    Besides ``tags`` the version records where its policy folder is, the policy's family
-    and sizes (for :func:`check_champion_compatible`) and the digests of the policy and of
-    the model code (checked by :func:`load_version_policy` and
-    :func:`flows.integrity.verify_model_version`).
+    The version also gets ``logged.tags`` and the URI of its policy folder.
     """
-    try:
-        client.get_registered_model(tracking.registered_model)
-    except MlflowException:
-        try:
-            client.create_registered_model(tracking.registered_model)
-        except MlflowException:  # created concurrently
-            client.get_registered_model(tracking.registered_model)
+    ensure_registered_model(client, tracking.registered_model)
     all_tags = {
         **{k: str(v)[:5000] for k, v in tags.items()},
         **{k: str(v) for k, v in logged.tags.items()},
@@ -276,9 +260,8 @@ def check_champion_compatible(
 ) -> str | None:
     """Check that the champion can score a log of ``family`` with ``n_features`` features.
 
-    Cheap: reads the champion version's tags (``policy_family``, ``n_features``), falling back
-    to its policy spec for versions registered without them. Returns the champion version
-    (None: no champion yet, the logging policy is the baseline).
+    Reads the champion version's tags (``policy_family``, ``n_features``), else its policy.
+    Returns the champion version (None: no champion yet).
 
     Raises
     ------
@@ -303,15 +286,6 @@ def check_champion_compatible(
             "columns"
         )
     return version
-
-
-def _version_tags(client: MlflowClient, tracking: TrackingConfig, version: str) -> dict:
-    try:
-        return dict(client.get_model_version(tracking.registered_model, version).tags)
-    except MlflowException as exc:
-        raise RollbackError(
-            f"registered model {tracking.registered_model!r} has no version {version!r}"
-        ) from exc
 
 
 def _set_alias(client: MlflowClient, tracking: TrackingConfig, alias: str, version: str | None):
@@ -349,9 +323,7 @@ def promote(
     Parameters
     ----------
     client : MlflowClient
-        Client of the registry.
     tracking : TrackingConfig
-        Registered model and alias names.
     version : str
         Version to promote.
     force : bool, default=False
@@ -408,11 +380,9 @@ def promote(
 def repair_promotions(client: MlflowClient, tracking: TrackingConfig) -> list[str]:
     """Finish or close promotions a killed run left half-done; returns the repaired versions.
 
-    A version tagged ``promotion=pending`` whose run is no longer RUNNING: if it is the
-    champion (killed after the commit point) the remaining steps are done; otherwise it is
-    tagged ``promotion=interrupted`` (it never became champion). A ``previous-champion`` equal
-    to ``champion`` (left by older releases) is removed. Call after
-    :func:`flows.tracking.reap_stale_runs` so killed runs are no longer RUNNING.
+    A ``promotion=pending`` version that is champion gets the remaining steps; one whose run
+    is no longer RUNNING gets ``promotion=interrupted``. A ``previous-champion`` equal to
+    ``champion`` is removed. Call after :func:`flows.tracking.reap_stale_runs`.
     """
     name = tracking.registered_model
     repaired: list[str] = []
@@ -451,9 +421,7 @@ def rollback(
     Parameters
     ----------
     client : MlflowClient
-        Client of the registry.
     tracking : TrackingConfig
-        Registered model and alias names.
     to_version : str or None, default=None
         Target version; default the ``previous-champion`` alias.
     force : bool, default=False
@@ -487,7 +455,10 @@ def rollback(
         target = str(target)
         if target == current:
             raise RollbackError(f"version {target} of {name!r} is already the champion")
-        tags = _version_tags(client, tracking, target)
+        try:
+            tags = client.get_model_version(name, target).tags
+        except MlflowException as exc:
+            raise RollbackError(f"registered model {name!r} has no version {target!r}") from exc
         if tags.get(DECISION_TAG) == "rejected" and not force:
             raise RollbackError(
                 f"version {target} of {name!r} was rejected by the gate "

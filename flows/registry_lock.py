@@ -1,20 +1,13 @@
 """A lock on a registered model that holds through the MLflow tracking server (DESIGN §6).
 
-The champion's compare-and-set (:func:`flows.registry.promote`) and the other moves of the
-aliases must not interleave between runs, and a team's runs are on several machines that
-share one tracking server. A file lock is per machine; the lock here is a row in the
-registry's own database:
-
-- acquiring is ``create_registered_model("<model>.promotion-lock")``: the store's unique
-  constraint on the name lets exactly one caller create it (the others get
-  ``RESOURCE_ALREADY_EXISTS`` and retry until ``timeout``); releasing deletes it;
-- the lock model's tags name its holder (host, pid, the pid's start time, a random token), so
-  a waiter on the holder's host can tell that the holder died (``kill -9``) and break the
-  lock. A lock held by a dead process on another host is not broken automatically: the
-  timeout's error names the holder and how to remove it.
-
-The same protocol works for a local sqlite store (the database's constraint) and for an
-``http(s)://`` tracking server backed by PostgreSQL, which is what the team topology uses.
+The moves of the aliases (:func:`flows.registry.promote`, ...) must not interleave between runs,
+also on machines sharing one tracking server, so the lock is a row in the registry's database:
+acquiring is ``create_registered_model("<model>.promotion-lock")`` (the unique name lets one
+caller create it; the others get ``RESOURCE_ALREADY_EXISTS`` and retry until ``timeout``),
+releasing deletes it. Its tags name the holder (host, pid, the pid's start time, a token), so a
+waiter on the holder's host breaks the lock of a dead holder; the timeout's error names a holder
+on another host and how to remove its lock. This works for a sqlite store and for an
+``http(s)://`` server backed by PostgreSQL (the team topology).
 """
 
 from __future__ import annotations
@@ -58,9 +51,8 @@ def _holder(client: MlflowClient, name: str) -> dict[str, str] | None:
 def _break_if_dead(client: MlflowClient, uri: str, name: str) -> bool:
     """Delete the lock if its holder was a process on this host that has ended.
 
-    Waiters on one host break a dead holder's lock one at a time (:func:`store_lock`, a file
-    lock of this host) and re-read the holder's token just before deleting, so a lock just
-    taken by a live process is never deleted.
+    One waiter at a time (:func:`store_lock`), re-reading the holder's token just before
+    deleting, so a lock just taken by a live process is never deleted.
     """
     holder = _holder(client, name)
     if holder is None or not _owner_gone(holder):
@@ -117,9 +109,7 @@ def registry_lock(
             break
         except MlflowException as exc:
             if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
-                # the name existed at our insert and was released before the store looked it
-                # up to word its "already exists" error (MLflow's create re-reads the model
-                # after the unique constraint fails): the lock is free again, so try again
+                # released between our failed insert and MLflow's re-read: free again, retry
                 continue
             if exc.error_code != "RESOURCE_ALREADY_EXISTS":
                 raise

@@ -1,17 +1,11 @@
 """The ``retrain`` flow (DESIGN §2).
 
-load → validate → propensity checks → split → search → train → gate → register → promote.
-
-One stage sequence (:func:`_stages`) on the log as a partition set (:mod:`poem.io.partitions`):
-one partition in this process, or its partitions on a Dask cluster (chosen in
-:mod:`flows.cluster`); the check is the one of ``poem-pipeline check`` on either layout.
-
-The flow only orchestrates: it loads ``mlflow.yml`` once, hands each task its config section,
-and records everything under one parent MLflow run (nested runs for the trials). Bad logs
-raise :class:`poem.InvalidLogError` before any training, after the check report has been
-logged; no model version is created. A rejected challenger is a normal outcome: it is
-registered (tagged ``gate_decision=rejected``) and ``champion`` does not move. Promotion is
-the last step, so a failure anywhere before it leaves production untouched.
+load → validate → propensity checks → split → search → train → gate → register → promote, as
+one stage sequence (:func:`_stages`) on the log's partitions, in this process or on a Dask
+cluster (:mod:`flows.cluster`). Everything is recorded under one parent MLflow run. Bad logs
+raise :class:`poem.InvalidLogError` after the check report is logged, before any training; a
+rejected challenger is registered (``gate_decision=rejected``) without moving ``champion``.
+Promotion is the last step, so a failure anywhere before it leaves production untouched.
 """
 
 from __future__ import annotations
@@ -124,11 +118,7 @@ class RetrainResult:
         return f"decision={self.decision} champion={self.champion_version or 'logging-policy'}"
 
     def headline(self) -> list[str]:
-        """Three lines: both risks; the difference, its interval and bound; the challenger's origin.
-
-        The third line says whether the challenger was learned or is only the champion
-        re-tempered (:meth:`challenger_origin`).
-        """
+        """Three lines: both risks; the difference, its interval and bound; the origin."""
         m = self.metrics  # keys spelled once, in PolicyComparison.metrics
         challenger, champion = m.get("challenger_risk"), m.get("champion_risk")
         difference, bound = m.get("risk_difference"), m.get("risk_difference_ucb")
@@ -174,9 +164,8 @@ class RetrainResult:
 def _search(training: Any, parts: Any, header: Any, cfg: Any, keys: tuple, champion: Any):
     """Submit every distinct fit of the grid, at most ``search.max_workers`` at a time.
 
-    A grid point that is the same fit as an earlier one (``warm_start: champion`` with no
-    champion to start from is ``warm_start: zeros``) is not fitted again: it is recorded with
-    its own params and the earlier trial's scores.
+    A grid point that is the same fit as an earlier one (:func:`flows.learners.same_fits`) is
+    recorded with its own params and the earlier trial's scores.
     """
     trial = search_trial.with_options(
         cache_expiration=timedelta(hours=cfg.search.cache_expiration_hours)
@@ -212,11 +201,7 @@ def _search(training: Any, parts: Any, header: Any, cfg: Any, keys: tuple, champ
 
 
 def _checked_log(cfg: Any, run: Any, client: Any) -> tuple:
-    """Load and check the log: ``(partition set, header, propensity report)``.
-
-    In this process (``client`` None) the log becomes one partition (and the propensity plots
-    are drawn); on a cluster the check keeps its partitions on the workers.
-    """
+    """Load and check the log: ``(partition set, header, propensity report)``."""
     own = cfg.dask.scheduler_address is None  # a LocalCluster started for this run
     report, propensity, source, header = check_logs(cfg.data, cfg.checks, run, client, own)
     record_check_report(report, run)  # logged before enforcing: a failed run keeps its report
@@ -276,10 +261,9 @@ def _run_stages(cfg: Any, run: Any, fingerprint: str) -> tuple:
 
 
 def _close_failed_run(run: Any, data_path: str, exc: BaseException) -> None:
-    """Discard half-written models (frees a full disk first), then mark the run FAILED.
+    """Discard half-written models, mark the run FAILED, attach its id to ``exc``.
 
-    The run's id is attached to ``exc`` (``mlflow_run_id``) for the CLI's message; when even
-    marking it FAILED fails (a full disk), a note says so and the next run closes it.
+    When marking it FAILED fails (a full disk), a note on ``exc`` says so.
     """
     exc.mlflow_run_id = run.run_id  # type: ignore[attr-defined]
     discard_unfinished_models(run.client(), run.experiment_id, run.run_id)
@@ -294,9 +278,7 @@ def _close_failed_run(run: Any, data_path: str, exc: BaseException) -> None:
 
 @flow(name="retrain", task_runner=ThreadPoolTaskRunner(max_workers=8), validate_parameters=False)
 def retrain(
-    config_path: str | Path,
-    logs: str | Path | None = None,
-    overrides: dict[str, Any] | None = None,
+    config_path: str | Path, logs: str | Path | None = None, overrides: dict[str, Any] | None = None
 ) -> RetrainResult:
     """Validate new logs, learn a policy, gate it against the champion, register and promote.
 
@@ -361,7 +343,7 @@ def retrain(
     return RetrainResult(
         decision=comparison.decision,
         challenger_version=version,
-        champion_version=version if comparison.promote else champion_version,
+        champion_version=champion_after,
         previous_champion_version=champion_version,
         reasons=tuple(comparison.reasons),
         metrics=gate_metrics(comparison),
@@ -377,16 +359,9 @@ def retrain(
 
 
 def run_retrain(
-    config_path: str | Path,
-    logs: str | Path | None = None,
-    overrides: dict[str, Any] | None = None,
+    config_path: str | Path, logs: str | Path | None = None, overrides: dict[str, Any] | None = None
 ) -> RetrainResult:
-    """Run :func:`retrain` on the task runner the config's ``dask`` section selects.
-
-    (:func:`flows.cluster.flow_task_runner`: the flow's thread pool, or Prefect's
-    ``DaskTaskRunner``; with partitions on a cluster the flow opens its own data cluster.)
-    ``overrides`` are the CLI's ``--set`` values (dotted keys), as :func:`retrain` takes them.
-    """
+    """Run :func:`retrain` on the task runner of :func:`flows.cluster.flow_task_runner`."""
     cfg = load_config(config_path, overrides)
     runner = flow_task_runner(cfg.dask, logs if logs is not None else cfg.data.path)
     flow_ = retrain if runner is None else retrain.with_options(task_runner=runner)

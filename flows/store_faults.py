@@ -1,13 +1,8 @@
 """A damaged, full or read-only tracking store: refused, not retried, cleaned up after.
 
-README, "Reliability".
-
-- A corrupt sqlite store is refused before anything is written to it (:func:`check_store`,
-  sqlite's ``PRAGMA quick_check``): MLflow would otherwise read and write around the damage.
-- A full disk or a read-only store is a permanent error (:func:`is_permanent_store_error`):
-  ``ENOSPC`` and its sqlite form ``database or disk is full`` are not retried.
-- A failed run does not leave half-written model folders behind
-  (:func:`discard_unfinished_models`).
+A corrupt sqlite store is refused before anything is written to it (:func:`check_store`); a full
+disk or a read-only store is a permanent error (:func:`is_permanent_store_error`), not retried;
+a failed run's half-written model folders are removed (:func:`discard_unfinished_models`).
 """
 
 from __future__ import annotations
@@ -45,8 +40,7 @@ PERMANENT_SQLITE_MESSAGES = (
 def is_permanent_store_error(exc: BaseException) -> bool:
     """True for a full disk, a read-only or corrupt store, anywhere in ``exc``'s chain.
 
-    MLflow wraps sqlite's errors in an ``MlflowException`` (code ``TEMPORARILY_UNAVAILABLE``
-    for some), so the message and the chained causes are inspected, not only the type.
+    Messages are inspected too: MLflow wraps sqlite's errors in an ``MlflowException``.
     """
     seen: set[int] = set()
     current: BaseException | None = exc
@@ -103,10 +97,8 @@ def check_store(uri: str) -> None:
 def discard_unfinished_models(client: MlflowClient, experiment_id: str, run_id: str) -> list[str]:
     """Remove what a failed run left of the models it was logging; returns their ids.
 
-    A model whose upload failed (a full disk) stays ``PENDING`` with a half-written folder.
-    Its local folder is deleted first (that frees the space the next writes need), then the
-    model is marked ``FAILED``. Best effort: what cannot be done is left for the error the
-    caller is already reporting.
+    A ``PENDING`` model's local folder is deleted (freeing a full disk), then the model is
+    marked ``FAILED``; best effort (the caller is already reporting an error).
     """
     from mlflow.exceptions import MlflowException
 

@@ -23,14 +23,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from mlflow import MlflowClient
 from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunStatus
 from mlflow.exceptions import MlflowException
 from mlflow.utils.time import get_current_time_millis
 
-from flows.config import TrackingConfig
+from flows.config import TrackingConfig, flatten
 from flows.store_faults import check_store, sqlite_path
 from poem.io.logs import log_fingerprint
 
@@ -73,9 +72,8 @@ class StoreLockTimeout(TimeoutError):
 
 def _lock_path(uri: str) -> Path:
     """The lock file of a store: beside a sqlite database, else one per URI in the temp folder."""
-    parsed = urlparse(uri)
-    if parsed.scheme == "sqlite" and uri.startswith("sqlite:///") and ":memory:" not in uri:
-        database = Path(uri.removeprefix("sqlite:///").split("?", 1)[0])
+    database = sqlite_path(uri)
+    if database is not None:
         return database.with_name(database.name + ".lock")
     key = hashlib.sha256(uri.encode()).hexdigest()[:16]
     return Path(tempfile.gettempdir()) / f"poem-pipeline-store-{key}.lock"
@@ -85,10 +83,8 @@ def _lock_path(uri: str) -> Path:
 def store_lock(uri: str, timeout: float = 300.0) -> Iterator[None]:
     """Hold an exclusive lock on the tracking store ``uri`` (``fcntl.flock`` on a lock file).
 
-    Serializes what must not interleave between processes of one machine: first-time
-    creation and migration of a sqlite store, and the compare-and-set of the champion alias
-    (:func:`flows.registry.promote`). A remote store (``http://``) is locked per machine only;
-    :func:`flows.registry.promote` re-checks the champion inside the lock either way.
+    Serializes between processes of one machine what must not interleave: the creation and
+    migration of a sqlite store, and breaking a dead holder's registry lock.
 
     Raises
     ------
@@ -120,9 +116,8 @@ def store_lock(uri: str, timeout: float = 300.0) -> Iterator[None]:
 def _initialise_store(uri: str) -> None:
     """Create (or migrate) the tracking and registry tables once per process, under the lock.
 
-    Two processes opening a fresh sqlite store at once both run MLflow's migrations and can
-    leave the database broken for good (``table _alembic_tmp_... already exists``). A corrupt
-    database is refused first (:func:`check_store`), before MLflow writes to it.
+    Concurrent migrations of one fresh sqlite store can break it for good; a corrupt database
+    is refused first (:func:`check_store`).
     """
     check_store(uri)
     with store_lock(uri):
@@ -131,9 +126,8 @@ def _initialise_store(uri: str) -> None:
         client.search_registered_models(max_results=1)  # registry tables (same database)
 
 
-# Bounded HTTP behaviour towards a remote tracking server (MLflow's defaults retry 7 times with
-# a 120 s timeout: minutes before an unreachable server is reported). Explicit MLFLOW_HTTP_*
-# environment variables win.
+# Bounded retries and timeout towards a remote tracking server (MLflow's defaults take minutes
+# to report an unreachable one); explicit MLFLOW_HTTP_* environment variables win.
 HTTP_DEFAULTS = {
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
@@ -144,13 +138,9 @@ HTTP_DEFAULTS = {
 def client_for(tracking: TrackingConfig, *, read_only: bool = False) -> MlflowClient:
     """Return a client for the configured tracking store and model registry.
 
-    A local sqlite store is checked (:func:`check_store`) and created or migrated under
-    :func:`store_lock` the first time this process opens it, so concurrent runs on a fresh
-    store cannot corrupt it. With ``read_only`` (``compare``) an existing database is only
-    checked: no lock file, no migration, so a store on a read-only file system can be read.
-    For an ``http(s)://`` server the request retries and timeout are bounded
-    (:data:`HTTP_DEFAULTS`, unless set in the environment), so an unreachable server is an
-    error within ~35 s.
+    A sqlite store is checked and created or migrated once per process
+    (:func:`_initialise_store`); with ``read_only`` an existing database is only checked (no
+    lock file, no migration). An ``http(s)://`` server gets :data:`HTTP_DEFAULTS`.
     """
     database = sqlite_path(tracking.uri)
     if read_only and database is not None and database.is_file():
@@ -176,8 +166,6 @@ class TrackedRun:
         return client_for(self.tracking)
 
 
-# How MLflow's UI (3.17) opens the experiment: the classic "Machine learning" runs view (not the
-# GenAI one), and a saved view whose runs table shows the headline columns without clicking.
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 HEADLINE_VIEW = "poem-headline"  # the URL's ?viewStateShareKey=
 HEADLINE_COLUMNS = (
@@ -192,11 +180,9 @@ HEADLINE_COLUMNS = (
 
 
 def experiment_ui_tags() -> dict[str, str]:
-    """Experiment tags that make MLflow's UI show the decision, both risks and the versions.
+    """Experiment tags that make MLflow's UI (3.17) open the runs table, not the GenAI view.
 
-    ``mlflow.experimentKind=custom_model_development`` opens the runs table (not the GenAI
-    traces view); ``mlflow.sharedViewState.poem-headline`` is a saved view of that table whose
-    columns are :data:`HEADLINE_COLUMNS`, newest run first (:func:`headline_view_url`).
+    Includes a saved view (:func:`headline_view_url`) of :data:`HEADLINE_COLUMNS`, newest first.
     """
     state = {
         "selectedColumns": list(HEADLINE_COLUMNS),
@@ -210,11 +196,7 @@ def experiment_ui_tags() -> dict[str, str]:
 
 
 def headline_view_url(ui_url: str, experiment_id: str) -> str:
-    """The UI address of the experiment's runs table with the headline columns shown.
-
-    ``workflowType=machine_learning`` switches the UI from its GenAI mode (the default of a
-    browser that never chose) to "Model training"; ``viewStateShareKey`` applies the saved view.
-    """
+    """The UI address of the experiment's runs table ("Model training" mode, the saved view)."""
     query = f"workflowType=machine_learning&viewStateShareKey={HEADLINE_VIEW}"
     return f"{ui_url.rstrip('/')}/#/experiments/{experiment_id}/runs?{query}"
 
@@ -222,8 +204,7 @@ def headline_view_url(ui_url: str, experiment_id: str) -> str:
 def ensure_experiment(client: MlflowClient, tracking: TrackingConfig) -> str:
     """Id of ``tracking.experiment``, created with the explicit artifact location if missing.
 
-    The experiment carries :func:`experiment_ui_tags` (added to an existing experiment that
-    lacks them; a kind set by hand is kept).
+    :func:`experiment_ui_tags` missing from the experiment are added (tags set by hand stay).
     """
     tags = experiment_ui_tags()
     experiment = client.get_experiment_by_name(tracking.experiment)
@@ -241,18 +222,6 @@ def ensure_experiment(client: MlflowClient, tracking: TrackingConfig) -> str:
         if experiment is None:
             raise
         return experiment.experiment_id
-
-
-def flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested mappings → ``a.b.c`` keys (MLflow params and metrics are flat)."""
-    out: dict[str, Any] = {}
-    for key, value in values.items():
-        name = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, Mapping):
-            out.update(flatten(value, name))
-        else:
-            out[name] = value
-    return out
 
 
 OWNER_TAGS = ("poem.host", "poem.pid", "poem.pid_start")
@@ -277,11 +246,7 @@ def _owner_tags() -> dict[str, str]:
 def start_run(
     client: MlflowClient, experiment_id: str, run_name: str, tags: Mapping[str, Any] | None = None
 ) -> str:
-    """Create a parent run (status RUNNING) owned by this process; returns its id.
-
-    The owner tags (host, pid, pid start time) let :func:`reap_stale_runs` tell a run whose
-    process was killed from one that is still running.
-    """
+    """Create a parent run (status RUNNING) owned by this process (:func:`reap_stale_runs`)."""
     all_tags = {**{k: str(v) for k, v in (tags or {}).items()}, **_owner_tags()}
     run = client.create_run(experiment_id, run_name=run_name, tags=all_tags)
     return run.info.run_id
@@ -297,9 +262,7 @@ def _owner_gone(tags: Mapping[str, str]) -> bool:
 def reap_stale_runs(client: MlflowClient, experiment_id: str) -> list[str]:
     """Mark RUNNING runs whose owning process on this host is gone as KILLED; returns their ids.
 
-    A run killed with SIGKILL (or a power cut) cannot close itself; the next run on the same
-    host closes it with status ``KILLED`` and the tag ``poem.stale`` saying why. Runs owned by
-    another host, or without owner tags, are left alone.
+    Each gets the tag ``poem.stale``; runs of another host or without owner tags are left alone.
     """
     host = socket.gethostname()
     runs = client.search_runs([experiment_id], "attributes.status = 'RUNNING'", max_results=1000)
@@ -438,10 +401,8 @@ def log_dataset_input(
 def tracking_uri_scope(uri: str) -> Iterator[None]:
     """Point MLflow's global tracking and registry URIs at ``uri`` for a block; restore after.
 
-    ``mlflow.set_tracking_uri`` also exports ``MLFLOW_TRACKING_URI`` (for subprocesses), so
-    an unscoped call leaks into every later config load of the process (``load_config`` honours
-    that variable). APIs that resolve the store from the global URI (``log_model``) run inside
-    this scope instead.
+    For APIs that resolve the store from the global URI (``log_model``): an unscoped
+    ``mlflow.set_tracking_uri`` exports ``MLFLOW_TRACKING_URI``, which ``load_config`` honours.
     """
     import mlflow
 
@@ -475,9 +436,7 @@ COMPARE_METRICS = (
 def compare_metrics(metrics: Mapping[str, float]) -> dict[str, float | None]:
     """The :data:`COMPARE_METRICS` of a run, whatever gate estimator produced them.
 
-    Runs log estimator-independent gate keys (``challenger_risk``; the estimator is the param
-    ``gate_estimator``); runs of older releases logged ``challenger_<estimator>_risk``, which
-    are mapped onto the same keys so every run lines up in one table.
+    Older releases' ``<role>_<estimator>_risk[_ucb]`` keys are mapped onto today's.
     """
     out: dict[str, float | None] = {k: metrics.get(k) for k in COMPARE_METRICS}
     for key, value in metrics.items():
@@ -503,8 +462,7 @@ def recent_runs(
 ) -> list[dict[str, Any]]:
     """Return the last ``n`` flow runs (parents only), newest first, with metrics and versions.
 
-    A run still RUNNING whose process is gone shows as ``KILLED`` only after the next run
-    (or :func:`reap_stale_runs`) closed it; ``decision`` is ``killed`` for such runs.
+    A RUNNING run whose process is gone shows as ``KILLED?`` (decision ``killed?``).
     """
     experiment = client.get_experiment_by_name(tracking.experiment)
     if experiment is None:
@@ -514,11 +472,9 @@ def recent_runs(
     )
     parents = [r for r in runs if PARENT_RUN_TAG not in r.data.tags][:n]
     versions: dict[str, tuple[str, str]] = {}
-    try:
+    with contextlib.suppress(MlflowException):
         for mv in client.search_model_versions(f"name='{tracking.registered_model}'"):
             versions[mv.run_id] = (str(mv.version), mv.tags.get("gate_decision", ""))
-    except MlflowException:
-        pass
     rows = []
     for r in parents:
         version, decision = versions.get(r.info.run_id, ("", ""))

@@ -24,11 +24,9 @@ __all__ = ["Deferred", "add_config_argument", "command_parser", "plain_text"]
 class Deferred:
     """A project module imported when a command first uses it, not when the parser is built.
 
-    ``poem-pipeline --help`` imports every command module to build its parser, and Prefect,
-    MLflow, Great Expectations and scikit-learn take seconds to import. A command declares such
-    a dependency at its top, ``registry = Deferred("flows.registry")``; the first attribute
-    access (``registry.rollback``) imports it. The name is a literal, and the import-layering
-    test (``tests/flows/test_imports.py``) counts it as an import of that module.
+    ``registry = Deferred("flows.registry")`` at a command's top; the first attribute access
+    (``registry.rollback``) imports it, so ``--help`` does not pay for Prefect, MLflow, GX or
+    scikit-learn. ``tests/flows/test_imports.py`` counts the literal name as an import.
 
     Parameters
     ----------

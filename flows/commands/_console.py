@@ -27,6 +27,7 @@ __all__ = [
     "StageProgress",
     "drain_prefect",
     "exit_now",
+    "fail",
     "interruptible",
     "quiet",
 ]
@@ -47,12 +48,17 @@ _QUIET_ENV = {
 _NOISY = ("mlflow", "great_expectations", "alembic", "py.warnings", "prefect", "httpx", "uvicorn")
 
 
+def fail(message: str, code: int) -> int:
+    """Print ``error: <message>`` on stderr; return the exit ``code``."""
+    print(f"error: {message}", file=sys.stderr)
+    return code
+
+
 def quiet(*, libraries: bool = True) -> None:
     """Set the quiet environment defaults; silence the libraries' loggers below ERROR.
 
-    Call it again after importing Prefect or GX: both configure logging at import. With
-    ``libraries`` the Prefect loggers are raised to CRITICAL too (the CLI reports failures
-    itself, in one line, instead of Prefect's tracebacks).
+    Call it again after importing Prefect or GX (both configure logging at import). With
+    ``libraries`` the Prefect loggers are raised to CRITICAL (the CLI reports failures itself).
     """
     for key, value in _QUIET_ENV.items():
         os.environ.setdefault(key, value)
@@ -128,9 +134,7 @@ def drain_prefect(timeout: float = 5.0) -> None:
 def exit_now(code: int) -> None:
     """Exit at once with ``code``: stop Prefect's temporary server, flush, ``os._exit``.
 
-    After Ctrl-C the flow has already marked its MLflow run KILLED; waiting for the search's
-    worker threads to finish their trials (whose nested runs are only created when a trial
-    completes) would only delay the exit.
+    For after Ctrl-C: the run is already marked KILLED, the search's threads are not waited for.
     """
     sys.stdout.flush()
     sys.stderr.flush()

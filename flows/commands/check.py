@@ -1,20 +1,16 @@
 """``poem-pipeline check LOGS``: validate a log (GX suite, quarantine, propensity checks, plots).
 
-Prints a readable table; with ``--out`` writes ``check_report.json``, ``quarantine.parquet``,
-Data Docs HTML and PNG plots. The quarantine limit and the propensity floor default to the
-``checks`` section of the config ``retrain`` reads (one default for both commands). Exit code 0
-when the log is usable (warnings allowed), 1 on a hard failure, 2 for a missing file or an
-invalid config (as every command). All work is done by :func:`data_checks.check.check_logs`.
+The quarantine limit and the propensity floor default to the config's ``checks`` section, as
+for ``retrain``. All work is done by :func:`data_checks.check.check_logs`.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from flows.commands import Deferred, add_config_argument
-from flows.commands._console import EXIT_CONFIG
+from flows.commands._console import EXIT_CONFIG, fail
 from flows.config import ConfigError, load_config
 
 # imported when the command runs (Great Expectations, pandas take seconds)
@@ -46,22 +42,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         default=None,
         help="folder for check_report.json, quarantine.parquet, data_docs/ and plots/",
     )
-    parser.add_argument(
-        "--loss-bounds",
-        type=float,
-        nargs=2,
-        metavar=("MIN", "MAX"),
-        default=None,
-        help="declared loss bounds, for logs without metadata",
-    )
-    parser.add_argument(
-        "--reward-bounds",
-        type=float,
-        nargs=2,
-        metavar=("MIN", "MAX"),
-        default=None,
-        help="declared reward bounds, for logs with a reward column (converted to loss = -reward)",
-    )
+    for name, what in (
+        ("loss", "for logs without metadata"),
+        ("reward", "for logs with a reward column (converted to loss = -reward)"),
+    ):
+        parser.add_argument(
+            f"--{name}-bounds",
+            type=float,
+            nargs=2,
+            metavar=("MIN", "MAX"),
+            default=None,
+            help=f"declared {name} bounds, {what}",
+        )
     parser.add_argument(
         "--n-actions",
         type=int,
@@ -127,13 +119,11 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     if not args.logs.exists():
-        print(f"error: {args.logs} does not exist", file=sys.stderr)
-        return EXIT_CONFIG
+        return fail(f"{args.logs} does not exist", EXIT_CONFIG)
     try:
         checks = load_config(args.config).checks
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+        return fail(str(exc), EXIT_CONFIG)
 
     target = None if args.target_policy is None else artifact.load_policy(args.target_policy)
     outcome = data_check.check_logs(

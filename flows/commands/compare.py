@@ -8,11 +8,10 @@ invalid config.
 from __future__ import annotations
 
 import argparse
-import sys
 from datetime import UTC, datetime
 
 from flows.commands import Deferred, command_parser
-from flows.commands._console import quiet
+from flows.commands._console import EXIT_CONFIG, EXIT_FAILED, fail, quiet
 from flows.config import ConfigError, load_config
 from flows.store_faults import StoreError
 
@@ -81,26 +80,19 @@ def run(args: argparse.Namespace) -> int:
     try:
         cfg = load_config(args.config)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return fail(str(exc), EXIT_CONFIG)
     from mlflow.exceptions import MlflowException
 
     quiet()
     try:
-        client = tracking.client_for(cfg.tracking, read_only=True)
+        t = cfg.tracking
+        client = tracking.client_for(t, read_only=True)
         rows = tracking.recent_runs(client, cfg.tracking, args.last)
-        aliases = {
-            a: registry.alias_version(client, cfg.tracking, a)
-            for a in (
-                cfg.tracking.champion_alias,
-                cfg.tracking.previous_champion_alias,
-                cfg.tracking.challenger_alias,
-            )
-        }
+        names = (t.champion_alias, t.previous_champion_alias, t.challenger_alias)
+        aliases = {a: registry.alias_version(client, t, a) for a in names}
     except (StoreError, MlflowException, OSError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"error: cannot read the tracking store {cfg.tracking.uri}: {first}", file=sys.stderr)
-        return 1
+        return fail(f"cannot read the tracking store {cfg.tracking.uri}: {first}", EXIT_FAILED)
     if not rows:
         print(f"no runs yet in experiment {cfg.tracking.experiment!r} of {cfg.tracking.uri}")
         return 0

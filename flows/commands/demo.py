@@ -21,9 +21,12 @@ from pathlib import Path
 
 from flows.commands import Deferred, command_parser
 from flows.commands._console import (
+    EXIT_CONFIG,
+    EXIT_FAILED,
     EXIT_INTERRUPTED,
     StageProgress,
     exit_now,
+    fail,
     interruptible,
     quiet,
 )
@@ -94,12 +97,11 @@ def simulate_days(out: Path, seed: int, replays: int) -> list[tuple[Path, int]]:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``poem-pipeline demo``."""
-    _quiet()
+    quiet()
     try:
         cfg = load_config(args.config)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return fail(str(exc), EXIT_CONFIG)
     t0 = time.perf_counter()
     print(
         f"simulating two days of digits logs with a stochastic logger -> {args.out}/logs",
@@ -131,10 +133,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _quiet() -> None:
-    quiet(libraries=True)
-
-
 def _run_days(config: Path, days: list[tuple[Path, int]]) -> list | int:
     """Run ``retrain`` on each day with one line per stage; the results, or an exit code."""
     # imported here so that quiet() below silences it too (GX sets this logger to INFO)
@@ -142,7 +140,7 @@ def _run_days(config: Path, days: list[tuple[Path, int]]) -> list | int:
 
     retrain = retrain_flow.retrain
 
-    _quiet()  # importing prefect and GX configures logging; silence the libraries again
+    quiet()  # importing prefect and GX configures logging; silence the libraries again
     results = []
     with StageProgress().attached() as progress:
         for i, (folder, n_rows) in enumerate(days, start=1):
@@ -151,11 +149,9 @@ def _run_days(config: Path, days: list[tuple[Path, int]]) -> list | int:
             try:
                 result = retrain(config, logs=folder)
             except exceptions.InvalidLogError as exc:
-                print(f"error: the logs failed their checks:\n{exc}", file=sys.stderr)
-                return 1
+                return fail(f"the logs failed their checks:\n{exc}", EXIT_FAILED)
             except Exception as exc:  # noqa: BLE001 - report any failure as an exit code
-                print(f"error: retrain failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-                return 1
+                return fail(f"retrain failed: {type(exc).__name__}: {exc}", EXIT_FAILED)
             for line in result.headline():
                 print(f"      {line.strip()}", flush=True)
             results.append(result)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import sys
 from pathlib import Path
 
 from flows.commands import command_parser
+from flows.commands._console import EXIT_CONFIG, fail
 from flows.config import default_config_path
 
 
@@ -36,8 +36,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``poem-pipeline init``; 0, or 2 when the file exists."""
     if args.path.exists() and not args.force:
-        print(f"error: {args.path} exists; pass --force to overwrite it", file=sys.stderr)
-        return 2
+        return fail(f"{args.path} exists; pass --force to overwrite it", EXIT_CONFIG)
     args.path.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(default_config_path(), args.path)
     print(f"wrote {args.path} (the annotated default config); next:")

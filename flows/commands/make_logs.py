@@ -1,11 +1,8 @@
 """``poem-pipeline make-logs``: canonical Parquet logs, simulated or from the Open Bandit Dataset.
 
-Supervised → bandit conversion of the paper (§6): a logging policy h₀ is fitted on 5 % of
-the training set, then the training set is replayed through h₀ (action, propensity, loss per
-row). ``--dataset obd`` instead converts real logged feedback of the Open Bandit Dataset
-(:func:`poem.io.obd.read_obd`: clicks become losses δ = −click). All computation is in
-:mod:`poem.datasets`, :mod:`poem.simulate`, :mod:`poem.io.obd` and :mod:`poem.io.parquet`;
-this module only wires them.
+The paper's supervised → bandit conversion (§6: h₀ fitted on 5 % of the training set, which is
+replayed through it), or ``--dataset obd``'s real logged feedback (:func:`poem.io.obd.read_obd`,
+δ = −click). This module only wires :mod:`poem.simulate`, :mod:`poem.io.obd` and the writer.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ from flows.commands._console import (
     StageProgress,
     drain_prefect,
     exit_now,
+    fail,
     interruptible,
     quiet,
 )
@@ -129,11 +130,6 @@ def log_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def _fail(message: str, code: int) -> int:
-    print(f"error: {message}", file=sys.stderr)
-    return code
-
-
 def run_retrain(
     config: Path,
     logs: Path | None,
@@ -144,7 +140,7 @@ def run_retrain(
     """Check the config and the logs, run the flow, print stages and headline; the exit code."""
     quiet(libraries=not verbose)
     if logs is not None and not Path(logs).exists():
-        return _fail(f"--logs: {logs} does not exist", EXIT_CONFIG)
+        return fail(f"--logs: {logs} does not exist", EXIT_CONFIG)
     server = _early_server()
     try:
         return _checked_run(config, logs, overrides, verbose, server)
@@ -154,12 +150,10 @@ def run_retrain(
 
 
 def _early_server() -> TemporaryServer | None:
-    """Spawn the temporary server before the config is validated, when that is harmless.
+    """Spawn the temporary server to boot while the config is validated, when that is harmless.
 
-    Validating the config imports the learners (~2 s of CPU); the server boots meanwhile. Only
-    when its database exists (:meth:`TemporaryServer.has_database`): a mistake then stops a
-    server that only checked its migrations, never one creating a new database. Any start-up
-    problem is left to the regular start, which reports it.
+    Only when its database exists (:meth:`TemporaryServer.has_database`); a start-up problem is
+    left to the regular start, which reports it.
     """
     if configured_api_url():
         return None
@@ -182,25 +176,24 @@ def _checked_run(
     try:
         cfg = load_config(config, overrides)
     except ConfigError as exc:
-        return _fail(str(exc), EXIT_CONFIG)
+        return fail(str(exc), EXIT_CONFIG)
     path = Path(logs) if logs is not None else Path(cfg.data.path)
     if not path.exists():
         where = "--logs" if logs is not None else f"data.path of {config}"
-        return _fail(f"{where}: {path} does not exist", EXIT_CONFIG)
+        return fail(f"{where}: {path} does not exist", EXIT_CONFIG)
     try:
         check_store(cfg.tracking.uri)  # a corrupt store: refused before anything is written
     except StoreError as exc:
-        return _fail(str(exc), EXIT_FAILED)
+        return fail(str(exc), EXIT_FAILED)
     which = "the packaged default config" if Path(config) == default_config_path() else config
     print(f"retrain on {path} (config: {which})", flush=True)
     t0 = time.perf_counter()
-    # Prefect's temporary server boots while Prefect, MLflow and GX import (PREFECT_API_URL:
-    # a running server is used instead)
+    # the temporary server boots while Prefect, MLflow and GX import (not with PREFECT_API_URL)
     try:
         if server is None and not configured_api_url():
             server = TemporaryServer().start()
     except PrefectServerError as exc:  # e.g. a Prefect home that cannot be written
-        return _fail(str(exc), EXIT_FAILED)
+        return fail(str(exc), EXIT_FAILED)
     with interruptible():
         try:
             return _run_flow(config, path, overrides, verbose, t0, cfg, server)
@@ -222,7 +215,7 @@ def _checked_run(
             )
             return EXIT_INTERRUPTED
         except PrefectServerError as exc:
-            return _fail(str(exc), EXIT_FAILED)
+            return fail(str(exc), EXIT_FAILED)
         finally:
             if server is not None:
                 server.stop()
@@ -340,7 +333,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         overrides = {**log_overrides(args), **parse_overrides(args.set)}
     except ConfigError as exc:
-        return _fail(str(exc), EXIT_CONFIG)
+        return fail(str(exc), EXIT_CONFIG)
     code = run_retrain(args.config, args.logs, overrides, verbose=args.verbose)
     if code == EXIT_INTERRUPTED:
         exit_now(code)  # do not wait for the trials still running in worker threads

@@ -10,9 +10,9 @@ Exit codes: 0 on success, 1 when there is nothing to roll back or the target is 
 from __future__ import annotations
 
 import argparse
-import sys
 
 from flows.commands import Deferred, command_parser
+from flows.commands._console import EXIT_CONFIG, EXIT_FAILED, fail
 from flows.config import ConfigError, load_config
 
 registry = Deferred("flows.registry")  # MLflow: imported when the command runs
@@ -34,11 +34,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="version to make champion (default: the previous-champion alias)",
     )
-    parser.add_argument(
-        "--force",
-        action="store_true",
-        help="allow a version the gate rejected",
-    )
+    parser.add_argument("--force", action="store_true", help="allow a version the gate rejected")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,8 +42,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         cfg = load_config(args.config)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return fail(str(exc), EXIT_CONFIG)
     from mlflow.exceptions import MlflowException
 
     try:
@@ -55,8 +50,7 @@ def run(args: argparse.Namespace) -> int:
             tracking.client_for(cfg.tracking), cfg.tracking, args.to_version, force=args.force
         )
     except (registry.RollbackError, MlflowException) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return fail(str(exc), EXIT_FAILED)
     print(
         f"{cfg.tracking.registered_model}: champion moved {result.direction} from version "
         f"{result.demoted} to version {result.champion}"

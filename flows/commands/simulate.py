@@ -14,12 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import yaml
 
 from flows.commands import Deferred, command_parser
+from flows.commands._console import EXIT_CONFIG, fail
 
 closed_loop = Deferred("flows.closed_loop")  # Prefect, MLflow: imported when the command runs
 
@@ -90,35 +90,24 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the loop, print each round as it finishes; returns 0, or 2 for invalid arguments."""
     if args.dataset == "yeast" and args.data_dir is None:
-        print(
-            "error: --dataset yeast needs --data-dir (the folder holding yeast/)", file=sys.stderr
-        )
-        return 2
+        return fail("--dataset yeast needs --data-dir (the folder holding yeast/)", EXIT_CONFIG)
     if args.rounds < 1 or args.n_replays < 1:
-        print("error: --rounds and --n-replays must be >= 1", file=sys.stderr)
-        return 2
+        return fail("--rounds and --n-replays must be >= 1", EXIT_CONFIG)
     overrides: dict[str, dict] = {}
     for item in args.set:
         key, sep, value = item.partition("=")
         section, dot, name = key.partition(".")
         if not (sep and dot and section and name):
-            print(f"error: --set expects SECTION.KEY=VALUE, got {item!r}", file=sys.stderr)
-            return 2
+            return fail(f"--set expects SECTION.KEY=VALUE, got {item!r}", EXIT_CONFIG)
         overrides.setdefault(section, {})[name] = yaml.safe_load(value)
     out = args.output
     if out.exists() and any(out.iterdir()):
         if not args.overwrite:
-            print(
-                f"error: {out} is not empty; pass --overwrite or choose another --output",
-                file=sys.stderr,
-            )
-            return 2
+            message = f"{out} is not empty; pass --overwrite or choose another --output"
+            return fail(message, EXIT_CONFIG)
         if not (out / "simulate.yml").is_file():
-            print(
-                f"error: {out} is not a simulation folder (no simulate.yml); not deleting it",
-                file=sys.stderr,
-            )
-            return 2
+            message = f"{out} is not a simulation folder (no simulate.yml); not deleting it"
+            return fail(message, EXIT_CONFIG)
         shutil.rmtree(out)
 
     def show(r) -> None:  # noqa: ANN001 - a RoundReport

@@ -45,9 +45,8 @@ _PERMANENT_MLFLOW_ERRORS = {
 def is_transient_io_error(task: Any, task_run: Any, state: Any) -> bool:
     """Retry OS and MLflow store errors, never data or logic errors (``retry_condition_fn``).
 
-    Missing files, permissions, a read-only file system or store and a full disk (also as
-    sqlite reports it) are permanent (:func:`flows.store_faults.is_permanent_store_error`):
-    a retry would only wait (5 + 30 + 120 s) and fail the same way.
+    Missing files, permissions, a read-only or full store are permanent
+    (:func:`flows.store_faults.is_permanent_store_error`).
     """
     from mlflow.exceptions import MlflowException
 

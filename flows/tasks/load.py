@@ -1,10 +1,8 @@
 """Read and check the logs named in ``cfg.data`` through the front door.
 
 The check is :func:`data_checks.check.check_partitioned`, the one ``poem-pipeline check`` runs;
-these tasks only turn ``cfg.data`` / ``cfg.checks`` into
-:class:`~data_checks.stages.CheckSettings` and call it. The checked log leaves here as a
-partition set (:mod:`poem.io.partitions`): one partition in this process, or the partitions the
-check kept on a cluster (:func:`check_logs`); every later stage is the same code for both.
+the checked log leaves here as a partition set (:mod:`poem.io.partitions`), in this process or
+on a cluster; every later stage is the same code for both.
 """
 
 from __future__ import annotations
@@ -58,18 +56,13 @@ def check_logs(
 ):
     """Check the log; log the quarantine; keep the checked rows as a partition set.
 
-    Without ``client`` the log is read whole, one partition in this process; with one, each
-    Parquet row group is a partition checked and kept on the workers (``restart`` restarts
-    them between the check and the load: a cluster of this run). Quarantined rows go to
-    ``checks/quarantine.parquet`` (one partition) or ``checks/quarantine/`` (one file each),
-    their counts by reason to ``checks/quarantine_reasons.json``. Transient I/O errors are
-    retried (:data:`~flows.tasks.IO_RETRIES`); bad data never is. No GX Data Docs: offline
-    they are unstyled (CDN assets) and cost ~4 MB per run; the JSON and markdown report
-    stand in.
+    Without ``client`` the log is one partition in this process; with one, each Parquet row
+    group is a partition checked and kept on the workers (``restart`` restarts them between
+    the check and the load). Quarantined rows go to ``checks/quarantine.parquet`` (or
+    ``checks/quarantine/``), their counts by reason to ``checks/quarantine_reasons.json``.
 
-    Returns ``(report, propensity_report, kept, header)``: the check report, the propensity
-    report (None when the check failed), the kept rows as a partition set and their
-    :class:`~poem.log_rows.LogHeader` (None when the check failed).
+    Returns ``(report, propensity_report, kept, header)``; the propensity report and the
+    :class:`~poem.log_rows.LogHeader` are None when the check failed.
     """
     with tempfile.TemporaryDirectory(prefix="poem-check-") as tmp:
         report, propensity, files, kept = check_partitioned(

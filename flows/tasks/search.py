@@ -1,18 +1,10 @@
 """Hyperparameter search on the validation split: one cached task per trial, then the record.
 
-Trials run concurrently on the flow's ``ThreadPoolTaskRunner``. Only :func:`search_trial`
-is cached (STYLE §8): its key is the data fingerprint, the split settings, the learner, the
-trial's params, the task source and :func:`code_fingerprint` (the learning code: an upgraded
-``poem`` never serves a trial fitted by the old one) — never the logs themselves.
-
-When a champion exists, :func:`champion_candidates` adds the champion re-tempered at each
-serving temperature, no refit (:mod:`poem.learners.champion_candidates`), to the trials the
-selection sees; when a fit ranks first, :func:`confirm_learning` serves it only if the paired
-doubly robust comparison on the validation rows shows it better than the best of those
-candidates (:mod:`poem.learners.learning_evidence`), else that candidate; :func:`record_search`
-tags the run with what was selected (``challenger_kind``: ``learned`` or
-``champion_retempered``) and :func:`retempered_policy` serves a selected champion candidate in
-place of the refit.
+Only :func:`search_trial` is cached (STYLE §8): its key is the data fingerprint, the split
+settings, the learner, the trial's params, the task source and :func:`code_fingerprint` (an
+upgraded ``poem`` never serves an old trial), never the logs themselves. With a champion,
+:func:`champion_candidates` adds it re-tempered (no refit) to the trials, and
+:func:`confirm_learning` serves a first-ranked fit only if shown better than the best of them.
 """
 
 from __future__ import annotations
@@ -89,12 +81,9 @@ def search_trial(
 ) -> Trial:
     """Fit one configuration on the training rows, score it on validation (``run_trial``).
 
-    ``training`` is :func:`~flows.tasks.train.prepare_rows`'s rows, ``split`` the split whose
-    validation rows score the fit, ``header`` the log's shape (the warm start's check).
-    ``serving`` is :func:`serving_choice` (the temperatures each fit is scored at). ``data_key``,
-    ``code_key`` and ``champion_key`` are unused in the body: they are the cache key's
-    stand-ins for the rows, the learning code (:func:`code_fingerprint`) and the champion
-    policy (a ``warm_start: champion`` start), which are excluded from it.
+    ``serving`` is :func:`serving_choice`. ``data_key``, ``code_key`` and ``champion_key`` are
+    unused in the body: they stand in the cache key for the rows, the learning code
+    (:func:`code_fingerprint`) and the champion policy, which are excluded from it.
     """
     estimator = build_learner(learner, fixed_params, champion=champion, log=header)
     resolved = resolve_warm_start(params, champion, header)  # a grid of warm starts
@@ -115,10 +104,9 @@ def validation_rows(split: Any) -> tuple:
 
 
 def serving_choice(search: SearchConfig, n_validation: int) -> dict:
-    """``run_trial``'s serving-temperature arguments from ``search`` (empty without them).
+    """``run_trial``'s serving-temperature arguments (empty without ``search.temperatures``).
 
-    The temperature of each fit is chosen by the same rule as the trial
-    (``search.scoring`` with the ESS guard of ``search.min_ess_fraction`` and ``search.min_ess``).
+    Each fit's temperature is chosen by the trials' rule (``search.scoring``, the ESS guard).
     """
     if search.temperatures is None:
         return {}
@@ -142,8 +130,7 @@ def champion_candidates(
 ) -> list[Trial]:
     """The champion at each of ``serving``'s temperatures, scored on validation (no fit).
 
-    ``serving`` is :func:`serving_choice` (without temperatures: the champion as served);
-    no champion (the logging policy) gives no candidates; ``floor`` is the challengers' ε.
+    No champion gives no candidates; ``floor`` is the challengers' ε.
     """
     return champion_trials(
         champion,
@@ -164,11 +151,7 @@ def retempered_policy(params: dict, champion: Any, floor: Any, run: TrackedRun) 
 
 @task(name="select-trial", cache_policy=NO_CACHE, on_completion=[stage_done])
 def select_best(trials: list[Trial], search: SearchConfig) -> int:
-    """Index of the best trial (:func:`poem.learners.search.select_trial`).
-
-    Trials whose validation ESS is below ``search.min_ess_fraction`` of the validation rows, or
-    below ``search.min_ess`` rows, rank last.
-    """
+    """Index of the best trial (:func:`poem.learners.search.select_trial`, with the ESS guard)."""
     return select_trial(
         trials, scoring=search.scoring, min_effective_sample_size=_ess_guard(trials, search)
     )
@@ -204,18 +187,14 @@ def confirm_learning(
 ) -> tuple[int, Any, LearningEvidence]:
     """Serve the selected fit only if shown better than the best re-tempered champion.
 
-    The fit with ``trials[best]``'s params on the search's training rows (the trial's fit) and
-    the best champion candidate (the search's rule among the candidates) are compared on the
-    validation rows by the paired doubly robust estimate of R(fit) − R(candidate)
-    (:func:`poem.learners.learning_evidence.learning_evidence`, its loss model cross-fitted on
-    ``logs`` = :func:`evidence_logs`); the fit stays selected when the one-sided
-    ``search.learning_confidence_level`` upper bounds of that estimate and of its model term are
-    both below 0. Logs the metrics ``learning_*`` and
-    the tag ``learning_evidence`` (``shown`` / ``not shown``).
+    :func:`poem.learners.learning_evidence.confirm_fit` of ``trials[best]``'s fit against the
+    best champion candidate on ``logs`` (:func:`evidence_logs`): the fit stays selected when the
+    one-sided ``search.learning_confidence_level`` upper bounds of the paired doubly robust
+    R(fit) − R(candidate) and of its model term are both below 0. Logs the metrics
+    ``learning_*`` and the tag ``learning_evidence`` (``shown`` / ``not shown``).
 
-    Returns ``(selected trial, the fitted estimator or None, evidence)``: the estimator is the
-    fit (reused by :func:`~flows.tasks.train.train_policy` when ``refit_on: train``) when it
-    stays selected, None when the candidate replaces it.
+    Returns ``(selected trial, the fitted estimator or None, evidence)``: the fit when it stays
+    selected (reused by :func:`~flows.tasks.train.train_policy`), None when a candidate does.
     """
     candidates = [i for i, t in enumerate(trials) if challenger_kind(t.params) == RETEMPERED]
     estimator = fit_learner(rows, header, cfg.training, trials[best].params, champion)
@@ -252,10 +231,9 @@ def confirm_learning(
 
 @task(name="record-search", cache_policy=NO_CACHE, **IO_RETRIES)
 def record_search(trials: list[Trial], best: int, run: TrackedRun) -> list[dict]:
-    """Log one nested MLflow run per trial, the search table and the IPS-vs-λ plot.
+    """Log one nested MLflow run per trial, the search table and the IPS-vs-λ plot of the fits.
 
-    Every trial's params carry its ``challenger_kind``; the parent run gets the selected one's
-    as the tag ``challenger_kind`` (a column of the runs table). The plot shows the fits.
+    The parent run gets the selected trial's ``challenger_kind`` as a tag.
     """
     client, rows = run.client(), []
     for i, trial in enumerate(trials):

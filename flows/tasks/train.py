@@ -18,10 +18,10 @@ _FITTED = ("objective_", "n_iter_", "converged_", "clip_", "variance_penalty_", 
 
 @task(name="prepare-training", cache_policy=NO_CACHE, on_completion=[stage_done])
 def prepare_rows(split: Any, training: TrainingConfig) -> tuple[TrainingRows, Any]:
-    """The training rows of every trial (:func:`poem.learners.prepared.training_rows`).
+    """The training rows of every trial (:func:`poem.learners.training_rows.training_rows`).
 
-    With ``refit_on: train`` raw training rows held in several partitions are released once
-    prepared (each row held once). Returns ``(rows, split)``.
+    With ``refit_on: train`` the raw training rows are released once prepared. Returns
+    ``(rows, split)``.
     """
     estimator = build_learner(training.learner, training.params)
     release = training.refit_on == "train"
@@ -51,11 +51,9 @@ def train_policy(
 ) -> Any:
     """Fit the learner with ``params`` on ``training.refit_on``; log the fitted diagnostics.
 
-    ``rows`` are the search's training rows; ``header`` the log's shape
-    (:class:`~poem.log_rows.LogHeader`); ``champion`` (the registry's champion policy
-    or None) is the start of ``warm_start: champion``. ``fitted`` is that fit on ``rows``
-    already made (by :func:`~flows.tasks.search.confirm_learning`): reused when
-    ``refit_on`` is ``rows``' part, not fitted again.
+    ``champion`` is the start of ``warm_start: champion``; ``fitted``, the same fit on ``rows``
+    already made (:func:`~flows.tasks.search.confirm_learning`), is reused when ``refit_on`` is
+    ``rows``' part.
     """
     if training.refit_on != rows.part:
         rows, fitted = TrainingRows(rows.split, training.refit_on), None
