@@ -224,15 +224,6 @@ def _bound_kind(randomization: float | None) -> str:
     )
 
 
-def _check_randomization(value: Any) -> float | None:
-    if value is None:
-        return None
-    _check_real(value, "randomization", "a real number or None")
-    if not (0.0 < value <= 1.0):
-        raise ValueError(f"randomization must be in (0, 1], got {value!r}")
-    return float(value)
-
-
 def _check_threshold(value: Any, name: str) -> float:
     _check_real(value, name)
     if not (np.isfinite(value) and value >= 0):
@@ -365,10 +356,34 @@ def compare_policies(
     n_min = _check_threshold(min_ess, "min_ess")
     _check_option(estimator, "estimator", ESTIMATORS)
     _check_option(interval, "interval", INTERVAL_METHODS)
-    bounds = _check_loss_bounds(raw, loss_bounds)
-    bound = _check_max_weight(max_weight, wc, wh)
-    coin = _check_randomization(randomization)
-    tv = _check_total_variation(total_variation, wc.size)
+    if loss_bounds is None:
+        lo, hi = float(raw.min()), float(raw.max())
+    else:
+        lo, hi = (float(v) for v in loss_bounds)
+        if not (np.isfinite(lo) and np.isfinite(hi) and lo <= hi):
+            raise ValueError(f"loss_bounds must be finite with min <= max, got {loss_bounds!r}")
+        _check_values((raw < lo) | (raw > hi), "losses", f"are outside loss_bounds {lo:g}..{hi:g}")
+    bound = None if max_weight is None else float(max_weight)
+    if bound is not None:
+        if not (np.isfinite(bound) and bound >= 1.0):
+            raise ValueError(f"max_weight must be finite and >= 1, got {max_weight!r}")
+        above = np.maximum(wc, wh) > bound * (1 + 1e-12)
+        _check_values(above, "weights", f"are above max_weight = {bound:g}")
+    if randomization is not None:
+        _check_real(randomization, "randomization", "a real number or None")
+        if not (0.0 < randomization <= 1.0):
+            raise ValueError(f"randomization must be in (0, 1], got {randomization!r}")
+    coin = None if randomization is None else float(randomization)
+    tv = None
+    if total_variation is not None:
+        tv = np.asarray(total_variation, dtype=np.float64)
+        if tv.shape != (wc.size,):
+            raise ValueError(
+                f"total_variation has shape {tv.shape}, expected ({wc.size},) (one per row)"
+            )
+        outside = ~np.isfinite(tv) | (tv < 0) | (tv > 1 + 1e-9)
+        _check_values(outside, "total_variation", "are outside [0, 1]")
+        tv = np.minimum(tv, 1.0)
     kwargs = {"confidence_level": level, "interval": interval, "random_state": random_state}
     challenger = shift_estimate(_dispatch(estimator, d, wc, clip, **kwargs), c)
     champion = shift_estimate(_dispatch(estimator, d, wh, clip, **kwargs), c)
@@ -377,7 +392,7 @@ def compare_policies(
         wc,
         wh,
         estimator=estimator,
-        loss_bounds=bounds,
+        loss_bounds=(lo, hi),
         max_weight=bound,
         clip=clip,
         confidence_level=level,
@@ -424,42 +439,6 @@ def compare_policies(
         order_seed=order_seed,
         max_weight=bound,
     )
-
-
-def _check_loss_bounds(losses: np.ndarray, loss_bounds: Any) -> tuple[float, float]:
-    if loss_bounds is None:
-        return float(losses.min()), float(losses.max())
-    lo, hi = (float(v) for v in loss_bounds)
-    if not (np.isfinite(lo) and np.isfinite(hi) and lo <= hi):
-        raise ValueError(f"loss_bounds must be finite with min <= max, got {loss_bounds!r}")
-    _check_values(
-        (losses < lo) | (losses > hi), "losses", f"are outside loss_bounds {lo:g}..{hi:g}"
-    )
-    return lo, hi
-
-
-def _check_total_variation(values: Any, n: int) -> np.ndarray | None:
-    if values is None:
-        return None
-    tv = np.asarray(values, dtype=np.float64)
-    if tv.shape != (n,):
-        raise ValueError(f"total_variation has shape {tv.shape}, expected ({n},) (one per row)")
-    _check_values(
-        ~np.isfinite(tv) | (tv < 0) | (tv > 1 + 1e-9), "total_variation", "are outside [0, 1]"
-    )
-    return np.minimum(tv, 1.0)
-
-
-def _check_max_weight(max_weight: Any, wc: np.ndarray, wh: np.ndarray) -> float | None:
-    if max_weight is None:
-        return None
-    bound = float(max_weight)
-    if not (np.isfinite(bound) and bound >= 1.0):
-        raise ValueError(f"max_weight must be finite and >= 1, got {max_weight!r}")
-    _check_values(
-        np.maximum(wc, wh) > bound * (1 + 1e-12), "weights", f"are above max_weight = {bound:g}"
-    )
-    return bound
 
 
 def _paired_difference(d, wc, wh, estimator, clip, level, interval, random_state) -> Estimate:
