@@ -214,10 +214,12 @@ class LoggedBandit:
                 raise TypeError(f"{name} must be numeric, got dtype {arr.dtype}")
             set_(self, name, _readonly(arr.astype(np.float64).reshape(-1)))
         set_(self, "loss_bounds", check_loss_bounds(self.loss_bounds))
-        if self.n_actions is None:
-            set_(self, "n_actions", self._infer_n_actions())
-        else:
-            set_(self, "n_actions", int(self.n_actions))
+        n_actions = None if self.n_actions is None else int(self.n_actions)
+        if n_actions is None and self.family == "multilabel" and actions.ndim == 2:
+            n_actions = int(actions.shape[1])
+        elif n_actions is None and self.family == "discrete" and actions.size:
+            n_actions = int(actions.max()) + 1 if actions.dtype.kind in "iu" else None
+        set_(self, "n_actions", n_actions)
         if self.timestamps is not None:
             set_(self, "timestamps", _readonly(np.asarray(self.timestamps, dtype="datetime64[ns]")))
         if self.event_ids is not None:
@@ -230,14 +232,6 @@ class LoggedBandit:
         if self.feature_names is not None:
             set_(self, "feature_names", tuple(str(f) for f in self.feature_names))
         check_logged_bandit(self)
-
-    def _infer_n_actions(self) -> int | None:
-        a = self.actions
-        if self.family == "multilabel":
-            return int(a.shape[1]) if a.ndim == 2 else None
-        if self.family == "discrete" and a.size and a.dtype.kind in "iu":
-            return int(a.max()) + 1
-        return None
 
     # -- constructors -------------------------------------------------------------------------
     @classmethod
@@ -529,7 +523,11 @@ def _check_actions(
             return [Violation("action", n, n, (), f"have width {width}, expected {q} labels", hint)]
         not_bits = np.any((actions != 0) & (actions != 1), axis=1)
         _add_violation(out, "action", not_bits, row_ids, "have entries other than 0/1")
-        n_distinct = _count_distinct_rows(actions)
+        if q <= 62 and actions.size and not not_bits.any():  # fast path: a row in one integer
+            bits = np.int64(1) << np.arange(q, dtype=np.int64)
+            n_distinct = int(np.unique(actions.astype(np.int64) @ bits).size)
+        else:
+            n_distinct = int(np.unique(actions, axis=0).shape[0])
     else:
         assert log.candidates is not None
         sizes = log.candidates.sizes
@@ -546,16 +544,6 @@ def _check_actions(
         hint = "A log that always takes the same action carries no counterfactual information"
         out.append(Violation("action", n, n, (), message, hint))
     return out
-
-
-def _count_distinct_rows(bits: np.ndarray) -> int:
-    """Number of distinct 0/1 rows; packs up to 62 bits per row into one integer (fast path)."""
-    q = bits.shape[1]
-    if q <= 62 and bits.size and bits.min() >= 0 and bits.max() <= 1:
-        return int(
-            np.unique(bits.astype(np.int64) @ (np.int64(1) << np.arange(q, dtype=np.int64))).size
-        )
-    return int(np.unique(bits, axis=0).shape[0])
 
 
 def exclude_rows(log: LoggedBandit, mask: Any, reason: str) -> tuple[LoggedBandit, Exclusion]:
