@@ -216,13 +216,12 @@ def reference_probabilities(log: LoggedBandit) -> np.ndarray:
     where K is the number of actions, kᵢ the size of row i's candidate set and q the number
     of labels.
     """
-    n = log.n_rows
     if log.family == "candidates":
         assert log.candidates is not None
         return 1.0 / log.candidates.sizes.astype(np.float64)
     if log.family == "multilabel":
-        return np.full(n, 2.0 ** -float(log.n_actions))
-    return np.full(n, 1.0 / float(log.n_actions))
+        return np.full(log.n_rows, 2.0 ** -float(log.n_actions))
+    return np.full(log.n_rows, 1.0 / float(log.n_actions))
 
 
 @dataclass(frozen=True)
@@ -407,6 +406,7 @@ def summary_report(
     qs = summary.propensities.quantile(list(_QUANTILES.values()))
     quantiles = dict(zip(_QUANTILES, (float(v) for v in qs), strict=True))
     lo, clip = quantiles["min"], quantiles["p90"] / quantiles["p10"]
+    frac = summary.near_deterministic / n
     checks = [
         PropensityCheck(
             "min_propensity",
@@ -415,18 +415,15 @@ def summary_report(
             f"smallest propensity {lo:.3g} (largest weight 1/p = {1 / lo:.3g}); "
             f"warn below {t.min_propensity_warn:g}",
         ),
-    ]
-    frac = summary.near_deterministic / n
-    checks.append(
         PropensityCheck(
             "near_deterministic",
             _grade(frac > t.near_deterministic_warn, frac > t.near_deterministic_fail),
             frac,
             f"{frac:.1%} of rows have p ≥ 1 − {t.near_deterministic_epsilon:g}; a "
             "deterministic logger gives no information about other actions",
-        )
-    )
-    checks.append(_uniform_weight_check(summary.uniform, t))
+        ),
+        _uniform_weight_check(summary.uniform, t),
+    ]
     if summary.action_counts is not None:
         checks.append(_support_check(family, summary.action_counts, n, t))
     if summary.distribution_bad is not None:
@@ -504,13 +501,9 @@ def _uniform_weight_check(m: Moments, t: PropensityThresholds) -> PropensityChec
 def _support_check(
     family: str, counts: np.ndarray, n: int, t: PropensityThresholds
 ) -> PropensityCheck:
-    K = int(counts.size)
-    if family == "discrete":
-        never = np.flatnonzero(counts == 0)
-        what = "actions"
-    else:
-        never = np.flatnonzero((counts == 0) | (counts == n))
-        what = "labels (never on or never off)"
+    K, discrete = int(counts.size), family == "discrete"
+    never = np.flatnonzero((counts == 0) if discrete else (counts == 0) | (counts == n))
+    what = "actions" if discrete else "labels (never on or never off)"
     frac = never.size / K
     return PropensityCheck(
         "support",
