@@ -10,10 +10,8 @@ capitals into the bound; nothing else branches on the option's name.
 The weight bound B (every importance weight ≤ B) must be known before the test rows are
 seen: 1 / the logger's declared minimum propensity, never the largest weight a log happens to
 show. Without B, only terms bounded below whatever the weights are used
-(:func:`bound_free_terms`), and the option says so. Against a policy champion whose
-distributions are known, :func:`total_variation_terms` need no B and keep the paired terms'
-power (their lower bound −(b − a)B would cap every bet at about 1/B; README, "The
-counterfactual A/B gate").
+(:func:`bound_free_terms`); against a policy champion whose distributions are known,
+:func:`total_variation_terms` need no B and keep the paired terms' power (README).
 
 All functions take arrays whose last axis is the rows (leading axes: independent logs).
 """
