@@ -26,10 +26,9 @@ DASK_LOGGERS = ("distributed", "tornado")
 WORKER_MALLOC = {"MALLOC_TRIM_THRESHOLD_": 128 * 2**20, "MALLOC_MMAP_THRESHOLD_": 32 * 2**20}
 """glibc's allocator settings of the workers (set before they start).
 
-Dask's default ``MALLOC_TRIM_THRESHOLD_`` of 64 KiB also switches off glibc's adaptive mmap
-threshold, so every temporary array above 128 KiB is a fresh, kernel-zeroed ``mmap`` (a
-statistics pass 1.6–2.2× slower: ``benchmarks/scale_retrain.py``). Temporaries up to 32 MiB
-are reused from the heap instead, and up to 128 MiB of freed heap is kept per worker.
+Temporaries up to 32 MiB are reused from the heap and up to 128 MiB of freed heap is kept per
+worker, instead of Dask's default (a fresh kernel-zeroed ``mmap`` for every temporary above
+128 KiB; ``benchmarks/scale_retrain.py``).
 """
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s%(worker_suffix)s: %(message)s"
