@@ -449,16 +449,13 @@ def _paired_difference(d, wc, wh, estimator, clip, level, interval, random_state
     if estimator == "snips":
         value_c, e_c = _snips_value_and_influence(d, wc)
         value_h, e_h = _snips_value_and_influence(d, wh)
-        terms, value = e_c - e_h, value_c - value_h
-
-        def statistic(loss, a, b):
-            return _ratio_statistic(loss, a) - _ratio_statistic(loss, b)
+        terms, value, per_policy = e_c - e_h, value_c - value_h, _ratio_statistic
     else:
         terms = d * (wc - wh)  # paired differences dᵢ (DESIGN §5)
-        value = float(terms.mean())
+        value, per_policy = float(terms.mean()), _mean_statistic
 
-        def statistic(loss, a, b):
-            return _mean_statistic(loss, a) - _mean_statistic(loss, b)
+    def statistic(loss, a, b):
+        return per_policy(loss, a) - per_policy(loss, b)
 
     se, n, arrays = standard_error(terms), int(d.size), (d, wc, wh)
     lower, upper = _interval(statistic, arrays, value, se, n, level, interval, random_state)

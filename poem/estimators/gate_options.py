@@ -276,8 +276,6 @@ class SNIPSOption(GateOption):
     ):
         ips = _ips_capitals(losses, rc, rh, loss_bounds, max_weight, logger, total_variation)
         if max_weight is None or (not logger and total_variation is not None):
-            # no bound declared (library callers), or a policy champion with the policies'
-            # total variation: the terms that need no bound
             return ips
         own = Capital(*snips_baseline_terms(losses, rc, rh, loss_bounds, max_weight, logger), 0.99)
         if not logger:
