@@ -450,9 +450,9 @@ def check_logged_bandit(
 
     d = log.losses
     lo, hi = log.loss_bounds
-    finite = np.isfinite(d)
+    finite, nonfinite = np.isfinite(d), "not finite (NaN or inf)"
     hint = "Losses must be observed numbers"
-    _add_violation(violations, "loss", ~finite, row_ids, "not finite (NaN or inf)", hint)
+    _add_violation(violations, "loss", ~finite, row_ids, nonfinite, hint)
     tol = 1e-9 * max(1.0, hi - lo)
     out_of_bounds = finite & ((d < lo - tol) | (d > hi + tol))
     message = f"outside the declared loss bounds [{lo:g}, {hi:g}]"
@@ -461,18 +461,15 @@ def check_logged_bandit(
 
     x = log.contexts
     if x is not None and sp.issparse(x):
-        _add_violation(
-            violations, "x_values", _nonfinite_rows(x), row_ids, "not finite (NaN or inf)"
-        )
+        _add_violation(violations, "x_values", _nonfinite_rows(x), row_ids, nonfinite)
     elif x is not None:
         bad = ~np.isfinite(x)
         for j in np.flatnonzero(bad.any(axis=0)):
-            _add_violation(violations, f"x_{j}", bad[:, j], row_ids, "not finite (NaN or inf)")
-    if log.candidates is not None:
-        cand = log.candidates
+            _add_violation(violations, f"x_{j}", bad[:, j], row_ids, nonfinite)
+    if (cand := log.candidates) is not None:
         rows = np.zeros(n, dtype=bool)
         rows[cand.row_of_candidate[_nonfinite_rows(cand.features)]] = True
-        _add_violation(violations, "candidate_features", rows, row_ids, "not finite (NaN or inf)")
+        _add_violation(violations, "candidate_features", rows, row_ids, nonfinite)
 
     violations.extend(_check_actions(log, actions, row_ids, min_distinct_actions))
 
