@@ -149,7 +149,12 @@ def load_dataset(
     if not data_dir.is_dir():
         raise FileNotFoundError(f"data_dir {data_dir} is not a folder (pass --data-dir)")
     if name == "yeast":
-        return _load_yeast(data_dir / "yeast")
+        parts = []
+        for split in ("train", "test"):
+            X, Y = load_libsvm_multilabel(data_dir / "yeast" / f"yeast_{split}.svm", **_YEAST)
+            parts.extend([X.toarray(), Y])  # 103 dense features: dense arrays are faster
+        names = tuple(f"f{j + 1}" for j in range(_YEAST["n_features"]))
+        return SupervisedDataset("yeast", "multilabel", *parts, names, _YEAST["n_labels"])
     if name in _MULAN_LABELS:
         train, test = (data_dir / "mulan" / f"{name}-{part}.arff" for part in ("train", "test"))
         return load_files(train, test, n_labels=_MULAN_LABELS[name], name=name)
@@ -167,15 +172,6 @@ def _load_digits(random_state: int) -> SupervisedDataset:
     return SupervisedDataset(
         "digits", "discrete", X_train, y_train, X_test, y_test, names, int(bunch.target_names.size)
     )
-
-
-def _load_yeast(folder: Path) -> SupervisedDataset:
-    parts = []
-    for split in ("train", "test"):
-        X, Y = load_libsvm_multilabel(folder / f"yeast_{split}.svm", **_YEAST)
-        parts.extend([X.toarray(), Y])  # 103 dense features: dense arrays are faster
-    names = tuple(f"f{j + 1}" for j in range(_YEAST["n_features"]))
-    return SupervisedDataset("yeast", "multilabel", *parts, names, _YEAST["n_labels"])
 
 
 def _load_tmc2007(folder: Path) -> SupervisedDataset:
