@@ -139,7 +139,17 @@ def load_dataset(
     if name not in DATASETS:
         raise ValueError(f"name must be one of {DATASETS}, got {name!r}")
     if name == "digits":
-        return _load_digits(random_state)
+        bunch = load_digits()
+        X = np.asarray(bunch.data, dtype=np.float64) / 16.0  # pixel intensities 0..16 -> [0, 1]
+        y = np.asarray(bunch.target, dtype=np.int64)
+        X_train, X_test, y_train, y_test = train_test_split(
+            X, y, test_size=_DIGITS_TEST_SIZE, stratify=y, random_state=random_state
+        )
+        names = tuple(str(f) for f in bunch.feature_names)
+        n_classes = int(bunch.target_names.size)
+        return SupervisedDataset(
+            "digits", "discrete", X_train, y_train, X_test, y_test, names, n_classes
+        )
     if data_dir is None:
         raise FileNotFoundError(
             f"the {name} data set is read from files: pass data_dir (on the command line "
@@ -159,19 +169,6 @@ def load_dataset(
         train, test = (data_dir / "mulan" / f"{name}-{part}.arff" for part in ("train", "test"))
         return load_files(train, test, n_labels=_MULAN_LABELS[name], name=name)
     return _load_tmc2007(data_dir / "tmc2007")
-
-
-def _load_digits(random_state: int) -> SupervisedDataset:
-    bunch = load_digits()
-    X = np.asarray(bunch.data, dtype=np.float64) / 16.0  # pixel intensities 0..16 -> [0, 1]
-    y = np.asarray(bunch.target, dtype=np.int64)
-    X_train, X_test, y_train, y_test = train_test_split(
-        X, y, test_size=_DIGITS_TEST_SIZE, stratify=y, random_state=random_state
-    )
-    names = tuple(str(f) for f in bunch.feature_names)
-    return SupervisedDataset(
-        "digits", "discrete", X_train, y_train, X_test, y_test, names, int(bunch.target_names.size)
-    )
 
 
 def _load_tmc2007(folder: Path) -> SupervisedDataset:

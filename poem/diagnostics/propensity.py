@@ -367,8 +367,6 @@ def merge_summaries(summaries: Sequence[PropensitySummary]) -> PropensitySummary
                 f"{total.family!r} with {total.n_actions}"
             )
         counts, bad = total.action_counts, total.distribution_bad
-        if counts is not None:
-            counts = counts + s.action_counts
         if bad is not None:
             bad = tuple(a + b for a, b in zip(bad, s.distribution_bad, strict=True))
         total = replace(
@@ -378,7 +376,7 @@ def merge_summaries(summaries: Sequence[PropensitySummary]) -> PropensitySummary
             uniform=total.uniform.merge(s.uniform),
             clip_weights=total.clip_weights.merge(s.clip_weights),
             target=None if total.target is None else total.target.merge(s.target),
-            action_counts=counts,
+            action_counts=None if counts is None else counts + s.action_counts,
             distribution_bad=bad,
         )
     return total

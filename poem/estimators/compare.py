@@ -201,16 +201,16 @@ class PolicyComparison:
             "",
             f"**Decision: {self.decision}**",
             "",
+            *(f"- {reason}" for reason in self.reasons),
         ]
-        lines += [f"- {reason}" for reason in self.reasons]
         if self.flags:
             lines += [
                 "",
                 "Intervals that may cover less than their level (they do not decide; the "
                 "bound above is valid at every n):",
                 "",
+                *(f"- {flag}" for flag in self.flags),
             ]
-            lines += [f"- {flag}" for flag in self.flags]
         return "\n".join(lines) + "\n"
 
 
