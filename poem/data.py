@@ -420,14 +420,10 @@ def check_logged_bandit(
     lengths = {"losses": n, "propensities": np.asarray(log.propensities).shape[0]}
     actions = np.asarray(log.actions)
     lengths["actions"] = actions.shape[0] if actions.ndim else 0
-    if log.contexts is not None:
-        lengths["contexts"] = log.contexts.shape[0]
-    if log.candidates is not None:
-        lengths["candidates"] = log.candidates.n_rows
-    for name in _OPTIONAL_ROWS:
+    for name in ("contexts", "candidates", *_OPTIONAL_ROWS):
         value = getattr(log, name)
         if value is not None:
-            lengths[name] = np.asarray(value).shape[0]
+            lengths[name] = value.n_rows if name == "candidates" else value.shape[0]
     if len(set(lengths.values())) > 1:
         hint = "All columns must have one entry per row"
         raise InvalidLogError(
