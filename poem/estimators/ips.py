@@ -402,16 +402,9 @@ def evaluate_policy(
     _check_option(estimator, "estimator", ESTIMATORS)
     c = resolve_loss_baseline(loss_baseline, log.loss_bounds)
     weights = importance_weights(policy.log_action_probability_on(log), log.propensities)
-    estimate = _dispatch(
-        estimator,
-        np.asarray(log.losses) - c,
-        weights,
-        clip,
-        confidence_level=confidence_level,
-        interval=interval,
-        random_state=random_state,
-    )
-    return shift_estimate(estimate, c)
+    options = dict(confidence_level=confidence_level, interval=interval, random_state=random_state)
+    d = np.asarray(log.losses) - c
+    return shift_estimate(_dispatch(estimator, d, weights, clip, **options), c)
 
 
 def resolve_loss_baseline(loss_baseline: str | float, loss_bounds: tuple[float, float]) -> float:
