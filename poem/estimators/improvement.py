@@ -175,16 +175,8 @@ def improvement_lower_bound(
         (d, rc, rh), tv = shuffle_rows(order_seed, *arrays), None
     else:
         d, rc, rh, tv = shuffle_rows(order_seed, *arrays, total_variation)
-    capitals = improvement_capitals(
-        d,
-        rc,
-        rh,
-        estimator=estimator,
-        loss_bounds=loss_bounds,
-        max_weight=max_weight,
-        clip=clip,
-        total_variation=tv,
-    )
+    options = dict(estimator=estimator, loss_bounds=loss_bounds, max_weight=max_weight, clip=clip)
+    capitals = improvement_capitals(d, rc, rh, total_variation=tv, **options)
     a, b = loss_bounds
     terms = np.stack([c.terms for c in capitals])
     lower = np.stack([np.broadcast_to(c.lower, c.terms.shape) for c in capitals])
