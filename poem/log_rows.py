@@ -93,8 +93,7 @@ class PartitionedSplit:
             For any other name.
         """
         needed = ("train", "validation") if part == "train+validation" else (part,)
-        gone = [p for p in needed if p in self.released]
-        if gone:
+        if gone := [p for p in needed if p in self.released]:
             raise ValueError(f"the {gone[0]} rows of this split were released from memory")
         if part in PARTS:
             return self.rows[part]

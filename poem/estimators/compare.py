@@ -119,12 +119,11 @@ class PolicyComparison:
         undercover).
         """
         out: dict[str, float] = {"gate_promoted": float(self.promote)}
-        named = (
+        for name, est in (
             ("challenger_risk", self.challenger),
             ("champion_risk", self.champion),
             ("risk_difference", self.difference),
-        )
-        for name, est in named:
+        ):
             out |= {name: est.value, f"{name}_lower": est.lower, f"{name}_upper": est.upper}
             out[f"{name.removesuffix('_risk')}_interval_flagged"] = float(bool(est.flags))
         out["risk_difference_ucb"] = self.upper_bound

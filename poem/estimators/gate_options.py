@@ -212,8 +212,7 @@ def _ips_capitals(losses, rc, rh, loss_bounds, max_weight, logger, total_variati
     if logger:
         return [Capital(*paired_terms(losses, rc, rh, loss_bounds, None, True), 0.5)]
     if total_variation is not None:
-        tv = total_variation_terms(losses, rc, rh, loss_bounds, total_variation)
-        return [Capital(*tv, 0.5)]
+        return [Capital(*total_variation_terms(losses, rc, rh, loss_bounds, total_variation), 0.5)]
     if max_weight is None:
         return [Capital(*bound_free_terms(losses, rc, rh, loss_bounds), 0.5)]
     return [Capital(*paired_terms(losses, rc, rh, loss_bounds, max_weight, False), 0.99)]
