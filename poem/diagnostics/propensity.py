@@ -198,9 +198,7 @@ class PropensityReport:
             "",
             "| check | status | value | explanation |",
             "|---|---|---:|---|",
-        ]
-        lines += [
-            f"| {c.name} | {c.status} | {c.value:.4g} | {c.explanation} |" for c in self.checks
+            *(f"| {c.name} | {c.status} | {c.value:.4g} | {c.explanation} |" for c in self.checks),
         ]
         return "\n".join(lines)
 
