@@ -180,14 +180,12 @@ class PolicyComparison:
             f"| | estimator | risk | {100 * level:g}% interval ({self.difference.method}) "
             "| std. error | effective sample size | clipped | interval reliable |",
             "|---|---|---|---|---|---|---|---|",
-        ]
-        for label, e in rows:
-            lines.append(
+            *(
                 f"| {label} | {e.estimator} | {e.value:.4g} | [{e.lower:.4g}, {e.upper:.4g}] | "
                 f"{e.std_error:.3g} | {e.effective_sample_size:,.1f} | {e.clipped_fraction:.1%} | "
                 f"{'yes' if e.reliable else 'no (see flags)'} |"
-            )
-        lines += [
+                for label, e in rows
+            ),
             "",
             f"One-sided {100 * level:g}% upper confidence bound of the difference "
             f"({self.estimator} terms, {_bound_kind(self.randomization)}): "
