@@ -403,6 +403,5 @@ def sample_log(
     if total > max_rows:
         keep = np.zeros(total, dtype=bool)
         keep[np.random.default_rng(random_state).choice(total, int(max_rows), replace=False)] = True
-        pieces = np.split(keep, np.cumsum(sizes)[:-1])
-        rows = [r[k] for r, k in zip(rows, pieces, strict=True)]
+        rows = [r[k] for r, k in zip(rows, np.split(keep, np.cumsum(sizes)[:-1]), strict=True)]
     return take_log(split.source, rows)

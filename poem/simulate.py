@@ -223,8 +223,7 @@ def supervised_to_bandit(
     X = _as_contexts(X)
     n = X.shape[0]
     Y = _check_labels(Y, family.name, n, family.n_actions)
-    repeat = np.tile if order == "pass" else np.repeat
-    rows = repeat(np.arange(n), int(n_replays))
+    rows = (np.tile if order == "pass" else np.repeat)(np.arange(n), int(n_replays))
     contexts, truth = X[rows], Y[rows]
     actions, propensities = logging_policy.sample(contexts, random_state)
     losses = supervised_loss(actions, truth, family.name)

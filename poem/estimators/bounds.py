@@ -81,8 +81,7 @@ def sample_variance(values: Any) -> float:
     Swaminathan & Joachims (2015), JMLR 16, arXiv:1502.02362, §4.1 (definition of
     V̂ar(u_h) before Theorem 3).
     """
-    u = _finite_vector(values, "values")
-    return float(np.var(u, ddof=1))
+    return float(np.var(_finite_vector(values, "values"), ddof=1))
 
 
 def standard_error(values: Any) -> float:
