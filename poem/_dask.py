@@ -109,11 +109,7 @@ class ClusterPartitions:
 
     # -- how arguments travel ---------------------------------------------------------------
     def _per_partition(self, values: list) -> list:
-        """``values[k]`` for partition k: small ones as they are, large ones as futures.
-
-        A large value is scattered to the worker holding partition k (when the scheduler
-        knows it), so its task reads both where they are.
-        """
+        """``values[k]`` for partition k; large ones as futures on the worker holding it."""
         large = [k for k, v in enumerate(values) if _large(v)]
         if not large:
             return values

@@ -110,9 +110,8 @@ def local_client(
     -------
     distributed.Client
         Closing it closes the cluster. The workers run :func:`dask_setup` at start (also after
-        ``Client.restart``), their ``distributed`` records at WARNING and above are forwarded
-        to this process's loggers of the same name, and :data:`WORKER_MALLOC` sets their
-        allocator.
+        ``Client.restart``) and forward their ``distributed`` records at WARNING and above to
+        this process's loggers of the same name; :data:`WORKER_MALLOC` sets their allocator.
     """
     import dask
     from distributed import Client
