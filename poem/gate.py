@@ -2,10 +2,8 @@
 
 The gate decides from per-row vectors only (:class:`GateRows`: losses, logged propensities,
 each policy's probability of the logged action), so the in-memory and the partitioned paths
-give the same decision from the same vectors. :func:`gate_rows` computes them from two
-policies and a log, :func:`gate_decision` applies the rule
-(:func:`poem.estimators.compare.compare_policies`, where the math lives), and
-:func:`counterfactual_ab_test` is the two in a row. Before any promotion the champion is the
+give the same decision from the same vectors; the math lives in
+:func:`poem.estimators.compare.compare_policies`. Before any promotion the champion is the
 logging policy itself, whose weights are identically 1.
 """
 
