@@ -1,12 +1,9 @@
 """A Dask cluster for one run, and where its log lines go (DESIGN §8).
 
-Dask logs through Python's ``logging`` (the ``distributed`` loggers) and ``warnings``, and a
-``LocalCluster``'s workers are child processes that write to the same terminal:
-:func:`local_client` silences the workers from their start (:func:`dask_setup`, their
-preload) and forwards their records to this process, and :func:`dask_logging` sends this
-process's Dask records and warnings to one log file instead of the terminal.
-
-Imports ``distributed`` only when a function is called (optional dependency).
+A ``LocalCluster``'s workers are child processes writing to this terminal: :func:`local_client`
+silences them and forwards their records here, and :func:`dask_logging` sends this process's
+Dask records and warnings to one log file. Imports ``distributed`` only when a function is
+called (optional dependency).
 """
 
 from __future__ import annotations
