@@ -300,18 +300,15 @@ def compare_policies(
         (δ_min, δ_max) of the losses, i.e. (a, b); None uses the smallest and largest loss
         on the log (then it is assumed no loss can lie outside them).
     max_weight : float or None, default=None
-        Declared bound B ≥ 1 on every importance weight, known before the test rows (1 / the
-        logger's declared minimum propensity); None: only terms that need none are used.
+        Declared weight bound B, as for :func:`~poem.estimators.improvement.improvement_capitals`.
     randomization : float or None, default=None
         U ~ Uniform(0, 1], independent of the log (e.g. :func:`poem.gate.decision_coin`):
         the bound also rejects when the final capital Kₙ ≥ U/γ; None: deterministic.
     order_seed : int or None, default=0
-        Seed of the random order of the rows for the bound (recorded in the result); None
-        keeps the order given (only for rows that are already in a random order).
+        As for :func:`~poem.estimators.improvement.improvement_lower_bound`; kept in the result.
     total_variation : array-like of shape (n_samples,) or None, default=None
-        TV(xᵢ), the two policies' total variation distance at each row's context
-        (:func:`poem.gate.policy_total_variation`); against a policy champion the bound then
-        needs no weight bound (:func:`~poem.estimators.gate_options.total_variation_terms`).
+        TV(xᵢ) (:func:`poem.gate.policy_total_variation`), as for
+        :func:`~poem.estimators.improvement.improvement_capitals`.
 
     Returns
     -------
