@@ -2,9 +2,7 @@
 
 Optional heavy dependency: ``pip install 'poem-pipeline[dask]'``; nothing else in ``poem``
 imports this module, and it imports ``distributed`` only inside the methods that need it
-(the caller's client brings the cluster).
-It implements the partition-set protocol of :mod:`poem.io.partitions` (``map``, ``fold``) for
-objects held in the workers' memory, so every stage of :mod:`poem.log_rows` and
+(the caller's client brings the cluster). Every stage of :mod:`poem.log_rows` and
 :mod:`poem.learners.prepared` runs on a cluster unchanged.
 """
 

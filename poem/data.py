@@ -147,8 +147,7 @@ class LoggedBandit:
     contexts : array-like or sparse matrix of shape (n_samples, n_features) or None
         Contexts xᵢ. Required for the discrete and multilabel families.
     actions : array-like of shape (n_samples,) or (n_samples, n_labels)
-        Logged actions yᵢ: an index (discrete), a 0/1 vector (multilabel) or an index into
-        the row's candidate set (candidates).
+        Logged actions yᵢ, in the family's form (see the module docstring).
     losses : array-like of shape (n_samples,)
         Observed losses δᵢ (lower is better), inside ``loss_bounds``.
     propensities : array-like of shape (n_samples,)

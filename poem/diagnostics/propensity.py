@@ -1,9 +1,8 @@
 """Propensity sanity checks (DESIGN §4.6) of a log held as one partition or many (DESIGN §8).
 
-:func:`propensity_summary` reduces a partition's :class:`~poem.data.LoggedBandit` to a small
-:class:`PropensitySummary` (a few kilobytes whatever its size); the summaries of the partitions
-of one log add up with :func:`merge_summaries`, and :func:`summary_report` grades the total as a
-:class:`PropensityReport`. :func:`propensity_report` is the case of one partition.
+:func:`propensity_report` checks a log in memory; the partitions of a log reduce to small
+:class:`PropensitySummary` objects (:func:`propensity_summary`, a few kilobytes each) that add
+up with :func:`merge_summaries` and are graded by :func:`summary_report`.
 
 The hard invariants are enforced by :class:`poem.data.LoggedBandit` itself; these checks ask
 whether the propensities look like those of a *stochastic logger* and how much a log can
