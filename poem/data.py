@@ -97,8 +97,7 @@ class CandidateSets:
     @classmethod
     def from_sizes(cls, features: Any, sizes: Any) -> CandidateSets:
         """Build from stacked features and the number of candidates of each row."""
-        sizes = np.asarray(sizes, dtype=np.int64)
-        return cls(features, np.concatenate([[0], np.cumsum(sizes)]))
+        return cls(features, np.concatenate([[0], np.cumsum(np.asarray(sizes, dtype=np.int64))]))
 
     @property
     def n_rows(self) -> int:

@@ -220,8 +220,7 @@ def gate_decision(
     Returns
     -------
     PolicyComparison
-        Both estimates, the difference, its upper bound, the decision, its reasons, the
-        order seed, the weight bound and the attempt.
+        As :func:`~poem.estimators.compare.compare_policies`'s, with the attempt recorded.
 
     Raises
     ------
