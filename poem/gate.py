@@ -121,8 +121,7 @@ def policy_total_variation(challenger: Any, champion: Any, log: Any) -> np.ndarr
     if any(getattr(getattr(p, "family", None), "name", None) != "discrete" for p in policies):
         return None
     n = int(contexts.shape[0])
-    width = max(int(getattr(challenger.family, "n_actions", 1) or 1), 1)
-    step = max(1, _TV_CHUNK // width)
+    step = max(1, _TV_CHUNK // max(int(getattr(challenger.family, "n_actions", 1) or 1), 1))
     out = np.empty(n)
     for start in range(0, n, step):
         rows = contexts[start : start + step]

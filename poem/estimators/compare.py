@@ -129,8 +129,7 @@ class PolicyComparison:
         out["risk_difference_ucb"] = self.upper_bound
         if self.randomization is not None:
             out["gate_randomization"] = self.randomization
-        out["gate_attempt"] = self.attempt
-        out["gate_alpha"] = self.alpha
+        out |= {"gate_attempt": self.attempt, "gate_alpha": self.alpha}
         if self.order_seed is not None:
             out["gate_order_seed"] = self.order_seed
         out["challenger_effective_sample_size"] = self.challenger.effective_sample_size
