@@ -151,8 +151,7 @@ class Moments:
             + 6.0 * d * d * (na * na * other.m2 + nb * nb * self.m2) / n**2
             + 4.0 * d * (na * other.m3 - nb * self.m3) / n
         )
-        mean = self.mean + d * nb / n
-        return Moments(n, mean, m2, m3, self.nonzero + other.nonzero, m4)
+        return Moments(n, self.mean + d * nb / n, m2, m3, self.nonzero + other.nonzero, m4)
 
     @property
     def sum(self) -> float:
