@@ -2,9 +2,7 @@
 
 Optional heavy dependency: ``pip install 'poem-pipeline[dask]'``; nothing else in ``poem``
 imports this module, and it imports ``distributed`` only inside the methods that need it
-(the caller's client brings the cluster).
-It implements the partition-set protocol of :mod:`poem.io.partitions` (``map``, ``fold``) for
-objects held in the workers' memory, so every stage of :mod:`poem.log_rows` and
+(the caller's client brings the cluster). Every stage of :mod:`poem.log_rows` and
 :mod:`poem.learners.prepared` runs on a cluster unchanged.
 """
 
@@ -109,11 +107,7 @@ class ClusterPartitions:
 
     # -- how arguments travel ---------------------------------------------------------------
     def _per_partition(self, values: list) -> list:
-        """``values[k]`` for partition k: small ones as they are, large ones as futures.
-
-        A large value is scattered to the worker holding partition k (when the scheduler
-        knows it), so its task reads both where they are.
-        """
+        """``values[k]`` for partition k; large ones as futures on the worker holding it."""
         large = [k for k, v in enumerate(values) if _large(v)]
         if not large:
             return values

@@ -1,12 +1,9 @@
 """A Dask cluster for one run, and where its log lines go (DESIGN §8).
 
-Dask logs through Python's ``logging`` (the ``distributed`` loggers) and ``warnings``, and a
-``LocalCluster``'s workers are child processes that write to the same terminal:
-:func:`local_client` silences the workers from their start (:func:`dask_setup`, their
-preload) and forwards their records to this process, and :func:`dask_logging` sends this
-process's Dask records and warnings to one log file instead of the terminal.
-
-Imports ``distributed`` only when a function is called (optional dependency).
+A ``LocalCluster``'s workers are child processes writing to this terminal: :func:`local_client`
+silences them and forwards their records here, and :func:`dask_logging` sends this process's
+Dask records and warnings to one log file. Imports ``distributed`` only when a function is
+called (optional dependency).
 """
 
 from __future__ import annotations
@@ -26,10 +23,9 @@ DASK_LOGGERS = ("distributed", "tornado")
 WORKER_MALLOC = {"MALLOC_TRIM_THRESHOLD_": 128 * 2**20, "MALLOC_MMAP_THRESHOLD_": 32 * 2**20}
 """glibc's allocator settings of the workers (set before they start).
 
-Dask's default ``MALLOC_TRIM_THRESHOLD_`` of 64 KiB also switches off glibc's adaptive mmap
-threshold, so every temporary array above 128 KiB is a fresh, kernel-zeroed ``mmap`` (a
-statistics pass 1.6–2.2× slower: ``benchmarks/scale_retrain.py``). Temporaries up to 32 MiB
-are reused from the heap instead, and up to 128 MiB of freed heap is kept per worker.
+Temporaries up to 32 MiB are reused from the heap and up to 128 MiB of freed heap is kept per
+worker, instead of Dask's default (a fresh kernel-zeroed ``mmap`` for every temporary above
+128 KiB; ``benchmarks/scale_retrain.py``).
 """
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s%(worker_suffix)s: %(message)s"
@@ -111,9 +107,8 @@ def local_client(
     -------
     distributed.Client
         Closing it closes the cluster. The workers run :func:`dask_setup` at start (also after
-        ``Client.restart``), their ``distributed`` records at WARNING and above are forwarded
-        to this process's loggers of the same name, and :data:`WORKER_MALLOC` sets their
-        allocator.
+        ``Client.restart``) and forward their ``distributed`` records at WARNING and above to
+        this process's loggers of the same name; :data:`WORKER_MALLOC` sets their allocator.
     """
     import dask
     from distributed import Client

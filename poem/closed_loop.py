@@ -76,9 +76,8 @@ class SupervisedEnvironment:
 
     def logging_policy(self, fraction: float, random_state: int) -> StochasticPolicy:
         """h₀: fitted on ``fraction`` of the training labels, named with the data set's features."""
-        X, Y = self._train()
         h0 = fit_logging_policy(
-            X, Y, family=self.family, fraction=fraction, random_state=random_state
+            *self._train(), family=self.family, fraction=fraction, random_state=random_state
         )
         return replace(
             h0, metadata={**h0.metadata, "feature_names": list(self.dataset.feature_names)}

@@ -97,8 +97,7 @@ class CandidateSets:
     @classmethod
     def from_sizes(cls, features: Any, sizes: Any) -> CandidateSets:
         """Build from stacked features and the number of candidates of each row."""
-        sizes = np.asarray(sizes, dtype=np.int64)
-        return cls(features, np.concatenate([[0], np.cumsum(sizes)]))
+        return cls(features, np.concatenate([[0], np.cumsum(np.asarray(sizes, dtype=np.int64))]))
 
     @property
     def n_rows(self) -> int:
@@ -147,8 +146,7 @@ class LoggedBandit:
     contexts : array-like or sparse matrix of shape (n_samples, n_features) or None
         Contexts xᵢ. Required for the discrete and multilabel families.
     actions : array-like of shape (n_samples,) or (n_samples, n_labels)
-        Logged actions yᵢ: an index (discrete), a 0/1 vector (multilabel) or an index into
-        the row's candidate set (candidates).
+        Logged actions yᵢ, in the family's form (see the module docstring).
     losses : array-like of shape (n_samples,)
         Observed losses δᵢ (lower is better), inside ``loss_bounds``.
     propensities : array-like of shape (n_samples,)
@@ -214,10 +212,12 @@ class LoggedBandit:
                 raise TypeError(f"{name} must be numeric, got dtype {arr.dtype}")
             set_(self, name, _readonly(arr.astype(np.float64).reshape(-1)))
         set_(self, "loss_bounds", check_loss_bounds(self.loss_bounds))
-        if self.n_actions is None:
-            set_(self, "n_actions", self._infer_n_actions())
-        else:
-            set_(self, "n_actions", int(self.n_actions))
+        n_actions = None if self.n_actions is None else int(self.n_actions)
+        if n_actions is None and self.family == "multilabel" and actions.ndim == 2:
+            n_actions = int(actions.shape[1])
+        elif n_actions is None and self.family == "discrete" and actions.size:
+            n_actions = int(actions.max()) + 1 if actions.dtype.kind in "iu" else None
+        set_(self, "n_actions", n_actions)
         if self.timestamps is not None:
             set_(self, "timestamps", _readonly(np.asarray(self.timestamps, dtype="datetime64[ns]")))
         if self.event_ids is not None:
@@ -230,14 +230,6 @@ class LoggedBandit:
         if self.feature_names is not None:
             set_(self, "feature_names", tuple(str(f) for f in self.feature_names))
         check_logged_bandit(self)
-
-    def _infer_n_actions(self) -> int | None:
-        a = self.actions
-        if self.family == "multilabel":
-            return int(a.shape[1]) if a.ndim == 2 else None
-        if self.family == "discrete" and a.size and a.dtype.kind in "iu":
-            return int(a.max()) + 1
-        return None
 
     # -- constructors -------------------------------------------------------------------------
     @classmethod
@@ -426,14 +418,10 @@ def check_logged_bandit(
     lengths = {"losses": n, "propensities": np.asarray(log.propensities).shape[0]}
     actions = np.asarray(log.actions)
     lengths["actions"] = actions.shape[0] if actions.ndim else 0
-    if log.contexts is not None:
-        lengths["contexts"] = log.contexts.shape[0]
-    if log.candidates is not None:
-        lengths["candidates"] = log.candidates.n_rows
-    for name in _OPTIONAL_ROWS:
+    for name in ("contexts", "candidates", *_OPTIONAL_ROWS):
         value = getattr(log, name)
         if value is not None:
-            lengths[name] = np.asarray(value).shape[0]
+            lengths[name] = value.n_rows if name == "candidates" else value.shape[0]
     if len(set(lengths.values())) > 1:
         hint = "All columns must have one entry per row"
         raise InvalidLogError(
@@ -456,9 +444,9 @@ def check_logged_bandit(
 
     d = log.losses
     lo, hi = log.loss_bounds
-    finite = np.isfinite(d)
+    finite, nonfinite = np.isfinite(d), "not finite (NaN or inf)"
     hint = "Losses must be observed numbers"
-    _add_violation(violations, "loss", ~finite, row_ids, "not finite (NaN or inf)", hint)
+    _add_violation(violations, "loss", ~finite, row_ids, nonfinite, hint)
     tol = 1e-9 * max(1.0, hi - lo)
     out_of_bounds = finite & ((d < lo - tol) | (d > hi + tol))
     message = f"outside the declared loss bounds [{lo:g}, {hi:g}]"
@@ -467,18 +455,15 @@ def check_logged_bandit(
 
     x = log.contexts
     if x is not None and sp.issparse(x):
-        _add_violation(
-            violations, "x_values", _nonfinite_rows(x), row_ids, "not finite (NaN or inf)"
-        )
+        _add_violation(violations, "x_values", _nonfinite_rows(x), row_ids, nonfinite)
     elif x is not None:
         bad = ~np.isfinite(x)
         for j in np.flatnonzero(bad.any(axis=0)):
-            _add_violation(violations, f"x_{j}", bad[:, j], row_ids, "not finite (NaN or inf)")
-    if log.candidates is not None:
-        cand = log.candidates
+            _add_violation(violations, f"x_{j}", bad[:, j], row_ids, nonfinite)
+    if (cand := log.candidates) is not None:
         rows = np.zeros(n, dtype=bool)
         rows[cand.row_of_candidate[_nonfinite_rows(cand.features)]] = True
-        _add_violation(violations, "candidate_features", rows, row_ids, "not finite (NaN or inf)")
+        _add_violation(violations, "candidate_features", rows, row_ids, nonfinite)
 
     violations.extend(_check_actions(log, actions, row_ids, min_distinct_actions))
 
@@ -529,7 +514,11 @@ def _check_actions(
             return [Violation("action", n, n, (), f"have width {width}, expected {q} labels", hint)]
         not_bits = np.any((actions != 0) & (actions != 1), axis=1)
         _add_violation(out, "action", not_bits, row_ids, "have entries other than 0/1")
-        n_distinct = _count_distinct_rows(actions)
+        if q <= 62 and actions.size and not not_bits.any():  # fast path: a row in one integer
+            bits = np.int64(1) << np.arange(q, dtype=np.int64)
+            n_distinct = int(np.unique(actions.astype(np.int64) @ bits).size)
+        else:
+            n_distinct = int(np.unique(actions, axis=0).shape[0])
     else:
         assert log.candidates is not None
         sizes = log.candidates.sizes
@@ -546,16 +535,6 @@ def _check_actions(
         hint = "A log that always takes the same action carries no counterfactual information"
         out.append(Violation("action", n, n, (), message, hint))
     return out
-
-
-def _count_distinct_rows(bits: np.ndarray) -> int:
-    """Number of distinct 0/1 rows; packs up to 62 bits per row into one integer (fast path)."""
-    q = bits.shape[1]
-    if q <= 62 and bits.size and bits.min() >= 0 and bits.max() <= 1:
-        return int(
-            np.unique(bits.astype(np.int64) @ (np.int64(1) << np.arange(q, dtype=np.int64))).size
-        )
-    return int(np.unique(bits, axis=0).shape[0])
 
 
 def exclude_rows(log: LoggedBandit, mask: Any, reason: str) -> tuple[LoggedBandit, Exclusion]:

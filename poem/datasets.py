@@ -139,7 +139,17 @@ def load_dataset(
     if name not in DATASETS:
         raise ValueError(f"name must be one of {DATASETS}, got {name!r}")
     if name == "digits":
-        return _load_digits(random_state)
+        bunch = load_digits()
+        X = np.asarray(bunch.data, dtype=np.float64) / 16.0  # pixel intensities 0..16 -> [0, 1]
+        y = np.asarray(bunch.target, dtype=np.int64)
+        X_train, X_test, y_train, y_test = train_test_split(
+            X, y, test_size=_DIGITS_TEST_SIZE, stratify=y, random_state=random_state
+        )
+        names = tuple(str(f) for f in bunch.feature_names)
+        n_classes = int(bunch.target_names.size)
+        return SupervisedDataset(
+            "digits", "discrete", X_train, y_train, X_test, y_test, names, n_classes
+        )
     if data_dir is None:
         raise FileNotFoundError(
             f"the {name} data set is read from files: pass data_dir (on the command line "
@@ -149,33 +159,16 @@ def load_dataset(
     if not data_dir.is_dir():
         raise FileNotFoundError(f"data_dir {data_dir} is not a folder (pass --data-dir)")
     if name == "yeast":
-        return _load_yeast(data_dir / "yeast")
+        parts = []
+        for split in ("train", "test"):
+            X, Y = load_libsvm_multilabel(data_dir / "yeast" / f"yeast_{split}.svm", **_YEAST)
+            parts.extend([X.toarray(), Y])  # 103 dense features: dense arrays are faster
+        names = tuple(f"f{j + 1}" for j in range(_YEAST["n_features"]))
+        return SupervisedDataset("yeast", "multilabel", *parts, names, _YEAST["n_labels"])
     if name in _MULAN_LABELS:
         train, test = (data_dir / "mulan" / f"{name}-{part}.arff" for part in ("train", "test"))
         return load_files(train, test, n_labels=_MULAN_LABELS[name], name=name)
     return _load_tmc2007(data_dir / "tmc2007")
-
-
-def _load_digits(random_state: int) -> SupervisedDataset:
-    bunch = load_digits()
-    X = np.asarray(bunch.data, dtype=np.float64) / 16.0  # pixel intensities 0..16 -> [0, 1]
-    y = np.asarray(bunch.target, dtype=np.int64)
-    X_train, X_test, y_train, y_test = train_test_split(
-        X, y, test_size=_DIGITS_TEST_SIZE, stratify=y, random_state=random_state
-    )
-    names = tuple(str(f) for f in bunch.feature_names)
-    return SupervisedDataset(
-        "digits", "discrete", X_train, y_train, X_test, y_test, names, int(bunch.target_names.size)
-    )
-
-
-def _load_yeast(folder: Path) -> SupervisedDataset:
-    parts = []
-    for split in ("train", "test"):
-        X, Y = load_libsvm_multilabel(folder / f"yeast_{split}.svm", **_YEAST)
-        parts.extend([X.toarray(), Y])  # 103 dense features: dense arrays are faster
-    names = tuple(f"f{j + 1}" for j in range(_YEAST["n_features"]))
-    return SupervisedDataset("yeast", "multilabel", *parts, names, _YEAST["n_labels"])
 
 
 def _load_tmc2007(folder: Path) -> SupervisedDataset:

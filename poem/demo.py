@@ -11,7 +11,7 @@ exactly (closed-form expected 0/1 loss, which needs the true labels) and counter
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from sklearn.utils import check_random_state
@@ -92,17 +92,10 @@ class DemoResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable dict (estimates via :meth:`Estimate.to_dict`)."""
-        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "policies"}
-        out["policies"] = [
-            {
-                "name": p.name,
-                "expected_loss": p.expected_loss,
-                "map_loss": p.map_loss,
-                "estimates": [e.to_dict() for e in p.estimates],
-            }
-            for p in self.policies
+        policies = [
+            {**asdict(p), "estimates": [e.to_dict() for e in p.estimates]} for p in self.policies
         ]
-        return out
+        return {**asdict(self), "policies": policies}
 
 
 def run_digits_demo(

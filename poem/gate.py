@@ -2,10 +2,8 @@
 
 The gate decides from per-row vectors only (:class:`GateRows`: losses, logged propensities,
 each policy's probability of the logged action), so the in-memory and the partitioned paths
-give the same decision from the same vectors. :func:`gate_rows` computes them from two
-policies and a log, :func:`gate_decision` applies the rule
-(:func:`poem.estimators.compare.compare_policies`, where the math lives), and
-:func:`counterfactual_ab_test` is the two in a row. Before any promotion the champion is the
+give the same decision from the same vectors; the math lives in
+:func:`poem.estimators.compare.compare_policies`. Before any promotion the champion is the
 logging policy itself, whose weights are identically 1.
 """
 
@@ -123,8 +121,7 @@ def policy_total_variation(challenger: Any, champion: Any, log: Any) -> np.ndarr
     if any(getattr(getattr(p, "family", None), "name", None) != "discrete" for p in policies):
         return None
     n = int(contexts.shape[0])
-    width = max(int(getattr(challenger.family, "n_actions", 1) or 1), 1)
-    step = max(1, _TV_CHUNK // width)
+    step = max(1, _TV_CHUNK // max(int(getattr(challenger.family, "n_actions", 1) or 1), 1))
     out = np.empty(n)
     for start in range(0, n, step):
         rows = contexts[start : start + step]
@@ -222,8 +219,7 @@ def gate_decision(
     Returns
     -------
     PolicyComparison
-        Both estimates, the difference, its upper bound, the decision, its reasons, the
-        order seed, the weight bound and the attempt.
+        As :func:`~poem.estimators.compare.compare_policies`'s, with the attempt recorded.
 
     Raises
     ------

@@ -157,8 +157,7 @@ def next_attempt(
     whose windows overlap ``window`` (so a window overlapping several earlier ones pays for
     all of them).
     """
-    earlier = [e for e in entries if e.champion == champion and e.window.overlaps(window)]
-    number = len(earlier) + 1
+    number = 1 + sum(e.champion == champion and e.window.overlaps(window) for e in entries)
     return Attempt(number, attempt_alpha(number, alpha, retry_fraction), alpha, window)
 
 
@@ -178,7 +177,6 @@ def entries_from_json(text: str | None) -> list[LedgerEntry]:
     if not text:
         return []
     try:
-        raw = json.loads(text)
-        return [LedgerEntry(**{**e, "window": TestWindow(**e["window"])}) for e in raw]
+        return [LedgerEntry(**{**e, "window": TestWindow(**e["window"])}) for e in json.loads(text)]
     except (TypeError, KeyError, ValueError) as exc:
         raise ValueError(f"gate ledger: cannot read {text[:80]!r} ({exc})") from None

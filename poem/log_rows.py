@@ -93,8 +93,7 @@ class PartitionedSplit:
             For any other name.
         """
         needed = ("train", "validation") if part == "train+validation" else (part,)
-        gone = [p for p in needed if p in self.released]
-        if gone:
+        if gone := [p for p in needed if p in self.released]:
             raise ValueError(f"the {gone[0]} rows of this split were released from memory")
         if part in PARTS:
             return self.rows[part]
@@ -404,6 +403,5 @@ def sample_log(
     if total > max_rows:
         keep = np.zeros(total, dtype=bool)
         keep[np.random.default_rng(random_state).choice(total, int(max_rows), replace=False)] = True
-        pieces = np.split(keep, np.cumsum(sizes)[:-1])
-        rows = [r[k] for r, k in zip(rows, pieces, strict=True)]
+        rows = [r[k] for r, k in zip(rows, np.split(keep, np.cumsum(sizes)[:-1]), strict=True)]
     return take_log(split.source, rows)

@@ -223,8 +223,7 @@ def supervised_to_bandit(
     X = _as_contexts(X)
     n = X.shape[0]
     Y = _check_labels(Y, family.name, n, family.n_actions)
-    repeat = np.tile if order == "pass" else np.repeat
-    rows = repeat(np.arange(n), int(n_replays))
+    rows = (np.tile if order == "pass" else np.repeat)(np.arange(n), int(n_replays))
     contexts, truth = X[rows], Y[rows]
     actions, propensities = logging_policy.sample(contexts, random_state)
     losses = supervised_loss(actions, truth, family.name)
@@ -268,10 +267,8 @@ def true_expected_loss(policy: StochasticPolicy, X: Any, Y: Any) -> float:
     ----------
     policy : StochasticPolicy
         The policy h (its temperature and exploration floor apply).
-    X : array-like or sparse matrix of shape (n_samples, n_features)
-        Contexts xᵢ.
-    Y : array-like of shape (n_samples,) or (n_samples, n_labels)
-        True labels y*ᵢ.
+    X, Y
+        Contexts xᵢ and true labels y*ᵢ, as for :func:`supervised_to_bandit`.
 
     Returns
     -------
@@ -357,19 +354,15 @@ def _check_labels(Y: Any, family: str, n_rows: int, n_actions: int | None) -> np
     if family == "multilabel":
         if Y.ndim != 2 or Y.shape[1] != n_actions:
             raise ValueError(f"multilabel Y must have shape ({n_rows}, {n_actions}), got {Y.shape}")
-        bad = np.any((Y != 0) & (Y != 1), axis=1)
-        if bad.any():
-            raise ValueError(
-                f"Y: {int(bad.sum())} of {n_rows} rows have entries other than 0/1; "
-                f"first rows: {np.flatnonzero(bad)[:5].tolist()}"
-            )
-        return Y.astype(np.int64)
-    if Y.ndim != 1:
+        bad, what = np.any((Y != 0) & (Y != 1), axis=1), "have entries other than 0/1"
+    elif Y.ndim != 1:
         raise ValueError(f"discrete Y must be 1-d class indices, got shape {Y.shape}")
-    bad = (Y < 0) | (Y >= n_actions) | (Y != np.round(Y))
+    else:
+        bad = (Y < 0) | (Y >= n_actions) | (Y != np.round(Y))
+        what = f"are not class indices in 0..{n_actions - 1}"
     if bad.any():
         raise ValueError(
-            f"Y: {int(bad.sum())} of {n_rows} rows are not class indices in 0..{n_actions - 1}; "
+            f"Y: {int(bad.sum())} of {n_rows} rows {what}; "
             f"first rows: {np.flatnonzero(bad)[:5].tolist()}"
         )
     return Y.astype(np.int64)

@@ -78,15 +78,10 @@ def split_rows(
             f"{test_fraction:g}: a part is empty"
         )
     if by_time and timestamps is not None:
-        order = np.argsort(timestamps, kind="stable")
-        method = "time"
+        method, order = "time", np.argsort(timestamps, kind="stable")
     else:
-        order = check_random_state(random_state).permutation(n)
-        method = "random"
-    train_rows = np.sort(order[:n_train])
-    val_rows = np.sort(order[n_train : n_train + n_val])
-    test_rows = np.sort(order[n_train + n_val :])
-    return method, train_rows, val_rows, test_rows
+        method, order = "random", check_random_state(random_state).permutation(n)
+    return method, *(np.sort(part) for part in np.split(order, [n_train, n_train + n_val]))
 
 
 def split_summary(method: str, rows: tuple, timestamps: Any) -> dict[str, Any]:

@@ -42,8 +42,7 @@ def plot_gate(comparison: Any, path: str | Path) -> Path:
     ax_diff.set_yticks([])
     ax_diff.set_xlabel("risk(challenger) − risk(champion)")
     ax_diff.legend(loc="upper right", fontsize=7)
-    decision = "promote" if comparison.promote else "reject"
-    fig.suptitle(f"counterfactual A/B gate: {decision}")
+    fig.suptitle(f"counterfactual A/B gate: {'promote' if comparison.promote else 'reject'}")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)

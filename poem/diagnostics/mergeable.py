@@ -71,8 +71,7 @@ class LogHistogram:
     def _order_statistic(self, rank: np.ndarray) -> np.ndarray:
         """Approximate k-th smallest values (0-based ``rank``): their bins' geometric middles."""
         b = self.bins[np.searchsorted(np.cumsum(self.counts), rank, side="right")]
-        mid = np.exp((b + 0.5) * _LOG_BASE)
-        return np.clip(mid, self.minimum, self.maximum)
+        return np.clip(np.exp((b + 0.5) * _LOG_BASE), self.minimum, self.maximum)
 
     def quantile(self, q: Any) -> np.ndarray:
         """``numpy.quantile`` (linear interpolation) of the values, within relative error ρ."""
@@ -87,8 +86,7 @@ class LogHistogram:
 
     def count_at_least(self, threshold: float) -> int:
         """Values whose bin's middle is ≥ ``threshold`` (exact up to the bin holding it)."""
-        mids = np.exp((self.bins + 0.5) * _LOG_BASE)
-        return int(self.counts[mids >= threshold].sum())
+        return int(self.counts[np.exp((self.bins + 0.5) * _LOG_BASE) >= threshold].sum())
 
 
 @dataclass(frozen=True)
@@ -153,8 +151,7 @@ class Moments:
             + 6.0 * d * d * (na * na * other.m2 + nb * nb * self.m2) / n**2
             + 4.0 * d * (na * other.m3 - nb * self.m3) / n
         )
-        mean = self.mean + d * nb / n
-        return Moments(n, mean, m2, m3, self.nonzero + other.nonzero, m4)
+        return Moments(n, self.mean + d * nb / n, m2, m3, self.nonzero + other.nonzero, m4)
 
     @property
     def sum(self) -> float:

@@ -85,10 +85,9 @@ def plot_action_counts(log: LoggedBandit, path: str | Path) -> Path:
     else:
         counts, xlabel = np.bincount(log.actions), "position of the logged candidate"
     ax.bar(np.arange(counts.size), counts, color="tab:green")
-    never = int(np.sum(counts == 0))
     ax.set_xlabel(xlabel)
     ax.set_ylabel("rows")
-    ax.set_title(f"Logged counts ({never} of {counts.size} never logged)")
+    ax.set_title(f"Logged counts ({int(np.sum(counts == 0))} of {counts.size} never logged)")
     fig.savefig(path, dpi=100)
     return Path(path)
 

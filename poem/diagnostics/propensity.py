@@ -1,9 +1,8 @@
 """Propensity sanity checks (DESIGN §4.6) of a log held as one partition or many (DESIGN §8).
 
-:func:`propensity_summary` reduces a partition's :class:`~poem.data.LoggedBandit` to a small
-:class:`PropensitySummary` (a few kilobytes whatever its size); the summaries of the partitions
-of one log add up with :func:`merge_summaries`, and :func:`summary_report` grades the total as a
-:class:`PropensityReport`. :func:`propensity_report` is the case of one partition.
+:func:`propensity_report` checks a log in memory; the partitions of a log reduce to small
+:class:`PropensitySummary` objects (:func:`propensity_summary`, a few kilobytes each) that add
+up with :func:`merge_summaries` and are graded by :func:`summary_report`.
 
 The hard invariants are enforced by :class:`poem.data.LoggedBandit` itself; these checks ask
 whether the propensities look like those of a *stochastic logger* and how much a log can
@@ -198,9 +197,7 @@ class PropensityReport:
             "",
             "| check | status | value | explanation |",
             "|---|---|---:|---|",
-        ]
-        lines += [
-            f"| {c.name} | {c.status} | {c.value:.4g} | {c.explanation} |" for c in self.checks
+            *(f"| {c.name} | {c.status} | {c.value:.4g} | {c.explanation} |" for c in self.checks),
         ]
         return "\n".join(lines)
 
@@ -216,13 +213,12 @@ def reference_probabilities(log: LoggedBandit) -> np.ndarray:
     where K is the number of actions, kᵢ the size of row i's candidate set and q the number
     of labels.
     """
-    n = log.n_rows
     if log.family == "candidates":
         assert log.candidates is not None
         return 1.0 / log.candidates.sizes.astype(np.float64)
     if log.family == "multilabel":
-        return np.full(n, 2.0 ** -float(log.n_actions))
-    return np.full(n, 1.0 / float(log.n_actions))
+        return np.full(log.n_rows, 2.0 ** -float(log.n_actions))
+    return np.full(log.n_rows, 1.0 / float(log.n_actions))
 
 
 @dataclass(frozen=True)
@@ -368,8 +364,6 @@ def merge_summaries(summaries: Sequence[PropensitySummary]) -> PropensitySummary
                 f"{total.family!r} with {total.n_actions}"
             )
         counts, bad = total.action_counts, total.distribution_bad
-        if counts is not None:
-            counts = counts + s.action_counts
         if bad is not None:
             bad = tuple(a + b for a, b in zip(bad, s.distribution_bad, strict=True))
         total = replace(
@@ -379,7 +373,7 @@ def merge_summaries(summaries: Sequence[PropensitySummary]) -> PropensitySummary
             uniform=total.uniform.merge(s.uniform),
             clip_weights=total.clip_weights.merge(s.clip_weights),
             target=None if total.target is None else total.target.merge(s.target),
-            action_counts=counts,
+            action_counts=None if counts is None else counts + s.action_counts,
             distribution_bad=bad,
         )
     return total
@@ -407,6 +401,7 @@ def summary_report(
     qs = summary.propensities.quantile(list(_QUANTILES.values()))
     quantiles = dict(zip(_QUANTILES, (float(v) for v in qs), strict=True))
     lo, clip = quantiles["min"], quantiles["p90"] / quantiles["p10"]
+    frac = summary.near_deterministic / n
     checks = [
         PropensityCheck(
             "min_propensity",
@@ -415,18 +410,15 @@ def summary_report(
             f"smallest propensity {lo:.3g} (largest weight 1/p = {1 / lo:.3g}); "
             f"warn below {t.min_propensity_warn:g}",
         ),
-    ]
-    frac = summary.near_deterministic / n
-    checks.append(
         PropensityCheck(
             "near_deterministic",
             _grade(frac > t.near_deterministic_warn, frac > t.near_deterministic_fail),
             frac,
             f"{frac:.1%} of rows have p ≥ 1 − {t.near_deterministic_epsilon:g}; a "
             "deterministic logger gives no information about other actions",
-        )
-    )
-    checks.append(_uniform_weight_check(summary.uniform, t))
+        ),
+        _uniform_weight_check(summary.uniform, t),
+    ]
     if summary.action_counts is not None:
         checks.append(_support_check(family, summary.action_counts, n, t))
     if summary.distribution_bad is not None:
@@ -504,13 +496,9 @@ def _uniform_weight_check(m: Moments, t: PropensityThresholds) -> PropensityChec
 def _support_check(
     family: str, counts: np.ndarray, n: int, t: PropensityThresholds
 ) -> PropensityCheck:
-    K = int(counts.size)
-    if family == "discrete":
-        never = np.flatnonzero(counts == 0)
-        what = "actions"
-    else:
-        never = np.flatnonzero((counts == 0) | (counts == n))
-        what = "labels (never on or never off)"
+    K, discrete = int(counts.size), family == "discrete"
+    never = np.flatnonzero((counts == 0) if discrete else (counts == 0) | (counts == n))
+    what = "actions" if discrete else "labels (never on or never off)"
     frac = never.size / K
     return PropensityCheck(
         "support",

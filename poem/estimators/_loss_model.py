@@ -50,11 +50,9 @@ def loss_model_features(log: Any) -> tuple[Any, np.ndarray]:
     X = sp.csr_matrix(log.contexts)
     n, d = X.shape
     K = int(log.n_actions)
-    rows = np.repeat(np.arange(n), K)
     action = np.tile(np.arange(K), n)
-    Xr = X[rows].tocoo()
-    a = action[Xr.row]
-    kron = sp.csr_matrix((Xr.data, (Xr.row, a * d + Xr.col)), shape=(n * K, d * K))
+    Xr = X[np.repeat(np.arange(n), K)].tocoo()
+    kron = sp.csr_matrix((Xr.data, (Xr.row, action[Xr.row] * d + Xr.col)), shape=(n * K, d * K))
     onehot = sp.csr_matrix((np.ones(n * K), (np.arange(n * K), action)), shape=(n * K, K))
     return sp.hstack([kron, onehot], format="csr"), np.arange(n + 1, dtype=np.int64) * K
 

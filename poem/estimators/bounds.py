@@ -81,8 +81,7 @@ def sample_variance(values: Any) -> float:
     Swaminathan & Joachims (2015), JMLR 16, arXiv:1502.02362, §4.1 (definition of
     V̂ar(u_h) before Theorem 3).
     """
-    u = _finite_vector(values, "values")
-    return float(np.var(u, ddof=1))
+    return float(np.var(_finite_vector(values, "values"), ddof=1))
 
 
 def standard_error(values: Any) -> float:
@@ -95,7 +94,7 @@ def standard_error(values: Any) -> float:
     Parameters
     ----------
     values : array-like of shape (n_samples,)
-        Per-row terms, i.e. uᵢ; at least two.
+        As for :func:`sample_variance`.
 
     Returns
     -------
@@ -105,7 +104,7 @@ def standard_error(values: Any) -> float:
     Raises
     ------
     ValueError
-        If ``values`` has fewer than two entries or non-finite entries.
+        As :func:`sample_variance`.
 
     References
     ----------
@@ -176,10 +175,7 @@ def confidence_interval(
         raise ValueError(f"n must be >= 2, got {n!r}")
     tail = (1.0 - level) / 2.0 if alternative == "two-sided" else 1.0 - level
     # quantile F⁻¹(1 − tail): Student t with n − 1 degrees of freedom, or standard normal
-    if method == "t":
-        q = float(special.stdtrit(int(n) - 1, 1.0 - tail))
-    else:
-        q = float(special.ndtri(1.0 - tail))
+    q = special.stdtrit(int(n) - 1, 1.0 - tail) if method == "t" else special.ndtri(1.0 - tail)
     upper = float(value + q * std_error)
     lower = float(value - q * std_error) if alternative == "two-sided" else -np.inf
     return lower, upper

@@ -119,19 +119,17 @@ class PolicyComparison:
         undercover).
         """
         out: dict[str, float] = {"gate_promoted": float(self.promote)}
-        named = (
+        for name, est in (
             ("challenger_risk", self.challenger),
             ("champion_risk", self.champion),
             ("risk_difference", self.difference),
-        )
-        for name, est in named:
+        ):
             out |= {name: est.value, f"{name}_lower": est.lower, f"{name}_upper": est.upper}
             out[f"{name.removesuffix('_risk')}_interval_flagged"] = float(bool(est.flags))
         out["risk_difference_ucb"] = self.upper_bound
         if self.randomization is not None:
             out["gate_randomization"] = self.randomization
-        out["gate_attempt"] = self.attempt
-        out["gate_alpha"] = self.alpha
+        out |= {"gate_attempt": self.attempt, "gate_alpha": self.alpha}
         if self.order_seed is not None:
             out["gate_order_seed"] = self.order_seed
         out["challenger_effective_sample_size"] = self.challenger.effective_sample_size
@@ -181,14 +179,12 @@ class PolicyComparison:
             f"| | estimator | risk | {100 * level:g}% interval ({self.difference.method}) "
             "| std. error | effective sample size | clipped | interval reliable |",
             "|---|---|---|---|---|---|---|---|",
-        ]
-        for label, e in rows:
-            lines.append(
+            *(
                 f"| {label} | {e.estimator} | {e.value:.4g} | [{e.lower:.4g}, {e.upper:.4g}] | "
                 f"{e.std_error:.3g} | {e.effective_sample_size:,.1f} | {e.clipped_fraction:.1%} | "
                 f"{'yes' if e.reliable else 'no (see flags)'} |"
-            )
-        lines += [
+                for label, e in rows
+            ),
             "",
             f"One-sided {100 * level:g}% upper confidence bound of the difference "
             f"({self.estimator} terms, {_bound_kind(self.randomization)}): "
@@ -201,16 +197,16 @@ class PolicyComparison:
             "",
             f"**Decision: {self.decision}**",
             "",
+            *(f"- {reason}" for reason in self.reasons),
         ]
-        lines += [f"- {reason}" for reason in self.reasons]
         if self.flags:
             lines += [
                 "",
                 "Intervals that may cover less than their level (they do not decide; the "
                 "bound above is valid at every n):",
                 "",
+                *(f"- {flag}" for flag in self.flags),
             ]
-            lines += [f"- {flag}" for flag in self.flags]
         return "\n".join(lines) + "\n"
 
 
@@ -222,15 +218,6 @@ def _bound_kind(randomization: float | None) -> str:
         f"randomized betting bound, U = {randomization:.4g}: it also promotes when the "
         "capital at the end of the log reaches U/α; valid at every n over the draw of U"
     )
-
-
-def _check_randomization(value: Any) -> float | None:
-    if value is None:
-        return None
-    _check_real(value, "randomization", "a real number or None")
-    if not (0.0 < value <= 1.0):
-        raise ValueError(f"randomization must be in (0, 1], got {value!r}")
-    return float(value)
 
 
 def _check_threshold(value: Any, name: str) -> float:
@@ -312,18 +299,15 @@ def compare_policies(
         (δ_min, δ_max) of the losses, i.e. (a, b); None uses the smallest and largest loss
         on the log (then it is assumed no loss can lie outside them).
     max_weight : float or None, default=None
-        Declared bound B ≥ 1 on every importance weight, known before the test rows (1 / the
-        logger's declared minimum propensity); None: only terms that need none are used.
+        Declared weight bound B, as for :func:`~poem.estimators.improvement.improvement_capitals`.
     randomization : float or None, default=None
         U ~ Uniform(0, 1], independent of the log (e.g. :func:`poem.gate.decision_coin`):
         the bound also rejects when the final capital Kₙ ≥ U/γ; None: deterministic.
     order_seed : int or None, default=0
-        Seed of the random order of the rows for the bound (recorded in the result); None
-        keeps the order given (only for rows that are already in a random order).
+        As for :func:`~poem.estimators.improvement.improvement_lower_bound`; kept in the result.
     total_variation : array-like of shape (n_samples,) or None, default=None
-        TV(xᵢ), the two policies' total variation distance at each row's context
-        (:func:`poem.gate.policy_total_variation`); against a policy champion the bound then
-        needs no weight bound (:func:`~poem.estimators.gate_options.total_variation_terms`).
+        TV(xᵢ) (:func:`poem.gate.policy_total_variation`), as for
+        :func:`~poem.estimators.improvement.improvement_capitals`.
 
     Returns
     -------
@@ -365,10 +349,34 @@ def compare_policies(
     n_min = _check_threshold(min_ess, "min_ess")
     _check_option(estimator, "estimator", ESTIMATORS)
     _check_option(interval, "interval", INTERVAL_METHODS)
-    bounds = _check_loss_bounds(raw, loss_bounds)
-    bound = _check_max_weight(max_weight, wc, wh)
-    coin = _check_randomization(randomization)
-    tv = _check_total_variation(total_variation, wc.size)
+    if loss_bounds is None:
+        lo, hi = float(raw.min()), float(raw.max())
+    else:
+        lo, hi = (float(v) for v in loss_bounds)
+        if not (np.isfinite(lo) and np.isfinite(hi) and lo <= hi):
+            raise ValueError(f"loss_bounds must be finite with min <= max, got {loss_bounds!r}")
+        _check_values((raw < lo) | (raw > hi), "losses", f"are outside loss_bounds {lo:g}..{hi:g}")
+    bound = None if max_weight is None else float(max_weight)
+    if bound is not None:
+        if not (np.isfinite(bound) and bound >= 1.0):
+            raise ValueError(f"max_weight must be finite and >= 1, got {max_weight!r}")
+        above = np.maximum(wc, wh) > bound * (1 + 1e-12)
+        _check_values(above, "weights", f"are above max_weight = {bound:g}")
+    if randomization is not None:
+        _check_real(randomization, "randomization", "a real number or None")
+        if not (0.0 < randomization <= 1.0):
+            raise ValueError(f"randomization must be in (0, 1], got {randomization!r}")
+    coin = None if randomization is None else float(randomization)
+    tv = None
+    if total_variation is not None:
+        tv = np.asarray(total_variation, dtype=np.float64)
+        if tv.shape != (wc.size,):
+            raise ValueError(
+                f"total_variation has shape {tv.shape}, expected ({wc.size},) (one per row)"
+            )
+        outside = ~np.isfinite(tv) | (tv < 0) | (tv > 1 + 1e-9)
+        _check_values(outside, "total_variation", "are outside [0, 1]")
+        tv = np.minimum(tv, 1.0)
     kwargs = {"confidence_level": level, "interval": interval, "random_state": random_state}
     challenger = shift_estimate(_dispatch(estimator, d, wc, clip, **kwargs), c)
     champion = shift_estimate(_dispatch(estimator, d, wh, clip, **kwargs), c)
@@ -377,7 +385,7 @@ def compare_policies(
         wc,
         wh,
         estimator=estimator,
-        loss_bounds=bounds,
+        loss_bounds=(lo, hi),
         max_weight=bound,
         clip=clip,
         confidence_level=level,
@@ -426,42 +434,6 @@ def compare_policies(
     )
 
 
-def _check_loss_bounds(losses: np.ndarray, loss_bounds: Any) -> tuple[float, float]:
-    if loss_bounds is None:
-        return float(losses.min()), float(losses.max())
-    lo, hi = (float(v) for v in loss_bounds)
-    if not (np.isfinite(lo) and np.isfinite(hi) and lo <= hi):
-        raise ValueError(f"loss_bounds must be finite with min <= max, got {loss_bounds!r}")
-    _check_values(
-        (losses < lo) | (losses > hi), "losses", f"are outside loss_bounds {lo:g}..{hi:g}"
-    )
-    return lo, hi
-
-
-def _check_total_variation(values: Any, n: int) -> np.ndarray | None:
-    if values is None:
-        return None
-    tv = np.asarray(values, dtype=np.float64)
-    if tv.shape != (n,):
-        raise ValueError(f"total_variation has shape {tv.shape}, expected ({n},) (one per row)")
-    _check_values(
-        ~np.isfinite(tv) | (tv < 0) | (tv > 1 + 1e-9), "total_variation", "are outside [0, 1]"
-    )
-    return np.minimum(tv, 1.0)
-
-
-def _check_max_weight(max_weight: Any, wc: np.ndarray, wh: np.ndarray) -> float | None:
-    if max_weight is None:
-        return None
-    bound = float(max_weight)
-    if not (np.isfinite(bound) and bound >= 1.0):
-        raise ValueError(f"max_weight must be finite and >= 1, got {max_weight!r}")
-    _check_values(
-        np.maximum(wc, wh) > bound * (1 + 1e-12), "weights", f"are above max_weight = {bound:g}"
-    )
-    return bound
-
-
 def _paired_difference(d, wc, wh, estimator, clip, level, interval, random_state) -> Estimate:
     """The reported paired difference: estimate, two-sided interval and reliability flags."""
     if estimator == "clipped_ips":
@@ -470,16 +442,13 @@ def _paired_difference(d, wc, wh, estimator, clip, level, interval, random_state
     if estimator == "snips":
         value_c, e_c = _snips_value_and_influence(d, wc)
         value_h, e_h = _snips_value_and_influence(d, wh)
-        terms, value = e_c - e_h, value_c - value_h
-
-        def statistic(loss, a, b):
-            return _ratio_statistic(loss, a) - _ratio_statistic(loss, b)
+        terms, value, per_policy = e_c - e_h, value_c - value_h, _ratio_statistic
     else:
         terms = d * (wc - wh)  # paired differences dᵢ (DESIGN §5)
-        value = float(terms.mean())
+        value, per_policy = float(terms.mean()), _mean_statistic
 
-        def statistic(loss, a, b):
-            return _mean_statistic(loss, a) - _mean_statistic(loss, b)
+    def statistic(loss, a, b):
+        return per_policy(loss, a) - per_policy(loss, b)
 
     se, n, arrays = standard_error(terms), int(d.size), (d, wc, wh)
     lower, upper = _interval(statistic, arrays, value, se, n, level, interval, random_state)

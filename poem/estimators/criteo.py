@@ -121,11 +121,10 @@ class ClippingSweep:
     def to_markdown(self) -> str:
         """Render the sweep as a markdown table."""
         lines = ["| M | fraction clipped | IPS×10⁴ | IPS std×10⁴ |", "|---:|---:|---:|---:|"]
-        for row in self.to_dict()["rows"]:
-            lines.append(
-                f"| {row['clip']:g} | {row['clipped_fraction']:.3f} | "
-                f"{row['ips']:.2f} | {row['ips_std']:.2f} |"
-            )
+        lines += [
+            f"| {r['clip']:g} | {r['clipped_fraction']:.3f} | {r['ips']:.2f} | {r['ips_std']:.2f} |"
+            for r in self.to_dict()["rows"]
+        ]
         return "\n".join(lines)
 
 

@@ -127,10 +127,8 @@ def doubly_robust(
 
     Parameters
     ----------
-    losses : array-like of shape (n_samples,)
-        Logged losses, i.e. δᵢ.
-    weights : array-like of shape (n_samples,)
-        Importance weights, ≥ 0, i.e. rᵢ.
+    losses, weights : array-like of shape (n_samples,)
+        δᵢ and rᵢ ≥ 0, as for :func:`~poem.estimators.ips.ips`.
     logged_predictions : array-like of shape (n_samples,)
         Loss-model prediction for the logged action, i.e. δ̂(xᵢ, yᵢ).
     model_values : array-like of shape (n_samples,)

@@ -10,10 +10,8 @@ capitals into the bound; nothing else branches on the option's name.
 The weight bound B (every importance weight ≤ B) must be known before the test rows are
 seen: 1 / the logger's declared minimum propensity, never the largest weight a log happens to
 show. Without B, only terms bounded below whatever the weights are used
-(:func:`bound_free_terms`), and the option says so. Against a policy champion whose
-distributions are known, :func:`total_variation_terms` need no B and keep the paired terms'
-power (their lower bound −(b − a)B would cap every bet at about 1/B; README, "The
-counterfactual A/B gate").
+(:func:`bound_free_terms`); against a policy champion whose distributions are known,
+:func:`total_variation_terms` need no B and keep the paired terms' power (README).
 
 All functions take arrays whose last axis is the rows (leading axes: independent logs).
 """
@@ -214,8 +212,7 @@ def _ips_capitals(losses, rc, rh, loss_bounds, max_weight, logger, total_variati
     if logger:
         return [Capital(*paired_terms(losses, rc, rh, loss_bounds, None, True), 0.5)]
     if total_variation is not None:
-        tv = total_variation_terms(losses, rc, rh, loss_bounds, total_variation)
-        return [Capital(*tv, 0.5)]
+        return [Capital(*total_variation_terms(losses, rc, rh, loss_bounds, total_variation), 0.5)]
     if max_weight is None:
         return [Capital(*bound_free_terms(losses, rc, rh, loss_bounds), 0.5)]
     return [Capital(*paired_terms(losses, rc, rh, loss_bounds, max_weight, False), 0.99)]
@@ -278,8 +275,6 @@ class SNIPSOption(GateOption):
     ):
         ips = _ips_capitals(losses, rc, rh, loss_bounds, max_weight, logger, total_variation)
         if max_weight is None or (not logger and total_variation is not None):
-            # no bound declared (library callers), or a policy champion with the policies'
-            # total variation: the terms that need no bound
             return ips
         own = Capital(*snips_baseline_terms(losses, rc, rh, loss_bounds, max_weight, logger), 0.99)
         if not logger:

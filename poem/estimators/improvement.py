@@ -2,11 +2,9 @@
 
 :func:`improvement_lower_bound` bets (:func:`poem.estimators.betting.betting_lower_bound`) on
 each option's per-row terms (:mod:`poem.estimators.gate_options`) with the rows in a seeded
-uniformly random order (:func:`shuffle_rows`). Production logs are in time order and drift
-within the window, and a capital over the logged order reaches 1/α as soon as the *early* rows
-favour the challenger, even when the window's average does not; in a random order each
-position is a draw from the window's rows not yet seen, so the bets test the window's average
-(drift: ``benchmarks/gate_calibration.py``). The gate records the seed (``order_seed``).
+uniformly random order (:func:`shuffle_rows`), so that the bets test the window's average
+even when the logged (time) order drifts (``benchmarks/gate_calibration.py``). The gate
+records the seed (``order_seed``).
 
 Every function takes arrays whose last axis is the rows, so the calibration benchmark runs
 thousands of simulated logs through exactly the code the gate runs on one.
@@ -101,7 +99,6 @@ def improvement_capitals(
     d = np.asarray(losses, dtype=np.float64)
     rc = np.asarray(challenger_weights, dtype=np.float64)
     rh = np.asarray(champion_weights, dtype=np.float64)
-    logger = bool(np.all(rh == 1.0))
     tv = None if total_variation is None else np.asarray(total_variation, dtype=np.float64)
     return gate_option(estimator).capitals(
         d,
@@ -110,7 +107,7 @@ def improvement_capitals(
         loss_bounds=(a, b),
         max_weight=max_weight,
         clip=clip,
-        logger=logger,
+        logger=bool(np.all(rh == 1.0)),
         total_variation=tv,
     )
 
@@ -178,16 +175,8 @@ def improvement_lower_bound(
         (d, rc, rh), tv = shuffle_rows(order_seed, *arrays), None
     else:
         d, rc, rh, tv = shuffle_rows(order_seed, *arrays, total_variation)
-    capitals = improvement_capitals(
-        d,
-        rc,
-        rh,
-        estimator=estimator,
-        loss_bounds=loss_bounds,
-        max_weight=max_weight,
-        clip=clip,
-        total_variation=tv,
-    )
+    options = dict(estimator=estimator, loss_bounds=loss_bounds, max_weight=max_weight, clip=clip)
+    capitals = improvement_capitals(d, rc, rh, total_variation=tv, **options)
     a, b = loss_bounds
     terms = np.stack([c.terms for c in capitals])
     lower = np.stack([np.broadcast_to(c.lower, c.terms.shape) for c in capitals])

@@ -148,19 +148,19 @@ def _losses_and_weights(losses: Any, weights: Any) -> tuple[np.ndarray, np.ndarr
     return d, w
 
 
-def _prepare(losses: Any, weights: Any, confidence_level: Any, interval: Any):
+def _prepare(losses: Any, weights: Any, confidence_level: Any, interval: Any, random_state: Any):
     d, w = _losses_and_weights(losses, weights)
     level = _check_confidence_level(confidence_level)
     _check_option(interval, "interval", INTERVAL_METHODS)
-    return d, w, level
+    return d, w, (level, interval, random_state)
 
 
-def _mean_estimate(name, d, w, level, interval, random_state, clipped=0.0) -> Estimate:
-    u = d * w  # Eq. (1) terms uᵢ = δᵢ rᵢ (rᵢ already clipped for clipped IPS)
-    value, se, n = float(u.mean()), standard_error(u), d.size
-    lower, upper = _interval(_mean_statistic, (d, w), value, se, n, level, interval, random_state)
-    ess = effective_sample_size(w)
-    flags = interval_flags(u, w, clipped)
+def _estimate(name, value, terms, statistic, d, w, options, clipped=0.0) -> Estimate:
+    """The :class:`Estimate` of ``value`` with the standard error of its per-row ``terms``."""
+    level, interval, random_state = options
+    se, n = standard_error(terms), d.size
+    lower, upper = _interval(statistic, (d, w), value, se, n, level, interval, random_state)
+    ess, flags = effective_sample_size(w), interval_flags(terms, w, clipped)
     return Estimate(name, value, se, lower, upper, int(n), level, ess, clipped, interval, flags)
 
 
@@ -213,8 +213,9 @@ def ips(
     Swaminathan & Joachims (2015), Batch learning from logged bandit feedback through
     counterfactual risk minimization, JMLR 16, arXiv:1502.02362, Eq. (1).
     """
-    d, w, level = _prepare(losses, weights, confidence_level, interval)
-    return _mean_estimate("ips", d, w, level, interval, random_state)
+    d, w, options = _prepare(losses, weights, confidence_level, interval, random_state)
+    u = d * w  # Eq. (1) terms uᵢ = δᵢ rᵢ
+    return _estimate("ips", float(u.mean()), u, _mean_statistic, d, w, options)
 
 
 def clipped_ips(
@@ -265,11 +266,11 @@ def clipped_ips(
     Ionides (2008), Truncated importance sampling, J. Comput. Graph. Stat. 17(2),
     DOI:10.1198/106186008X320456.
     """
-    d, w, level = _prepare(losses, weights, confidence_level, interval)
+    d, w, options = _prepare(losses, weights, confidence_level, interval, random_state)
     M = _check_clip(clip)
-    clipped = clipped_fraction(w, M)
-    clipped_w = np.minimum(M, w)
-    return _mean_estimate("clipped_ips", d, clipped_w, level, interval, random_state, clipped)
+    clipped, w = clipped_fraction(w, M), np.minimum(M, w)
+    u = d * w  # Eq. (1) terms with the clipped weights min(M, rᵢ)
+    return _estimate("clipped_ips", float(u.mean()), u, _mean_statistic, d, w, options, clipped)
 
 
 def snips(
@@ -320,13 +321,9 @@ def snips(
     Owen (2013), Monte Carlo theory, methods and examples, §9.2 (self-normalized importance
     sampling and its delta-method variance).
     """
-    d, w, level = _prepare(losses, weights, confidence_level, interval)
+    d, w, options = _prepare(losses, weights, confidence_level, interval, random_state)
     value, e = _snips_value_and_influence(d, w)
-    se, n = standard_error(e), d.size
-    lower, upper = _interval(_ratio_statistic, (d, w), value, se, n, level, interval, random_state)
-    ess = effective_sample_size(w)
-    flags = interval_flags(e, w)
-    return Estimate("snips", value, se, lower, upper, int(n), level, ess, 0.0, interval, flags)
+    return _estimate("snips", value, e, _ratio_statistic, d, w, options)
 
 
 def _dispatch(estimator: str, losses: Any, weights: Any, clip: Any, **kwargs: Any) -> Estimate:
@@ -402,16 +399,9 @@ def evaluate_policy(
     _check_option(estimator, "estimator", ESTIMATORS)
     c = resolve_loss_baseline(loss_baseline, log.loss_bounds)
     weights = importance_weights(policy.log_action_probability_on(log), log.propensities)
-    estimate = _dispatch(
-        estimator,
-        np.asarray(log.losses) - c,
-        weights,
-        clip,
-        confidence_level=confidence_level,
-        interval=interval,
-        random_state=random_state,
-    )
-    return shift_estimate(estimate, c)
+    options = dict(confidence_level=confidence_level, interval=interval, random_state=random_state)
+    d = np.asarray(log.losses) - c
+    return shift_estimate(_dispatch(estimator, d, weights, clip, **options), c)
 
 
 def resolve_loss_baseline(loss_baseline: str | float, loss_bounds: tuple[float, float]) -> float:
