@@ -301,12 +301,8 @@ def _finish_promotion(
     client: MlflowClient, tracking: TrackingConfig, version: str, replaced: str | None
 ) -> None:
     """The steps after the commit point: ``previous-champion`` and ``promotion=done``."""
-    _set_alias(
-        client,
-        tracking,
-        tracking.previous_champion_alias,
-        replaced if replaced != version else None,
-    )
+    previous = replaced if replaced != version else None
+    _set_alias(client, tracking, tracking.previous_champion_alias, previous)
     client.set_model_version_tag(tracking.registered_model, version, PROMOTION_TAG, "done")
 
 
@@ -466,13 +462,9 @@ def rollback(
                 f"{tracking.champion_alias!r}. Pass --force to do it anyway"
             )
         earlier = tags.get(REPLACED_TAG)
+        previous = earlier if earlier != target else None
         client.set_model_version_tag(name, current, "rolled_back_to", target)
         client.set_registered_model_alias(name, tracking.champion_alias, target)  # commit point
-        _set_alias(
-            client,
-            tracking,
-            tracking.previous_champion_alias,
-            earlier if earlier not in (None, target) else None,
-        )
+        _set_alias(client, tracking, tracking.previous_champion_alias, previous)
     direction = "back" if int(target) < int(current) else "forward"
     return RollbackResult(current, target, direction)
