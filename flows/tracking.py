@@ -244,8 +244,7 @@ def start_run(
 ) -> str:
     """Create a parent run (status RUNNING) owned by this process (:func:`reap_stale_runs`)."""
     all_tags = {**{k: str(v) for k, v in (tags or {}).items()}, **_owner_tags()}
-    run = client.create_run(experiment_id, run_name=run_name, tags=all_tags)
-    return run.info.run_id
+    return client.create_run(experiment_id, run_name=run_name, tags=all_tags).info.run_id
 
 
 def _owner_gone(tags: Mapping[str, str]) -> bool:

@@ -7,6 +7,7 @@ for ``retrain``. All work is done by :func:`data_checks.check.check_logs`.
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from flows.commands import Deferred, add_config_argument
@@ -116,8 +117,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def run(args: argparse.Namespace) -> int:
     """Check the log, print the result; returns 0 (usable), 1 (hard failure) or 2 (usage)."""
-    import json
-
     if not args.logs.exists():
         return fail(f"{args.logs} does not exist", EXIT_CONFIG)
     try:

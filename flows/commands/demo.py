@@ -122,8 +122,7 @@ def run(args: argparse.Namespace) -> int:
         return results
     print(
         f"done in {time.perf_counter() - t0:.0f}s; champion is version "
-        f"{results[-1].champion_version} "
-        f"of {cfg.tracking.registered_model!r}"
+        f"{results[-1].champion_version} of {cfg.tracking.registered_model!r}"
     )
     print("see the runs, nested trials, reports and registered versions with:")
     print(f"  mlflow ui --backend-store-uri {cfg.tracking.uri}")

@@ -88,10 +88,9 @@ def run(args: argparse.Namespace) -> int:
         f"(scikit-learn load_digits, seed {args.seed})"
     )
     print(
-        f"logging policy h0: logistic regression on {result.logging_fraction:.0%} of the "
-        "training set; "
-        f"training log {result.n_train_log:,} rows ({result.n_replays} replays), "
-        f"held-out log {result.n_test_log:,} rows"
+        f"logging policy h0: logistic regression on {result.logging_fraction:.0%} of the training "
+        f"set; training log {result.n_train_log:,} rows ({result.n_replays} replays), held-out "
+        f"log {result.n_test_log:,} rows"
     )
     status = "converged" if result.converged else "NOT converged"
     print(

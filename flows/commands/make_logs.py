@@ -119,8 +119,24 @@ def run(args: argparse.Namespace) -> int:
     if args.n_events is not None and args.n_events < 1:
         print(f"error: --n-events must be >= 1, got {args.n_events}")
         return 2
-    if args.dataset == "obd":
-        return _write_obd(args)
+    if args.dataset == "obd":  # one Open Bandit Dataset folder
+        if args.data_dir is None:
+            print("error: --dataset obd needs --data-dir (the folder holding obd/)")
+            return 2
+        log = obd.read_obd(
+            args.data_dir,
+            args.behavior_policy,
+            args.campaign,
+            family="candidates" if args.position is None else "discrete",
+            position=args.position,
+            interactions=False,
+        )
+        return _write(
+            log,
+            args,
+            f"of the Open Bandit Dataset ({args.behavior_policy}/{args.campaign}, "
+            "{n_actions} actions)",
+        )
     data = datasets.load_dataset(args.dataset, args.data_dir, random_state=args.seed)
     h0 = simulate.fit_logging_policy(
         data.X_train,
@@ -160,25 +176,3 @@ def _write(log: Any, args: argparse.Namespace, description: str) -> int:
     text = description.format(n_actions=log.n_actions or "-")
     print(f"wrote {log.n_rows:,} {log.family} events {text} to {path}")
     return 0
-
-
-def _write_obd(args: argparse.Namespace) -> int:
-    """Convert one Open Bandit Dataset folder and write it as canonical Parquet."""
-    if args.data_dir is None:
-        print("error: --dataset obd needs --data-dir (the folder holding obd/)")
-        return 2
-    family = "candidates" if args.position is None else "discrete"
-    log = obd.read_obd(
-        args.data_dir,
-        args.behavior_policy,
-        args.campaign,
-        family=family,
-        position=args.position,
-        interactions=False,
-    )
-    return _write(
-        log,
-        args,
-        f"of the Open Bandit Dataset ({args.behavior_policy}/{args.campaign}, "
-        "{n_actions} actions)",
-    )
