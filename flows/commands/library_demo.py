@@ -52,18 +52,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         default="lbfgs",
         help="POEM solver: lbfgs = POEM(B), adagrad = POEM(S) (default: lbfgs)",
     )
-    parser.add_argument(
-        "--variance-scale",
-        type=float,
-        default=0.1,
-        help="c in the variance penalty lambda = c * lambda* (default: 0.1)",
-    )
-    parser.add_argument(
-        "--confidence-level",
-        type=float,
-        default=0.95,
-        help="coverage of the estimate intervals (default: 0.95)",
-    )
+    for flag, default, text in (
+        ("--variance-scale", 0.1, "c in the variance penalty lambda = c * lambda*"),
+        ("--confidence-level", 0.95, "coverage of the estimate intervals"),
+    ):
+        parser.add_argument(
+            flag, type=float, default=default, help=f"{text} (default: %(default)s)"
+        )
     parser.add_argument(
         "--json", type=Path, default=None, help="also write the full result as JSON to this file"
     )
