@@ -29,17 +29,10 @@ from flows.commands import (
     simulate,
 )
 
-# subcommand name -> its module under flows.commands (append new commands here)
+# subcommand name ('-' for the module name's '_') -> its module (append new commands here)
 COMMANDS: dict[str, ModuleType] = {
-    "init": init,
-    "demo": demo,
-    "make-logs": make_logs,
-    "check": check,
-    "retrain": retrain,
-    "compare": compare,
-    "rollback": rollback,
-    "library-demo": library_demo,
-    "simulate": simulate,
+    module.__name__.rsplit(".", 1)[1].replace("_", "-"): module
+    for module in (init, demo, make_logs, check, retrain, compare, rollback, library_demo, simulate)
 }
 
 

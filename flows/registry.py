@@ -148,12 +148,8 @@ def log_policy_model(
             "n_actions": str(policy.family.n_actions),
         }
     client.log_outputs(run_id, [LoggedModelOutput(model.model_id, step=0)])  # run's models tab
-    return LoggedPolicy(
-        info.model_uri,
-        model.model_id,
-        f"{model.artifact_location}/artifacts/{serving.ARTIFACT_KEY}",
-        tags,
-    )
+    policy_uri = f"{model.artifact_location}/artifacts/{serving.ARTIFACT_KEY}"
+    return LoggedPolicy(info.model_uri, model.model_id, policy_uri, tags)
 
 
 def version_tags(
