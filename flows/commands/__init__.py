@@ -61,8 +61,7 @@ def plain_text(text: str | None) -> str | None:
     def role(match: re.Match) -> str:  # :class:`~a.B` shows B, :mod:`a.b` shows a.b
         return match.group(1).rsplit(".", 1)[-1] if "~" in match.group(0) else match.group(1)
 
-    text = _ROLE.sub(role, text)
-    return text.replace("``", "")
+    return _ROLE.sub(role, text).replace("``", "")
 
 
 def command_parser(
