@@ -374,8 +374,7 @@ def prefect_api(
     Raises
     ------
     PrefectServerError
-        If the server exits during start-up (one line naming the cause) or is not healthy
-        within ``PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS``.
+        From :meth:`TemporaryServer.wait` (one line naming the cause).
     PrefectServerDied
         In the main thread, if the server dies while the block runs.
     """

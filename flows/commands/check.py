@@ -25,10 +25,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "check",
         help="validate logged bandit feedback: schema, ranges, quarantine, propensity "
         "sanity checks",
-        description="Run the Great Expectations suite of the log's family, quarantine rows "
-        "failing row-level "
-        "checks, run the propensity sanity checks and draw diagnostic plots. Exit code 0 = usable "
-        "(warnings allowed), 1 = hard failure, 2 = missing file or invalid config.",
+        description="Run the Great Expectations suite of the log's family, quarantine rows failing "
+        "row-level checks, run the propensity sanity checks and draw diagnostic plots. Exit code "
+        "0 = usable (warnings allowed), 1 = hard failure, 2 = missing file or invalid config.",
     )
     parser.add_argument("logs", type=Path, help="Parquet file, date-partitioned folder or CSV file")
     parser.add_argument(

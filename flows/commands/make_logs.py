@@ -145,8 +145,7 @@ def run(args: argparse.Namespace) -> int:
         temperature=args.logger_temperature,
         random_state=args.seed,
     )
-    n_train = data.X_train.shape[0]
-    replays = 4 if args.n_events is None else math.ceil(args.n_events / n_train)
+    replays = 4 if args.n_events is None else math.ceil(args.n_events / data.X_train.shape[0])
     log = simulate.supervised_to_bandit(
         data.X_train,
         data.Y_train,
