@@ -289,9 +289,8 @@ class SearchConfig(_Section):
 
     Trials whose validation ESS is below ``min_ess_fraction`` of the validation rows, or below
     ``min_ess`` rows, rank after the others (:func:`poem.learners.search.select_trial`). With a
-    champion, a selected fit is served only when the one-sided ``learning_confidence_level``
-    bound of its paired doubly robust difference to the best re-tempered champion is below 0
-    (:func:`poem.learners.learning_evidence.learning_evidence`).
+    champion, ``learning_confidence_level`` is the level of
+    :func:`flows.tasks.search.confirm_learning`, which decides whether a selected fit is served.
     """
 
     grid: dict[str, list[Scalar]] = Field(

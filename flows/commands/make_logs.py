@@ -82,18 +82,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "contexts, or the paper's pass after pass (default: context)",
     )
     obd = parser.add_argument_group("Open Bandit Dataset (--dataset obd)")
-    obd.add_argument(
-        "--behavior-policy",
-        choices=("random", "bts"),
-        default="random",
-        help="logging policy folder (default: random)",
-    )
-    obd.add_argument(
-        "--campaign",
-        choices=("all", "men", "women"),
-        default="all",
-        help="campaign folder (default: all)",
-    )
+    for flag, choices, text in (
+        ("--behavior-policy", ("random", "bts"), "logging policy folder"),
+        ("--campaign", ("all", "men", "women"), "campaign folder"),
+    ):  # the default is the first choice
+        obd.add_argument(
+            flag, choices=choices, default=choices[0], help=f"{text} (default: %(default)s)"
+        )
     obd.add_argument(
         "--position",
         type=int,
