@@ -61,11 +61,8 @@ def resolve_warm_start(params: Mapping[str, Any], champion: Any, log: Any) -> di
     if out.get("warm_start") != CHAMPION:
         return out
     family = getattr(champion, "family", None)
-    fits = family is not None and (family.name, family.n_features, family.n_actions) == (
-        log.family,
-        log.n_features,
-        log.n_actions,
-    )
+    shape = (log.family, log.n_features, log.n_actions)
+    fits = family is not None and (family.name, family.n_features, family.n_actions) == shape
     out["warm_start"] = champion if fits else "zeros"
     return out
 
