@@ -82,8 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     if argv is None:
         atexit.register(_skip_teardown)  # before Prefect, MLflow, GX register theirs
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     code = int(args.func(args) or 0)
     if argv is None:
         _EXIT["code"] = code

@@ -93,10 +93,8 @@ def run(args: argparse.Namespace) -> int:
         f"lambda = {result.variance_penalty:.3g} (c = {result.variance_scale:g}); "
         f"{result.n_iter} iterations, {status}, {result.fit_seconds:.1f} s"
     )
-    print()
-    print("Test set: exact expected 0/1 loss (uses the true labels) and counterfactual estimates")
-    print(f"from the held-out bandit log ({level} intervals):")
-    print()
+    print("\nTest set: exact expected 0/1 loss (uses the true labels) and counterfactual estimates")
+    print(f"from the held-out bandit log ({level} intervals):\n")
     names = [e.estimator for e in result.policies[0].estimates]
     header = ["policy", "expected loss", "MAP loss"] + [f"{n.upper()} [{level} CI]" for n in names]
     print("| " + " | ".join(header) + " |")

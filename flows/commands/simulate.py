@@ -132,6 +132,5 @@ def run(args: argparse.Namespace) -> int:
     markdown = result.to_markdown()
     (out / "closed_loop.md").write_text(markdown + "\n")
     (out / "closed_loop.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
-    print()
-    print(markdown)
+    print(f"\n{markdown}")
     return 0
