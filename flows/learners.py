@@ -61,8 +61,11 @@ def resolve_warm_start(params: Mapping[str, Any], champion: Any, log: Any) -> di
     if out.get("warm_start") != CHAMPION:
         return out
     family = getattr(champion, "family", None)
-    shape = (log.family, log.n_features, log.n_actions)
-    fits = family is not None and (family.name, family.n_features, family.n_actions) == shape
+    fits = family is not None and (family.name, family.n_features, family.n_actions) == (
+        log.family,
+        log.n_features,
+        log.n_actions,
+    )
     out["warm_start"] = champion if fits else "zeros"
     return out
 
