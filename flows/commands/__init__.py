@@ -98,8 +98,7 @@ def _config_path(value: str) -> Path:
 def add_config_argument(parser: argparse.ArgumentParser, help: str) -> None:
     """Add ``--config PATH``: the pipeline's one config file.
 
-    Default: ``./mlflow.yml`` when it exists, else the default config carried by the package
-    (so commands work from any folder; ``poem-pipeline init`` writes an editable copy).
+    Default: :func:`flows.config.resolve_config_path`'s choice, so commands work from any folder.
     """
     parser.add_argument(
         "--config",
