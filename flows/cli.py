@@ -1,10 +1,8 @@
-"""The ``poem-pipeline`` console script.
+"""The ``poem-pipeline`` console script: one subcommand per module of :mod:`flows.commands`.
 
-Each subcommand is a module of :mod:`flows.commands` exposing ``add_parser(subparsers)`` and
-``run(args) -> int`` (the exit code); slow imports are :class:`flows.commands.Deferred`, so
-``--help`` stays fast. Run as a program, the process exits right after the ``atexit``
-callbacks, without tearing down the interpreter (:func:`_skip_teardown`): freeing Prefect,
-MLflow and GX cost seconds after every ``retrain``.
+Run as a program, the process exits right after the ``atexit`` callbacks, without tearing down
+the interpreter (:func:`_skip_teardown`): freeing Prefect, MLflow and GX cost seconds after
+every ``retrain``.
 """
 
 from __future__ import annotations
