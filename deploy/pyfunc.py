@@ -146,14 +146,6 @@ def _yaml_value(path: Path, key: str, *, unquote: bool = True) -> str | None:
     return None
 
 
-def _model_version(model_dir: Path) -> str:
-    """Read the registered version (``registered_model_meta``), else the logged model id."""
-    version = _yaml_value(model_dir / _REGISTERED_META, "model_version")
-    if version is None:
-        version = _yaml_value(model_dir / "MLmodel", "model_id", unquote=False)
-    return "unregistered" if version is None else version
-
-
 def _registered_digest(model_dir: Path) -> str | None:
     """The ``policy_sha256`` tag of the registered version being loaded (``models:/`` URIs).
 
@@ -205,12 +197,17 @@ class StochasticPolicyModel(mlflow.pyfunc.PythonModel):
         """
         guard_scoring_server()
         directory = Path(context.artifacts[ARTIFACT_KEY])
+        model_dir = directory.parent.parent
         try:
-            expected = _registered_digest(directory.parent.parent)
+            expected = _registered_digest(model_dir)
             self.policy = load_policy(directory, expected_digest=expected)
         except ArtifactError as exc:
             raise MlflowException(f"cannot load the served policy: {exc}") from exc
-        self.model_version = _model_version(directory.parent.parent)
+        # the registered version, else the logged model id
+        version = _yaml_value(model_dir / _REGISTERED_META, "model_version")
+        if version is None:
+            version = _yaml_value(model_dir / "MLmodel", "model_id", unquote=False)
+        self.model_version = "unregistered" if version is None else version
         self._configure(self.policy)
 
     # -- prediction ----------------------------------------------------------------------------

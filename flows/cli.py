@@ -1,10 +1,8 @@
-"""The ``poem-pipeline`` console script.
+"""The ``poem-pipeline`` console script: one subcommand per module of :mod:`flows.commands`.
 
-Each subcommand is a module of :mod:`flows.commands` exposing ``add_parser(subparsers)`` and
-``run(args) -> int`` (the exit code); slow imports are :class:`flows.commands.Deferred`, so
-``--help`` stays fast. Run as a program, the process exits right after the ``atexit``
-callbacks, without tearing down the interpreter (:func:`_skip_teardown`): freeing Prefect,
-MLflow and GX cost seconds after every ``retrain``.
+Run as a program, the process exits right after the ``atexit`` callbacks, without tearing down
+the interpreter (:func:`_skip_teardown`): freeing Prefect, MLflow and GX cost seconds after
+every ``retrain``.
 """
 
 from __future__ import annotations
@@ -29,17 +27,10 @@ from flows.commands import (
     simulate,
 )
 
-# subcommand name -> its module under flows.commands (append new commands here)
+# subcommand name ('-' for the module name's '_') -> its module (append new commands here)
 COMMANDS: dict[str, ModuleType] = {
-    "init": init,
-    "demo": demo,
-    "make-logs": make_logs,
-    "check": check,
-    "retrain": retrain,
-    "compare": compare,
-    "rollback": rollback,
-    "library-demo": library_demo,
-    "simulate": simulate,
+    module.__name__.rsplit(".", 1)[1].replace("_", "-"): module
+    for module in (init, demo, make_logs, check, retrain, compare, rollback, library_demo, simulate)
 }
 
 
@@ -89,8 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     if argv is None:
         atexit.register(_skip_teardown)  # before Prefect, MLflow, GX register theirs
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     code = int(args.func(args) or 0)
     if argv is None:
         _EXIT["code"] = code

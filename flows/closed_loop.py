@@ -147,17 +147,6 @@ def _predict(model: Any) -> Any:
     return lambda request, seed: model.predict(request, params={"seed": seed})
 
 
-def _gate_interval(metrics: dict[str, float]) -> tuple[float | None, float | None, float | None]:
-    """The gate's difference and its interval (keys from ``PolicyComparison.metrics``)."""
-    if "risk_difference" not in metrics:
-        return None, None, None
-    return (
-        metrics["risk_difference"],
-        metrics.get("risk_difference_lower"),
-        metrics.get("risk_difference_upper"),
-    )
-
-
 def run_closed_loop(
     base_config: str | Path,
     workdir: str | Path,
@@ -278,7 +267,12 @@ def run_closed_loop(
             challenger = load_version_policy(client, tracking, result.challenger_version)
             losses[result.challenger_version] = true_loss(challenger)
             champion = result.champion_version or served.model_version
-            diff, lower, upper = _gate_interval(result.metrics)
+            m = result.metrics  # the gate's difference and interval (PolicyComparison.metrics)
+            diff, lower, upper = (
+                [m.get(f"risk_difference{end}") for end in ("", "_lower", "_upper")]
+                if "risk_difference" in m
+                else [None, None, None]
+            )
             reports.append(
                 RoundReport(
                     round_,

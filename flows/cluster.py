@@ -114,9 +114,8 @@ def data_client(
 ) -> Iterator[Any]:
     """:func:`open_data_client` for the block; Dask's log lines go to a file, not the terminal.
 
-    The log lines and warnings of ``distributed`` go to ``log_file``
-    (:func:`poem._dask_cluster.dask_logging`), logged to ``run`` as :data:`DASK_LOG` at the end,
-    also when the block failed (then without hiding the block's error).
+    The file (:func:`poem._dask_cluster.dask_logging`) is logged to ``run`` as :data:`DASK_LOG`
+    at the end, also when the block failed (then without hiding the block's error).
 
     Parameters
     ----------

@@ -211,7 +211,11 @@ class DataConfig(_Section):
         if self.loss_bounds is not None and self.reward_bounds is not None:
             raise ValueError("give loss_bounds or reward_bounds, not both")
         if self.window_start is not None and self.window_end is not None:
-            start, end = (_utc(self.window_start), _utc(self.window_end))
+            # naive datetimes are UTC (as log timestamps are)
+            start, end = (
+                m.replace(tzinfo=UTC) if m.tzinfo is None else m
+                for m in (self.window_start, self.window_end)
+            )
             if not start < end:
                 raise ValueError(
                     f"data.window_start {self.window_start.isoformat()} must be before "
@@ -229,11 +233,6 @@ class DataConfig(_Section):
         if self.window_start is None and self.window_end is None:
             return None
         return (self.window_start or datetime(1970, 1, 1), self.window_end or datetime(2262, 4, 11))
-
-
-def _utc(moment: datetime) -> datetime:
-    """Naive datetimes are UTC (as log timestamps are)."""
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
 
 
 class PropensityChecksConfig(_Section):
@@ -290,9 +289,8 @@ class SearchConfig(_Section):
 
     Trials whose validation ESS is below ``min_ess_fraction`` of the validation rows, or below
     ``min_ess`` rows, rank after the others (:func:`poem.learners.search.select_trial`). With a
-    champion, a selected fit is served only when the one-sided ``learning_confidence_level``
-    bound of its paired doubly robust difference to the best re-tempered champion is below 0
-    (:func:`poem.learners.learning_evidence.learning_evidence`).
+    champion, ``learning_confidence_level`` is the level of
+    :func:`flows.tasks.search.confirm_learning`, which decides whether a selected fit is served.
     """
 
     grid: dict[str, list[Scalar]] = Field(
@@ -498,24 +496,19 @@ class PipelineConfig(_Section):
                 )
         fixed = dict(self.training.params)
         effective = _learner_check("training.params", learner, fixed)
-        for key, values in self.search.grid.items():
+        grid = self.search.grid
+        for key, values in grid.items():
             for i, value in enumerate(values):
                 _learner_check(f"search.grid.{key}[{i}]", learner, {**fixed, key: value})
-        self._check_combinations(effective)
-        return self
-
-    def _check_combinations(self, effective: dict[str, Any]) -> None:
-        grid = self.search.grid
         if self.search.temperatures is not None and "temperature" in grid:
             raise ValueError(
                 "search.grid.temperature and search.temperatures both set: every fit is scored "
                 "at each of search.temperatures (no refit); drop the grid entry, or set "
                 "search.temperatures: null to refit per grid temperature"
             )
-        known = learner_param_names(self.training.learner)
         if self.search.temperatures is not None and "temperature" not in known:
             raise ValueError(
-                f"search.temperatures: learner {self.training.learner!r} has no temperature "
+                f"search.temperatures: learner {learner!r} has no temperature "
                 "parameter; set search.temperatures: null"
             )
         penalties = grid.get("variance_penalty", [effective.get("variance_penalty")])
@@ -531,11 +524,12 @@ class PipelineConfig(_Section):
             where = (
                 "training.params.policy"
                 if "policy" in self.training.params
-                else (f"the {self.training.learner!r} learner's default policy")
+                else f"the {learner!r} learner's default policy"
             )
             raise ValueError(
                 f"{where} is {policy!r} but data.family is {self.data.family!r}; they must match"
             )
+        return self
 
     def with_data_path(self, path: str | os.PathLike[str]) -> PipelineConfig:
         """Return a copy reading logs from ``path`` (the ``--logs`` override)."""
@@ -670,7 +664,11 @@ def load_config(
         )
     if overrides:
         raw = apply_overrides(_with_default_tables(raw), overrides)
-    return _resolve(_validate(raw, path), Path.cwd())
+    try:
+        cfg = PipelineConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(path, exc)) from None
+    return _resolve(cfg, Path.cwd())
 
 
 def _with_default_tables(raw: dict[str, Any]) -> dict[str, Any]:
@@ -685,10 +683,3 @@ def _with_default_tables(raw: dict[str, Any]) -> dict[str, Any]:
         "training": {"params": dict(POEM_PARAMS), **training},
         "search": {"grid": dict(SearchConfig().grid), **search},
     }
-
-
-def _validate(raw: dict[str, Any], path: Path) -> PipelineConfig:
-    try:
-        return PipelineConfig.model_validate(raw)
-    except ValidationError as exc:
-        raise ConfigError(_format_errors(path, exc)) from None

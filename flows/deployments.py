@@ -294,21 +294,14 @@ def main(argv: list[str] | None = None) -> int:
         description=plain_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--config", default="mlflow.yml", help="pipeline config (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--logs", default=None, help="partitioned decision log (default: data.path of the config)"
-    )
-    parser.add_argument(
-        "--cron", default="0 2 * * *", help="cron schedule, UTC (default: %(default)r, nightly)"
-    )
-    parser.add_argument(
-        "--newest", type=int, default=1, help="newest partitions per run (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--name", default=DEPLOYMENT_NAME, help="deployment name (default: %(default)s)"
-    )
+    for flag, kind, default, text in (
+        ("--config", str, "mlflow.yml", "pipeline config (default: %(default)s)"),
+        ("--logs", str, None, "partitioned decision log (default: data.path of the config)"),
+        ("--cron", str, "0 2 * * *", "cron schedule, UTC (default: %(default)r, nightly)"),
+        ("--newest", int, 1, "newest partitions per run (default: %(default)s)"),
+        ("--name", str, DEPLOYMENT_NAME, "deployment name (default: %(default)s)"),
+    ):
+        parser.add_argument(flag, type=kind, default=default, help=text)
     parser.add_argument(
         "--pool",
         default=None,

@@ -87,11 +87,6 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-def _prefect_home() -> Path:
-    home = os.environ.get("PREFECT_HOME") or "~/.prefect"
-    return Path(home).expanduser()
-
-
 def _exit_status(code: int) -> str:
     if code < 0:
         with contextlib.suppress(ValueError):
@@ -133,7 +128,7 @@ class TemporaryServer:
     """
 
     def __init__(self, log_file: str | Path | None = None) -> None:
-        self.home = _prefect_home()
+        self.home = Path(os.environ.get("PREFECT_HOME") or "~/.prefect").expanduser()
         self._own_log = log_file is None
         self.log_file = Path(log_file) if log_file is not None else None
         self.process: subprocess.Popen | None = None
@@ -379,8 +374,7 @@ def prefect_api(
     Raises
     ------
     PrefectServerError
-        If the server exits during start-up (one line naming the cause) or is not healthy
-        within ``PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS``.
+        From :meth:`TemporaryServer.wait` (one line naming the cause).
     PrefectServerDied
         In the main thread, if the server dies while the block runs.
     """

@@ -148,12 +148,8 @@ def log_policy_model(
             "n_actions": str(policy.family.n_actions),
         }
     client.log_outputs(run_id, [LoggedModelOutput(model.model_id, step=0)])  # run's models tab
-    return LoggedPolicy(
-        info.model_uri,
-        model.model_id,
-        f"{model.artifact_location}/artifacts/{serving.ARTIFACT_KEY}",
-        tags,
-    )
+    policy_uri = f"{model.artifact_location}/artifacts/{serving.ARTIFACT_KEY}"
+    return LoggedPolicy(info.model_uri, model.model_id, policy_uri, tags)
 
 
 def version_tags(
@@ -301,12 +297,8 @@ def _finish_promotion(
     client: MlflowClient, tracking: TrackingConfig, version: str, replaced: str | None
 ) -> None:
     """The steps after the commit point: ``previous-champion`` and ``promotion=done``."""
-    _set_alias(
-        client,
-        tracking,
-        tracking.previous_champion_alias,
-        replaced if replaced != version else None,
-    )
+    previous = replaced if replaced != version else None
+    _set_alias(client, tracking, tracking.previous_champion_alias, previous)
     client.set_model_version_tag(tracking.registered_model, version, PROMOTION_TAG, "done")
 
 
@@ -466,13 +458,9 @@ def rollback(
                 f"{tracking.champion_alias!r}. Pass --force to do it anyway"
             )
         earlier = tags.get(REPLACED_TAG)
+        previous = earlier if earlier != target else None
         client.set_model_version_tag(name, current, "rolled_back_to", target)
         client.set_registered_model_alias(name, tracking.champion_alias, target)  # commit point
-        _set_alias(
-            client,
-            tracking,
-            tracking.previous_champion_alias,
-            earlier if earlier not in (None, target) else None,
-        )
+        _set_alias(client, tracking, tracking.previous_champion_alias, previous)
     direction = "back" if int(target) < int(current) else "forward"
     return RollbackResult(current, target, direction)

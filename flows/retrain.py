@@ -252,14 +252,6 @@ def _stages(cfg: Any, run: Any, fingerprint: str, client: Any = None) -> tuple:
     return comparison, trials, best, policy, header.n_rows, champion_version
 
 
-def _run_stages(cfg: Any, run: Any, fingerprint: str) -> tuple:
-    """:func:`_stages` in this process, or with the log's partitions on a Dask cluster."""
-    if not use_partitions(cfg.dask, cfg.data.path):
-        return _stages(cfg, run, fingerprint)
-    with data_client(cfg.dask, run) as client:  # Dask's log lines go to the run's logs/dask.log
-        return _stages(cfg, run, fingerprint, client)
-
-
 def _close_failed_run(run: Any, data_path: str, exc: BaseException) -> None:
     """Discard half-written models, mark the run FAILED, attach its id to ``exc``.
 
@@ -312,7 +304,11 @@ def retrain(
     fingerprint = fingerprint_logs(cfg.data)
     run = start_tracking(cfg, fingerprint, flow_run_id)
     try:
-        outcome = _run_stages(cfg, run, fingerprint)
+        if use_partitions(cfg.dask, cfg.data.path):  # the log's partitions on a Dask cluster
+            with data_client(cfg.dask, run) as client:  # its log lines: the run's logs/dask.log
+                outcome = _stages(cfg, run, fingerprint, client)
+        else:
+            outcome = _stages(cfg, run, fingerprint)
         comparison, trials, best, policy, n_rows, champion_version = outcome
         kind = challenger_kind(trials[best].params)
         tags = version_tags(

@@ -48,8 +48,7 @@ def is_permanent_store_error(exc: BaseException) -> bool:
         seen.add(id(current))
         if isinstance(current, OSError) and current.errno in PERMANENT_ERRNOS:
             return True
-        text = str(current)
-        if any(message in text for message in PERMANENT_SQLITE_MESSAGES):
+        if any(message in str(current) for message in PERMANENT_SQLITE_MESSAGES):
             return True
         current = current.__cause__ or current.__context__
     return False

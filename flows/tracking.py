@@ -70,15 +70,6 @@ class StoreLockTimeout(TimeoutError):
     """Another process held the tracking store's lock for longer than the timeout."""
 
 
-def _lock_path(uri: str) -> Path:
-    """The lock file of a store: beside a sqlite database, else one per URI in the temp folder."""
-    database = sqlite_path(uri)
-    if database is not None:
-        return database.with_name(database.name + ".lock")
-    key = hashlib.sha256(uri.encode()).hexdigest()[:16]
-    return Path(tempfile.gettempdir()) / f"poem-pipeline-store-{key}.lock"
-
-
 @contextlib.contextmanager
 def store_lock(uri: str, timeout: float = 300.0) -> Iterator[None]:
     """Hold an exclusive lock on the tracking store ``uri`` (``fcntl.flock`` on a lock file).
@@ -91,7 +82,12 @@ def store_lock(uri: str, timeout: float = 300.0) -> Iterator[None]:
     StoreLockTimeout
         If the lock is not free within ``timeout`` seconds (the message names the lock file).
     """
-    path = _lock_path(uri)
+    database = sqlite_path(uri)  # the lock file: beside a sqlite database, else one per URI
+    if database is None:
+        key = hashlib.sha256(uri.encode()).hexdigest()[:16]
+        path = Path(tempfile.gettempdir()) / f"poem-pipeline-store-{key}.lock"
+    else:
+        path = database.with_name(database.name + ".lock")
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+b") as fh:
         deadline = time.monotonic() + timeout
@@ -248,8 +244,7 @@ def start_run(
 ) -> str:
     """Create a parent run (status RUNNING) owned by this process (:func:`reap_stale_runs`)."""
     all_tags = {**{k: str(v) for k, v in (tags or {}).items()}, **_owner_tags()}
-    run = client.create_run(experiment_id, run_name=run_name, tags=all_tags)
-    return run.info.run_id
+    return client.create_run(experiment_id, run_name=run_name, tags=all_tags).info.run_id
 
 
 def _owner_gone(tags: Mapping[str, str]) -> bool:
@@ -293,12 +288,11 @@ def log_metrics(
 ) -> None:
     """Log numeric metrics (booleans as 0/1); non-numeric and non-finite values are skipped."""
     now = get_current_time_millis()
-    items = []
-    for key, value in flatten(metrics).items():
-        if isinstance(value, bool):
-            value = int(value)
-        if isinstance(value, int | float) and math.isfinite(value):
-            items.append(Metric(key, float(value), now, step))
+    items = [
+        Metric(key, float(value), now, step)  # a bool is an int: 0/1
+        for key, value in flatten(metrics).items()
+        if isinstance(value, int | float) and math.isfinite(value)
+    ]
     for start in range(0, len(items), _BATCH):
         client.log_batch(run_id, metrics=items[start : start + _BATCH])
 
@@ -318,10 +312,8 @@ def log_artifact(
 ) -> None:
     """Upload a file or a whole folder under ``artifact_path``."""
     path = Path(path)
-    if path.is_dir():
-        client.log_artifacts(run_id, str(path), artifact_path)
-    else:
-        client.log_artifact(run_id, str(path), artifact_path)
+    upload = client.log_artifacts if path.is_dir() else client.log_artifact
+    upload(run_id, str(path), artifact_path)
 
 
 def create_nested_run(
@@ -446,11 +438,7 @@ def compare_metrics(metrics: Mapping[str, float]) -> dict[str, float | None]:
         for quantity in ("risk_ucb", "risk"):
             if rest.endswith(f"_{quantity}"):
                 # difference_<est>_risk_ucb is today's risk_difference_ucb
-                target = (
-                    f"{role}_{quantity}"
-                    if role != "difference"
-                    else "risk_difference" + quantity.removeprefix("risk")
-                )
+                target = f"{role}_{quantity}".replace("difference_risk", "risk_difference")
                 if out.get(target) is None:
                     out[target] = value
                 break

@@ -61,8 +61,7 @@ def plain_text(text: str | None) -> str | None:
     def role(match: re.Match) -> str:  # :class:`~a.B` shows B, :mod:`a.b` shows a.b
         return match.group(1).rsplit(".", 1)[-1] if "~" in match.group(0) else match.group(1)
 
-    text = _ROLE.sub(role, text)
-    return text.replace("``", "")
+    return _ROLE.sub(role, text).replace("``", "")
 
 
 def command_parser(
@@ -99,8 +98,7 @@ def _config_path(value: str) -> Path:
 def add_config_argument(parser: argparse.ArgumentParser, help: str) -> None:
     """Add ``--config PATH``: the pipeline's one config file.
 
-    Default: ``./mlflow.yml`` when it exists, else the default config carried by the package
-    (so commands work from any folder; ``poem-pipeline init`` writes an editable copy).
+    Default: :func:`flows.config.resolve_config_path`'s choice, so commands work from any folder.
     """
     parser.add_argument(
         "--config",

@@ -7,6 +7,7 @@ for ``retrain``. All work is done by :func:`data_checks.check.check_logs`.
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from flows.commands import Deferred, add_config_argument
@@ -24,10 +25,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "check",
         help="validate logged bandit feedback: schema, ranges, quarantine, propensity "
         "sanity checks",
-        description="Run the Great Expectations suite of the log's family, quarantine rows "
-        "failing row-level "
-        "checks, run the propensity sanity checks and draw diagnostic plots. Exit code 0 = usable "
-        "(warnings allowed), 1 = hard failure, 2 = missing file or invalid config.",
+        description="Run the Great Expectations suite of the log's family, quarantine rows failing "
+        "row-level checks, run the propensity sanity checks and draw diagnostic plots. Exit code "
+        "0 = usable (warnings allowed), 1 = hard failure, 2 = missing file or invalid config.",
     )
     parser.add_argument("logs", type=Path, help="Parquet file, date-partitioned folder or CSV file")
     parser.add_argument(
@@ -116,8 +116,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def run(args: argparse.Namespace) -> int:
     """Check the log, print the result; returns 0 (usable), 1 (hard failure) or 2 (usage)."""
-    import json
-
     if not args.logs.exists():
         return fail(f"{args.logs} does not exist", EXIT_CONFIG)
     try:

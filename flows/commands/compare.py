@@ -55,13 +55,9 @@ def _cell(key: str, value: object) -> str:
         return datetime.fromtimestamp(int(value) / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
     if key == "run_id":
         return str(value)[:8]
-    if isinstance(value, float):
-        return (
-            f"{value:,.0f}"
-            if key in ("n_rows", "challenger_effective_sample_size")
-            else f"{value:.4f}"
-        )
-    return str(value)
+    if isinstance(value, float) and key in ("n_rows", "challenger_effective_sample_size"):
+        return f"{value:,.0f}"
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
 
 
 def format_table(rows: list[dict]) -> str:

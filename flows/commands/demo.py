@@ -50,21 +50,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         run=run,
         config="pipeline config; its tracking store receives the runs",
     )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=Path("demo-output"),
-        help="folder for the simulated logs (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--seed", type=int, default=0, help="seed of the logger and the logs (default: 0)"
-    )
-    parser.add_argument(
-        "--replays",
-        type=int,
-        default=2,
-        help="passes over the digits training images per simulated day (default: 2)",
-    )
+    for flag, kind, default, text in (
+        ("--out", Path, Path("demo-output"), "folder for the simulated logs"),
+        ("--seed", int, 0, "seed of the logger and the logs"),
+        ("--replays", int, 2, "passes over the digits training images per simulated day"),
+    ):
+        parser.add_argument(flag, type=kind, default=default, help=f"{text} (default: %(default)s)")
 
 
 def simulate_days(out: Path, seed: int, replays: int) -> list[tuple[Path, int]]:
@@ -122,8 +113,7 @@ def run(args: argparse.Namespace) -> int:
         return results
     print(
         f"done in {time.perf_counter() - t0:.0f}s; champion is version "
-        f"{results[-1].champion_version} "
-        f"of {cfg.tracking.registered_model!r}"
+        f"{results[-1].champion_version} of {cfg.tracking.registered_model!r}"
     )
     print("see the runs, nested trials, reports and registered versions with:")
     print(f"  mlflow ui --backend-store-uri {cfg.tracking.uri}")

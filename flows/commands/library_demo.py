@@ -52,18 +52,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         default="lbfgs",
         help="POEM solver: lbfgs = POEM(B), adagrad = POEM(S) (default: lbfgs)",
     )
-    parser.add_argument(
-        "--variance-scale",
-        type=float,
-        default=0.1,
-        help="c in the variance penalty lambda = c * lambda* (default: 0.1)",
-    )
-    parser.add_argument(
-        "--confidence-level",
-        type=float,
-        default=0.95,
-        help="coverage of the estimate intervals (default: 0.95)",
-    )
+    for flag, default, text in (
+        ("--variance-scale", 0.1, "c in the variance penalty lambda = c * lambda*"),
+        ("--confidence-level", 0.95, "coverage of the estimate intervals"),
+    ):
+        parser.add_argument(
+            flag, type=float, default=default, help=f"{text} (default: %(default)s)"
+        )
     parser.add_argument(
         "--json", type=Path, default=None, help="also write the full result as JSON to this file"
     )
@@ -88,10 +83,9 @@ def run(args: argparse.Namespace) -> int:
         f"(scikit-learn load_digits, seed {args.seed})"
     )
     print(
-        f"logging policy h0: logistic regression on {result.logging_fraction:.0%} of the "
-        "training set; "
-        f"training log {result.n_train_log:,} rows ({result.n_replays} replays), "
-        f"held-out log {result.n_test_log:,} rows"
+        f"logging policy h0: logistic regression on {result.logging_fraction:.0%} of the training "
+        f"set; training log {result.n_train_log:,} rows ({result.n_replays} replays), held-out "
+        f"log {result.n_test_log:,} rows"
     )
     status = "converged" if result.converged else "NOT converged"
     print(
@@ -99,10 +93,8 @@ def run(args: argparse.Namespace) -> int:
         f"lambda = {result.variance_penalty:.3g} (c = {result.variance_scale:g}); "
         f"{result.n_iter} iterations, {status}, {result.fit_seconds:.1f} s"
     )
-    print()
-    print("Test set: exact expected 0/1 loss (uses the true labels) and counterfactual estimates")
-    print(f"from the held-out bandit log ({level} intervals):")
-    print()
+    print("\nTest set: exact expected 0/1 loss (uses the true labels) and counterfactual estimates")
+    print(f"from the held-out bandit log ({level} intervals):\n")
     names = [e.estimator for e in result.policies[0].estimates]
     header = ["policy", "expected loss", "MAP loss"] + [f"{n.upper()} [{level} CI]" for n in names]
     print("| " + " | ".join(header) + " |")

@@ -82,18 +82,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "contexts, or the paper's pass after pass (default: context)",
     )
     obd = parser.add_argument_group("Open Bandit Dataset (--dataset obd)")
-    obd.add_argument(
-        "--behavior-policy",
-        choices=("random", "bts"),
-        default="random",
-        help="logging policy folder (default: random)",
-    )
-    obd.add_argument(
-        "--campaign",
-        choices=("all", "men", "women"),
-        default="all",
-        help="campaign folder (default: all)",
-    )
+    for flag, choices, text in (
+        ("--behavior-policy", ("random", "bts"), "logging policy folder"),
+        ("--campaign", ("all", "men", "women"), "campaign folder"),
+    ):  # the default is the first choice
+        obd.add_argument(
+            flag, choices=choices, default=choices[0], help=f"{text} (default: %(default)s)"
+        )
     obd.add_argument(
         "--position",
         type=int,
@@ -119,8 +114,24 @@ def run(args: argparse.Namespace) -> int:
     if args.n_events is not None and args.n_events < 1:
         print(f"error: --n-events must be >= 1, got {args.n_events}")
         return 2
-    if args.dataset == "obd":
-        return _write_obd(args)
+    if args.dataset == "obd":  # one Open Bandit Dataset folder
+        if args.data_dir is None:
+            print("error: --dataset obd needs --data-dir (the folder holding obd/)")
+            return 2
+        log = obd.read_obd(
+            args.data_dir,
+            args.behavior_policy,
+            args.campaign,
+            family="candidates" if args.position is None else "discrete",
+            position=args.position,
+            interactions=False,
+        )
+        return _write(
+            log,
+            args,
+            f"of the Open Bandit Dataset ({args.behavior_policy}/{args.campaign}, "
+            "{n_actions} actions)",
+        )
     data = datasets.load_dataset(args.dataset, args.data_dir, random_state=args.seed)
     h0 = simulate.fit_logging_policy(
         data.X_train,
@@ -129,8 +140,7 @@ def run(args: argparse.Namespace) -> int:
         temperature=args.logger_temperature,
         random_state=args.seed,
     )
-    n_train = data.X_train.shape[0]
-    replays = 4 if args.n_events is None else math.ceil(args.n_events / n_train)
+    replays = 4 if args.n_events is None else math.ceil(args.n_events / data.X_train.shape[0])
     log = simulate.supervised_to_bandit(
         data.X_train,
         data.Y_train,
@@ -160,25 +170,3 @@ def _write(log: Any, args: argparse.Namespace, description: str) -> int:
     text = description.format(n_actions=log.n_actions or "-")
     print(f"wrote {log.n_rows:,} {log.family} events {text} to {path}")
     return 0
-
-
-def _write_obd(args: argparse.Namespace) -> int:
-    """Convert one Open Bandit Dataset folder and write it as canonical Parquet."""
-    if args.data_dir is None:
-        print("error: --dataset obd needs --data-dir (the folder holding obd/)")
-        return 2
-    family = "candidates" if args.position is None else "discrete"
-    log = obd.read_obd(
-        args.data_dir,
-        args.behavior_policy,
-        args.campaign,
-        family=family,
-        position=args.position,
-        interactions=False,
-    )
-    return _write(
-        log,
-        args,
-        f"of the Open Bandit Dataset ({args.behavior_policy}/{args.campaign}, "
-        "{n_actions} actions)",
-    )

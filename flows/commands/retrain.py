@@ -202,17 +202,13 @@ def _checked_run(
             what = (
                 f"MLflow run {run_id} is marked KILLED" if run_id else "no MLflow run had started"
             )
+            after = f"after {time.perf_counter() - t0:.1f}s: {what}; champion did not move"
             if server is not None and server.died:  # kill -9 of the server: stop now, one line
                 print(
-                    f"error: Prefect's temporary API server {server.died} after "
-                    f"{time.perf_counter() - t0:.1f}s: {what}; champion did not move",
-                    file=sys.stderr,
+                    f"error: Prefect's temporary API server {server.died} {after}", file=sys.stderr
                 )
                 exit_now(EXIT_FAILED)
-            print(
-                f"interrupted after {time.perf_counter() - t0:.1f}s: {what}; champion did not move",
-                file=sys.stderr,
-            )
+            print(f"interrupted {after}", file=sys.stderr)
             return EXIT_INTERRUPTED
         except PrefectServerError as exc:
             return fail(str(exc), EXIT_FAILED)

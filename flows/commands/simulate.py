@@ -46,24 +46,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="shared data folder holding yeast/ (required for --dataset yeast)",
     )
-    parser.add_argument(
-        "--rounds",
-        type=int,
-        default=3,
-        help="retraining rounds after round 0 (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--n-replays",
-        type=int,
-        default=1,
-        help="passes over the training contexts per round (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--fraction",
-        type=float,
-        default=0.05,
-        help="fraction of training labels h0 is fitted on (default: %(default)s)",
-    )
+    for flag, kind, default, text in (
+        ("--rounds", int, 3, "retraining rounds after round 0"),
+        ("--n-replays", int, 1, "passes over the training contexts per round"),
+        ("--fraction", float, 0.05, "fraction of training labels h0 is fitted on"),
+    ):
+        parser.add_argument(flag, type=kind, default=default, help=f"{text} (default: %(default)s)")
     parser.add_argument(
         "--seed", type=int, default=0, help="seed of h0's subsample and the served draws"
     )
@@ -144,6 +132,5 @@ def run(args: argparse.Namespace) -> int:
     markdown = result.to_markdown()
     (out / "closed_loop.md").write_text(markdown + "\n")
     (out / "closed_loop.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
-    print()
-    print(markdown)
+    print(f"\n{markdown}")
     return 0

@@ -45,9 +45,8 @@ def open_attempt(
     tracking: TrackingConfig, champion_version: Any, test_log: Any, gate: Any, run: TrackedRun
 ) -> Any:
     """Record this gate attempt on the registered model's ledger (:mod:`flows.ledger`)."""
-    window = window_of(test_log)
     return record_attempt(
-        client_for(tracking), tracking, champion_version, window, gate, run.run_id
+        client_for(tracking), tracking, champion_version, window_of(test_log), gate, run.run_id
     )
 
 
@@ -99,12 +98,8 @@ def report_gate(comparison: Any, champion_version: str | None, run: TrackedRun) 
         comparison.to_markdown() + f"\nChampion: {champion_version or 'the logging policy'}.\n"
     )
     log_text(client, run.run_id, markdown, "gate/report.md")
-    log_json(
-        client,
-        run.run_id,
-        {**comparison.to_dict(), "champion_version": champion_version},
-        "gate/report.json",
-    )
+    report = {**comparison.to_dict(), "champion_version": champion_version}
+    log_json(client, run.run_id, report, "gate/report.json")
     log_metrics(client, run.run_id, gate_metrics(comparison))
     with tempfile.TemporaryDirectory(prefix="poem-gate-") as tmp:
         log_artifact(

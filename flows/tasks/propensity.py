@@ -29,14 +29,8 @@ def record_propensities(report: Any, run: TrackedRun, log: Any = None) -> Any:
             log_artifact(client, run.run_id, tmp, "checks/propensity_plots")
     log_json(client, run.run_id, report.to_dict(), "checks/propensity_report.json")
     log_text(client, run.run_id, report.to_markdown(), "checks/propensity_report.md")
-    log_metrics(
-        client,
-        run.run_id,
-        {
-            "suggested_clip": report.suggested_clip,
-            **{f"propensity_{k}": v for k, v in report.quantiles.items()},
-        },
-    )
+    quantiles = {f"propensity_{k}": v for k, v in report.quantiles.items()}
+    log_metrics(client, run.run_id, {"suggested_clip": report.suggested_clip, **quantiles})
     create_table_artifact(
         key="propensity-report", table=report.to_dict()["checks"], description=report.status
     )

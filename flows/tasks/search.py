@@ -54,9 +54,8 @@ TRIAL_CACHE = (INPUTS - "training" - "split" - "header" - "champion") + TASK_SOU
 def code_fingerprint() -> str:
     """SHA-256 of every ``poem/**/*.py`` file and ``flows/learners.py``, in path order."""
     root = Path(poem.__file__).parent
-    files = sorted(root.rglob("*.py")) + [Path(learners.__file__)]
     digest = hashlib.sha256()
-    for path in files:
+    for path in sorted(root.rglob("*.py")) + [Path(learners.__file__)]:
         digest.update(str(path.relative_to(root.parent)).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()

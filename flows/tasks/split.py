@@ -21,13 +21,8 @@ from poem.log_rows import PartitionedSplit, policy_rows, split_partitioned
 @task(name="split-logs", cache_policy=NO_CACHE, on_completion=[stage_done])
 def split_logs(source: Any, split: SplitConfig, run: TrackedRun) -> PartitionedSplit:
     """:func:`poem.log_rows.split_partitioned`; log the part sizes and time boundaries."""
-    parts = split_partitioned(
-        source,
-        validation_fraction=split.validation_fraction,
-        test_fraction=split.test_fraction,
-        by_time=split.by_time,
-        random_state=split.random_state,
-    )
+    # SplitConfig's fields are split_partitioned's keywords
+    parts = split_partitioned(source, **split.model_dump())
     log_params(run.client(), run.run_id, {"split": parts.summary()})
     task_logger().info("split %s", parts.summary())
     return parts

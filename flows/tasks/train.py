@@ -24,8 +24,7 @@ def prepare_rows(split: Any, training: TrainingConfig) -> tuple[TrainingRows, An
     ``(rows, split)``.
     """
     estimator = build_learner(training.learner, training.params)
-    release = training.refit_on == "train"
-    return training_rows(split, estimator, release=release)
+    return training_rows(split, estimator, release=training.refit_on == "train")
 
 
 def fit_learner(

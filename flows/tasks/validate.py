@@ -25,15 +25,8 @@ def record_check_report(report: Any, run: TrackedRun) -> None:
         shutil.rmtree(Path(report.docs_path).parent, ignore_errors=True)
     log_json(client, run.run_id, report.to_dict(), "checks/data_check_report.json")
     log_text(client, run.run_id, report.to_markdown(), "checks/data_check_report.md")
-    log_metrics(
-        client,
-        run.run_id,
-        {
-            "n_rows": report.n_rows,
-            "n_quarantined": report.n_quarantined,
-            "n_failed_expectations": len(report.failures),
-        },
-    )
+    counts = {"n_rows": report.n_rows, "n_quarantined": report.n_quarantined}
+    log_metrics(client, run.run_id, {**counts, "n_failed_expectations": len(report.failures)})
     create_markdown_artifact(key="data-check-report", markdown=report.to_markdown())
     task_logger().info("data checks: %d rows, %d failures", report.n_rows, len(report.failures))
 
