@@ -233,12 +233,6 @@ def row_count_failure(n: int, min_rows: int) -> ExpectationFailure | None:
     )
 
 
-def _unique_result(res: dict, data: pd.DataFrame, pos: np.ndarray, event_id: str) -> dict:
-    """The uniqueness expectation's result for the given duplicated positions."""
-    index = [{event_id: data[event_id].iat[p], ROW: int(p)} for p in pos[:_N_EXAMPLES]]
-    return {**res, "unexpected_index_list": index, "unexpected_count": int(pos.size)}
-
-
 def _failures(
     results: Any,
     params: dict[str, Any],
@@ -261,7 +255,11 @@ def _failures(
         res = r.result or {}
         success = r.success
         if cfg.type == "expect_column_values_to_be_unique" and duplicates is not None and res:
-            res, success = _unique_result(res, data, duplicates, event_id), not duplicates.size
+            index = [
+                {event_id: data[event_id].iat[p], ROW: int(p)} for p in duplicates[:_N_EXAMPLES]
+            ]
+            res = {**res, "unexpected_index_list": index, "unexpected_count": int(duplicates.size)}
+            success = not duplicates.size
         if success:
             continue
         level = meta.get("level", "row")

@@ -24,7 +24,7 @@ from poem.io._metadata import invalid_log
 from poem.io._row_checks import LIST_COLUMNS
 from poem.io.log_format import METADATA_KEY, log_to_frame
 
-__all__ = ["LIST_COLUMNS", "metadata_path", "read_csv_frame", "write_csv"]
+__all__ = ["metadata_path", "read_csv_frame", "write_csv"]
 
 _N_EXAMPLES = 5
 

@@ -1,27 +1,7 @@
 """The canonical log table: :class:`LogMetadata`, :func:`log_to_frame`, :func:`frame_to_log`.
 
-One row per logged decision (DESIGN §3); the column conventions are documented in the
-README section "Log format" and summarised here:
-
-===========================  ==========================================================
-column                       content
-===========================  ==========================================================
-``event_id``                 unique decision id (string or int64)
-``timestamp``                decision time, ``timestamp[ns]`` (UTC, naive)
-``x_0`` … ``x_{d-1}``        dense context features (float64); or, for sparse contexts,
-                             ``x_indices`` (list<int32>) and ``x_values`` (list<float64>)
-``action``                   discrete: action id 0..K−1; candidates: index into the row's set
-``y_0`` … ``y_{q-1}``        multilabel: one 0/1 int8 column per label (width constant)
-``loss`` (or ``reward``)     observed loss δ (rewards are converted once: δ = −reward)
-``propensity``               pᵢ = π₀(yᵢ|xᵢ) ∈ (0, 1]
-``logging_model_version``    version of π₀ (string)
-``logging_distribution``     optional, discrete only: list<float64> of length K, π₀(·|xᵢ)
-``n_candidates``             candidates: kᵢ ≥ 1
-``candidate_features``       candidates, dense: list<float64> of kᵢ·d values (row-major)
-``candidate_nnz``,           candidates, sparse: per-candidate non-zero counts (kᵢ) and the
-``candidate_indices``,       concatenated CSR column indices / values of the kᵢ vectors
-``candidate_values``
-===========================  ==========================================================
+One row per logged decision (DESIGN §3); the columns are listed in the README section
+"Log format".
 
 The Parquet key-value metadata key ``poem`` holds a JSON object (:class:`LogMetadata`):
 family, number of actions, **declared loss (or reward) bounds**, context layout, feature
@@ -43,10 +23,8 @@ import scipy.sparse as sp
 from poem.data import CandidateSets, LoggedBandit
 from poem.exceptions import InvalidLogError, Violation
 from poem.io._metadata import (
-    FORMAT_VERSION,
     METADATA_KEY,
     LogMetadata,
-    check_metadata,
     frame_metadata,
     invalid_log,
     losses_from_rewards,
@@ -56,10 +34,8 @@ from poem.io._row_checks import list_column, row_problems
 from poem.policies._base import check_policy_size
 
 __all__ = [
-    "FORMAT_VERSION",
     "METADATA_KEY",
     "LogMetadata",
-    "check_metadata",
     "frame_metadata",
     "frame_to_log",
     "log_to_frame",
@@ -175,7 +151,7 @@ def frame_to_log(
     Parameters
     ----------
     frame : DataFrame
-        Canonical columns (module docstring); metadata from ``frame.attrs["poem"]``.
+        Canonical columns (README "Log format"); metadata from ``frame.attrs["poem"]``.
     family : str or None, default=None
         Family, required when the frame carries no metadata.
     **overrides

@@ -49,7 +49,6 @@ __all__ = [
     "CAMPAIGNS",
     "N_POSITIONS",
     "OBDTable",
-    "obd_candidate_sets",
     "obd_to_log",
     "read_obd",
     "read_obd_table",

@@ -42,7 +42,6 @@ __all__ = [
     "search_hyperparameters",
     "select_temperature",
     "select_trial",
-    "trial_from_model",
     "validation_scores",
 ]
 

@@ -115,11 +115,6 @@ class CandidateFamily(PolicyFamily):
 
         return log_p_all[idx], vjp
 
-    def _check_floor(
-        self, inputs: CandidateSets, temperature: float, exploration_floor: float
-    ) -> None:
-        check_serving_params(temperature, exploration_floor, 1.0 / float(inputs.sizes.max()))
-
     def predict_proba(
         self,
         coef: np.ndarray,
@@ -128,7 +123,7 @@ class CandidateFamily(PolicyFamily):
         exploration_floor: float = 0.0,
     ) -> np.ndarray:
         """Served probabilities of every stacked candidate, shape (n_candidates_total,)."""
-        self._check_floor(inputs, temperature, exploration_floor)
+        check_serving_params(temperature, exploration_floor, 1.0 / float(inputs.sizes.max()))
         P = np.exp(self._log_proba(coef, inputs, temperature))
         if exploration_floor:
             P = (
