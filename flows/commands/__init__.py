@@ -106,3 +106,16 @@ def add_config_argument(parser: argparse.ArgumentParser, help: str) -> None:
         default=_DEFAULT_CONFIG,
         help=f"{help} (default: %(default)s)",
     )
+
+
+def add_bounds_arguments(parser: argparse.ArgumentParser, helps: dict[str, str]) -> None:
+    """Add ``--loss-bounds MIN MAX`` and ``--reward-bounds MIN MAX`` with these help texts."""
+    for name in ("loss", "reward"):
+        parser.add_argument(
+            f"--{name}-bounds",
+            type=float,
+            nargs=2,
+            metavar=("MIN", "MAX"),
+            default=None,
+            help=helps[name],
+        )

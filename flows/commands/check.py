@@ -10,7 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
-from flows.commands import Deferred, add_config_argument
+from flows.commands import Deferred, add_bounds_arguments, add_config_argument
 from flows.commands._console import EXIT_CONFIG, fail
 from flows.config import ConfigError, load_config
 
@@ -42,18 +42,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         default=None,
         help="folder for check_report.json, quarantine.parquet, data_docs/ and plots/",
     )
-    for name, what in (
-        ("loss", "for logs without metadata"),
-        ("reward", "for logs with a reward column (converted to loss = -reward)"),
-    ):
-        parser.add_argument(
-            f"--{name}-bounds",
-            type=float,
-            nargs=2,
-            metavar=("MIN", "MAX"),
-            default=None,
-            help=f"declared {name} bounds, {what}",
-        )
+    add_bounds_arguments(
+        parser,
+        {
+            "loss": "declared loss bounds, for logs without metadata",
+            "reward": "declared reward bounds, for logs with a reward column "
+            "(converted to loss = -reward)",
+        },
+    )
     parser.add_argument(
         "--n-actions",
         type=int,

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from flows.commands import Deferred, command_parser
+from flows.commands import Deferred, add_bounds_arguments, command_parser
 from flows.commands._console import (
     EXIT_CONFIG,
     EXIT_FAILED,
@@ -96,15 +96,14 @@ def add_log_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="the log's family (sets data.family and training.params.policy)",
     )
-    for name, what in (("loss", "loss"), ("reward", "reward (loss = -reward)")):
-        parser.add_argument(
-            f"--{name}-bounds",
-            type=float,
-            nargs=2,
-            metavar=("MIN", "MAX"),
-            default=None,
-            help=f"declared {what} bounds, for logs without metadata (data.{name}_bounds)",
-        )
+    add_bounds_arguments(
+        parser,
+        {
+            "loss": "declared loss bounds, for logs without metadata (data.loss_bounds)",
+            "reward": "declared reward (loss = -reward) bounds, for logs without metadata "
+            "(data.reward_bounds)",
+        },
+    )
     parser.add_argument(
         "--n-actions", type=int, default=None, help="number of actions K (data.n_actions)"
     )
