@@ -183,8 +183,8 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
         a cross-fitted additive loss model (multilabel family only,
         :mod:`poem.learners.objective`). ``"auto"``: ``"dr"`` for multilabel, else ``"ips"``.
     clip : {"p90/p10", "max/min"}, float or None, default="p90/p10"
-        Clip of the importance weights: a rule of :func:`resolve_clip`, a fixed value > 0 or
-        None for no clip, i.e. M.
+        Clip of the importance weights (a rule of :func:`resolve_clip`, a fixed value > 0 or
+        None for no clip), i.e. M.
     variance_penalty : float or "calibrated", default=1.0
         λ ≥ 0, or ``"calibrated"`` for λ = variance_scale · λ* (DESIGN §4.5), i.e. λ.
     variance_scale : float, default=1.0

@@ -13,7 +13,7 @@ from poem.io.logs import read_log
 
 def test_demo_runs_retrain_twice_and_prints_where_to_look(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.setattr(demo, "_quiet", lambda: None)
+    monkeypatch.setattr(demo, "quiet", lambda: None)
     config = tmp_path / "mlflow.yml"
     config.write_text(f"tracking:\n  uri: sqlite:///{tmp_path / 'store.db'}\n")
     calls = []
@@ -65,7 +65,7 @@ def test_demo_runs_retrain_twice_and_prints_where_to_look(tmp_path, monkeypatch,
 
 
 def test_demo_reports_a_bad_config(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(demo, "_quiet", lambda: None)
+    monkeypatch.setattr(demo, "quiet", lambda: None)
     (tmp_path / "bad.yml").write_text("tracking:\n  urii: x\n")
     assert main(["demo", "--config", str(tmp_path / "bad.yml")]) == 2
     assert "unknown key 'tracking.urii'" in capsys.readouterr().err
