@@ -132,8 +132,10 @@ def partition_epoch(
     penalties = dict(n_total=n_total, variance_penalty=variance_penalty, l2_penalty=l2_penalty)
     for start in range(0, n, b):
         if majorize_every and k and k % majorize_every == 0 and variance_penalty:
-            kw = dict(coef=w, family=family, clip=clip, chunk_size=chunk_size)
-            coefficients = majorizer_coefficients(partition_statistics(partition, **kw))
+            whole = partition_statistics(
+                partition, coef=w, family=family, clip=clip, chunk_size=chunk_size
+            )
+            coefficients = majorizer_coefficients(whole)
         stop = min(n, start + b)
         rows = (family.row_slice(X, start, stop), a[start:stop], d[start:stop], p[start:stop])
         m_rows = None if m is None else m[start:stop]
