@@ -107,6 +107,7 @@ def partition_epoch(
     batch_size: int,
     variance_penalty: float,
     l2_penalty: float,
+    l2_center: np.ndarray | None,
     learning_rate: float,
     majorize_every: int | None,
     progressive: bool,
@@ -129,7 +130,12 @@ def partition_epoch(
     w, h, coefficients = state.coef, state.accumulator, state.coefficients
     k, seen = state.batches, state.progressive
     b = max(1, min(int(batch_size), n_total))
-    penalties = dict(n_total=n_total, variance_penalty=variance_penalty, l2_penalty=l2_penalty)
+    penalties = dict(
+        n_total=n_total,
+        variance_penalty=variance_penalty,
+        l2_penalty=l2_penalty,
+        l2_center=l2_center,
+    )
     for start in range(0, n, b):
         if majorize_every and k and k % majorize_every == 0 and variance_penalty:
             whole = partition_statistics(
@@ -159,6 +165,7 @@ def adagrad(
     clip: float,
     variance_penalty: float,
     l2_penalty: float = 0.0,
+    l2_center: np.ndarray | None = None,
     learning_rate: float = 1.0,
     batch_size: int = 100,
     max_iter: int = 200,
@@ -201,6 +208,8 @@ def adagrad(
         λ ≥ 0; 0 gives IPS(S).
     l2_penalty : float, default=0.0
         μ ≥ 0.
+    l2_center : ndarray or None, default=None
+        Centre c of the L2 term μ‖w − c‖² (None: 0; the gradient's 2μw is then 2μ(w − c)).
     learning_rate : float, default=1.0
         AdaGrad step size η.
     batch_size : int, default=100
@@ -259,6 +268,7 @@ def adagrad(
         batch_size=int(batch_size),
         variance_penalty=variance_penalty,
         l2_penalty=l2_penalty,
+        l2_center=l2_center,
         majorize_every=majorize_every,
         progressive=bool(progressive),
         chunk_size=chunk_size,
@@ -266,7 +276,7 @@ def adagrad(
     w = np.zeros(family.coef_shape) if coef0 is None else np.array(coef0, dtype=np.float64)
     h = np.full(family.coef_shape, float(initial_accumulator))  # Alg. 1 line 14: h ← 1
     stats = full(w) if initial_statistics is None else initial_statistics
-    value, grad = crm_objective_from_statistics(stats, w, variance_penalty, l2_penalty)
+    value, grad = crm_objective_from_statistics(stats, w, variance_penalty, l2_penalty, l2_center)
     coefficients = majorizer_coefficients(stats)
     eta = float(learning_rate)
     converged = bool(np.linalg.norm(grad) <= tol)
@@ -280,7 +290,9 @@ def adagrad(
         w, h, coefficients, rng = state.coef, state.accumulator, state.coefficients, state.rng
         if progressive:
             prog = state.progressive  # progressive validation statistics of this epoch
-            new_value, _ = crm_objective_from_statistics(prog, w, variance_penalty, l2_penalty)
+            new_value, _ = crm_objective_from_statistics(
+                prog, w, variance_penalty, l2_penalty, l2_center
+            )
             if not np.isfinite(new_value) or (epoch > 1 and new_value > value):
                 eta *= 0.5
             converged = bool(epoch > 1 and abs(value - new_value) <= tol * max(1.0, abs(new_value)))
@@ -291,7 +303,7 @@ def adagrad(
             continue
         new_stats = full(w)
         new_value, new_grad = crm_objective_from_statistics(
-            new_stats, w, variance_penalty, l2_penalty
+            new_stats, w, variance_penalty, l2_penalty, l2_center
         )
         if not np.isfinite(new_value) or new_value > value:
             # MM safeguard (docstring): backtrack along the epoch's displacement, shrink η
@@ -300,7 +312,7 @@ def adagrad(
                 w_try = w_start + fraction * step_w
                 new_stats = full(w_try)
                 new_value, new_grad = crm_objective_from_statistics(
-                    new_stats, w_try, variance_penalty, l2_penalty
+                    new_stats, w_try, variance_penalty, l2_penalty, l2_center
                 )
                 if np.isfinite(new_value) and new_value <= value:
                     w, accepted = w_try, True
@@ -318,7 +330,9 @@ def adagrad(
         coefficients = majorizer_coefficients(stats)  # Prop. 4 at the new w₀
     if progressive and epoch:
         stats = full(w)
-        value, grad = crm_objective_from_statistics(stats, w, variance_penalty, l2_penalty)
+        value, grad = crm_objective_from_statistics(
+            stats, w, variance_penalty, l2_penalty, l2_center
+        )
     return SolverResult(
         w, epoch, float(value), float(np.linalg.norm(grad)), converged, stats.n_clipped
     )

@@ -26,6 +26,7 @@ def lbfgs_statistics(
     *,
     variance_penalty: float,
     l2_penalty: float = 0.0,
+    l2_center: np.ndarray | None = None,
     max_iter: int = 200,
     tol: float = 1e-6,
 ) -> SolverResult:
@@ -43,6 +44,8 @@ def lbfgs_statistics(
         λ ≥ 0; 0 gives IPS(B).
     l2_penalty : float, default=0.0
         μ ≥ 0.
+    l2_center : ndarray or None, default=None
+        Centre c of the L2 term μ‖w − c‖² (None: 0).
     max_iter : int, default=200
         Maximum number of L-BFGS iterations.
     tol : float, default=1e-6
@@ -63,7 +66,9 @@ def lbfgs_statistics(
     def fun(flat: np.ndarray) -> tuple[float, np.ndarray]:
         w = flat.reshape(shape)
         stats = statistics(w)
-        value, grad = crm_objective_from_statistics(stats, w, variance_penalty, l2_penalty)
+        value, grad = crm_objective_from_statistics(
+            stats, w, variance_penalty, l2_penalty, l2_center
+        )
         last.update(stats=stats, value=value, grad=grad)
         return value, grad.ravel()
 

@@ -263,7 +263,11 @@ def _label_vjp(inputs, C: np.ndarray) -> np.ndarray:
 
 
 def crm_objective_from_statistics(
-    stats: CRMStatistics, coef: np.ndarray, variance_penalty: float, l2_penalty: float
+    stats: CRMStatistics,
+    coef: np.ndarray,
+    variance_penalty: float,
+    l2_penalty: float,
+    l2_center: np.ndarray | None = None,
 ) -> tuple[float, np.ndarray]:
     r"""CRM objective J(w) and its exact gradient from reduced statistics (Eq. 10/12).
 
@@ -272,9 +276,10 @@ def crm_objective_from_statistics(
         \nabla J = \frac{1}{n}\sum_i \nabla u_i
         + \frac{\lambda}{\sqrt{n}} \frac{1}{(n-1)\sqrt{\hat V}}
           \sum_i (u_i - \bar u) \nabla u_i
-        + 2 \mu w
+        + 2 \mu (w - c)
 
-    where λ is the variance penalty and μ the L2 penalty (DESIGN §4.3).
+    where λ is the variance penalty, μ the L2 penalty and c its centre (0 unless given: the
+    term is μ‖w − c‖², DESIGN §4.3).
 
     Parameters
     ----------
@@ -286,6 +291,8 @@ def crm_objective_from_statistics(
         λ ≥ 0 (0 gives the IPS objective).
     l2_penalty : float
         μ ≥ 0.
+    l2_center : ndarray or None, default=None
+        c, the point the L2 term pulls w towards (None: 0).
 
     Returns
     -------
@@ -296,8 +303,9 @@ def crm_objective_from_statistics(
     """
     n = stats.n
     mean = stats.mean
-    value = mean + l2_penalty * float(np.sum(coef * coef))
-    grad = stats.sum_grad_u / n + 2.0 * l2_penalty * coef
+    shift = coef if l2_center is None else coef - l2_center
+    value = mean + l2_penalty * float(np.sum(shift * shift))
+    grad = stats.sum_grad_u / n + 2.0 * l2_penalty * shift
     if variance_penalty:
         var = stats.variance
         sd = np.sqrt(var)
@@ -319,6 +327,7 @@ def crm_objective(
     clip: float,
     variance_penalty: float,
     l2_penalty: float = 0.0,
+    l2_center: np.ndarray | None = None,
     chunk_size: int | None = None,
 ) -> tuple[float, np.ndarray]:
     """CRM objective and gradient on one set of rows; see :func:`crm_objective_from_statistics`.
@@ -333,7 +342,7 @@ def crm_objective(
     stats = crm_statistics(
         coef, family, inputs, actions, scaled_losses, propensities, clip, chunk_size=chunk_size
     )
-    return crm_objective_from_statistics(stats, coef, variance_penalty, l2_penalty)
+    return crm_objective_from_statistics(stats, coef, variance_penalty, l2_penalty, l2_center)
 
 
 def majorizer_coefficients(stats: CRMStatistics) -> tuple[float, float, float]:
@@ -377,6 +386,7 @@ def majorized_gradient(
     n_total: int,
     variance_penalty: float,
     l2_penalty: float,
+    l2_center: np.ndarray | None = None,
 ) -> np.ndarray:
     r"""Minibatch gradient of the majorized objective (DESIGN §4.4).
 
@@ -400,8 +410,8 @@ def majorized_gradient(
         Training-set size n.
     variance_penalty : float
         λ.
-    l2_penalty : float
-        μ.
+    l2_penalty, l2_center
+        μ and the centre c of the L2 term (as :func:`crm_objective_from_statistics`'s).
 
     Returns
     -------
@@ -410,7 +420,12 @@ def majorized_gradient(
     """
     a, b = _majorized_weights(coefficients, n_total, variance_penalty)
     g = a * batch.sum_grad_u + b * batch.sum_u_grad_u
-    return g / batch.n + 2.0 * l2_penalty * coef
+    return g / batch.n + _l2_gradient(coef, l2_penalty, l2_center)
+
+
+def _l2_gradient(coef: np.ndarray, l2_penalty: float, l2_center: np.ndarray | None) -> np.ndarray:
+    """2μ(w − c), the gradient of the L2 term μ‖w − c‖² (c = 0 when None)."""
+    return 2.0 * l2_penalty * (coef if l2_center is None else coef - l2_center)
 
 
 def _majorized_weights(coefficients, n_total: int, variance_penalty: float) -> tuple:
@@ -433,6 +448,7 @@ def majorized_batch_gradient(
     n_total: int,
     variance_penalty: float,
     l2_penalty: float,
+    l2_center: np.ndarray | None = None,
     loss_model: np.ndarray | None = None,
 ) -> np.ndarray:
     r""":func:`majorized_gradient` of one minibatch, from one forward pass and one VJP.
@@ -450,7 +466,7 @@ def majorized_batch_gradient(
     ----------
     coef, family, inputs, actions, scaled_losses, propensities, clip, loss_model
         The batch's rows and w, as :func:`crm_statistics`'s.
-    coefficients, n_total, variance_penalty, l2_penalty
+    coefficients, n_total, variance_penalty, l2_penalty, l2_center
         As :func:`majorized_gradient`'s.
 
     Returns
@@ -465,8 +481,8 @@ def majorized_batch_gradient(
                 coef, family, inputs, actions, scaled_losses, propensities, clip, loss_model
             )
             grad = _label_vjp(inputs, (a + b * u)[:, None] * C)
-            return grad / family.n_rows(inputs) + 2.0 * l2_penalty * coef
+            return grad / family.n_rows(inputs) + _l2_gradient(coef, l2_penalty, l2_center)
         prob, vjp = family.prob_and_vjp(coef, inputs, actions)
         u, g, _ = _row_terms(prob, propensities, scaled_losses, clip)
         grad = vjp(g * (a + b * u))
-    return grad / family.n_rows(inputs) + 2.0 * l2_penalty * coef
+    return grad / family.n_rows(inputs) + _l2_gradient(coef, l2_penalty, l2_center)

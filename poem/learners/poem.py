@@ -165,11 +165,13 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
     .. math::
 
         \hat w = \arg\min_w \frac{1}{n}\sum_i u_i
-        + \lambda \sqrt{\hat V(u)/n} + \mu \lVert w \rVert^2, \quad
+        + \lambda \sqrt{\hat V(u)/n} + \mu \lVert w \rVert^2
+        + \kappa \frac{d}{n} \lVert w - w_0 \rVert^2, \quad
         u_i = \delta'_i \min(M, \pi_w(y_i|x_i)/p_i)
 
-    where δ'ᵢ are scaled losses, pᵢ propensities, M the clip, λ the variance penalty and μ
-    the L2 penalty (Eq. 10/12).
+    where δ'ᵢ are scaled losses, pᵢ propensities, M the clip, λ the variance penalty, μ
+    the L2 penalty (Eq. 10/12) and κ the anchor penalty: a Gaussian prior centred on a given
+    warm start w₀ (the champion), scaled by d/n, the coefficients per training row.
 
     Parameters
     ----------
@@ -191,6 +193,12 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
         Multiplier c of λ* when ``variance_penalty="calibrated"``, i.e. c.
     l2_penalty : float, default=0.0
         L2 penalty μ ≥ 0, i.e. μ.
+    anchor_penalty : float, default=0.0
+        κ ≥ 0, i.e. κ: the fit pays κ·(d/n)·‖w − w₀‖² for leaving a given ``warm_start``
+        (d coefficients, n training rows; standardized units with ``standardize``). Where a
+        log has many coefficients per row, a champion-started fit then moves only where the
+        rows support it, and elsewhere stays at the champion (README, "Learning beyond
+        sharpening"). No term with ``warm_start="zeros"``.
     max_iter : int, default=200
         Maximum iterations (lbfgs), and epochs (adagrad) unless ``max_epochs`` is set.
     tol : float, default=1e-6
@@ -237,7 +245,8 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
     coef_, policy_, family_, n_features_in_, n_iter_, converged_, clip_, clipped_fraction_
         As every learner's (:class:`~poem.learners._prediction.PolicyPredictionMixin`).
     objective_ : float
-        Training objective J(w) (scaled-loss units).
+        Training objective J(w) (scaled-loss units; up to a constant when both μ and κ
+        are set).
     variance_penalty_ : float
         Resolved λ.
 
@@ -257,6 +266,7 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
         variance_penalty=1.0,
         variance_scale=1.0,
         l2_penalty=0.0,
+        anchor_penalty=0.0,
         max_iter=200,
         tol=1e-6,
         learning_rate=1.0,
@@ -294,6 +304,7 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
         else:
             check_scalar(self.variance_penalty, "variance_penalty", Real, min_val=0.0)
         check_scalar(self.variance_scale, "variance_scale", Real, min_val=0.0)
+        check_scalar(self.anchor_penalty, "anchor_penalty", Real, min_val=0.0)
         check_shared_params(self)
         check_scalar(
             self.learning_rate, "learning_rate", Real, min_val=0.0, include_boundaries="neither"
@@ -447,7 +458,13 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
         lam = self._resolved_variance_penalty(prepared.scaled_losses)
         data = self._with_loss_model(prepared)
         start = np.zeros(family.coef_shape) if coef0 is None else np.asarray(coef0, np.float64)
-        common = dict(variance_penalty=lam, l2_penalty=float(self.l2_penalty), tol=float(self.tol))
+        mu, center = float(self.l2_penalty), None
+        if (
+            self.anchor_penalty and coef0 is not None
+        ):  # μ‖w‖² + a‖w − w₀‖² = (μ + a)‖w − c‖² + const
+            a = float(self.anchor_penalty) * start.size / prepared.n_rows
+            mu, center = mu + a, a / (mu + a) * start
+        common = dict(variance_penalty=lam, l2_penalty=mu, l2_center=center, tol=float(self.tol))
         if self.solver == "adagrad":
             seed = check_random_state(self.random_state).randint(2**31 - 1)
             epochs = self.max_iter if self.max_epochs is None else self.max_epochs
@@ -509,6 +526,7 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
                 "clip": clip if np.isfinite(clip) else None,
                 "variance_penalty": lam,
                 "l2_penalty": float(self.l2_penalty),
+                "anchor_penalty": float(self.anchor_penalty),
                 "warm_start": "zeros" if coef0 is None else "given",
                 "feature_names": log.feature_names,
             },

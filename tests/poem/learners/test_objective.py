@@ -38,8 +38,9 @@ def _clip_between(r):
     return 0.5 * (s[len(s) // 2] + s[len(s) // 2 + 1])
 
 
+@pytest.mark.parametrize("centred", [False, True])
 @pytest.mark.parametrize("clip_mode", ["inactive", "active"])
-def test_gradient_matches_finite_differences(family_log, clip_mode):
+def test_gradient_matches_finite_differences(family_log, clip_mode, centred):
     family, inputs, w = _setup(family_log)
     r = _weights(family, inputs, family_log, w)
     clip = np.inf if clip_mode == "inactive" else _clip_between(r)
@@ -50,7 +51,8 @@ def test_gradient_matches_finite_differences(family_log, clip_mode):
         family_log.scaled_losses(),
         family_log.propensities,
     )
-    kw = dict(clip=clip, variance_penalty=0.7, l2_penalty=0.05)
+    center = _setup(family_log, seed=2)[2] if centred else None  # the L2 term μ‖w − c‖²
+    kw = dict(clip=clip, variance_penalty=0.7, l2_penalty=0.05, l2_center=center)
 
     stats = crm_statistics(w, *args, clip)
     assert (stats.n_clipped == 0) if clip_mode == "inactive" else (0 < stats.n_clipped < stats.n)
@@ -63,6 +65,9 @@ def test_gradient_matches_finite_differences(family_log, clip_mode):
 
     err = check_grad(f, g, w.ravel(), epsilon=1e-7)
     assert err <= 1e-5 * max(1.0, np.linalg.norm(g(w.ravel())))
+    if centred:  # the centred term is exactly μ‖w − c‖² more than the data terms
+        plain = crm_objective(w, *args, clip=clip, variance_penalty=0.7)[0]
+        assert f(w.ravel()) == pytest.approx(plain + 0.05 * np.sum((w - center) ** 2), rel=1e-12)
 
 
 def test_objective_value_by_hand_on_tiny_log(tiny_log):
@@ -110,16 +115,19 @@ def test_majorizer_gradient_equals_true_gradient_at_w0(family_log):
     )
     clip = _clip_between(_weights(family, inputs, family_log, w0))
     stats = crm_statistics(w0, *args, clip)
-    _, true_grad = crm_objective_from_statistics(stats, w0, 0.8, 0.1)
-    maj = majorized_gradient(
-        stats,
-        w0,
-        majorizer_coefficients(stats),
-        n_total=stats.n,
-        variance_penalty=0.8,
-        l2_penalty=0.1,
-    )
-    np.testing.assert_allclose(maj, true_grad, rtol=1e-10, atol=1e-12)
+    center = 0.5 * w0[::-1].copy()
+    for c in (None, center):
+        _, true_grad = crm_objective_from_statistics(stats, w0, 0.8, 0.1, c)
+        maj = majorized_gradient(
+            stats,
+            w0,
+            majorizer_coefficients(stats),
+            n_total=stats.n,
+            variance_penalty=0.8,
+            l2_penalty=0.1,
+            l2_center=c,
+        )
+        np.testing.assert_allclose(maj, true_grad, rtol=1e-10, atol=1e-12)
 
 
 def test_batch_gradient_in_one_vjp_equals_the_gradient_from_statistics(family_log):
@@ -137,25 +145,14 @@ def test_batch_gradient_in_one_vjp_equals_the_gradient_from_statistics(family_lo
         family_log.scaled_losses()[rows],
         family_log.propensities[rows],
     )
-    expected = majorized_gradient(
-        crm_statistics(w, family, *batch, clip),
-        w,
-        coefficients,
-        n_total=family_log.n_rows,
-        variance_penalty=0.8,
-        l2_penalty=0.1,
-    )
-    got = majorized_batch_gradient(
-        w,
-        family,
-        *batch,
-        clip,
-        coefficients,
-        n_total=family_log.n_rows,
-        variance_penalty=0.8,
-        l2_penalty=0.1,
-    )
+    kw = dict(n_total=family_log.n_rows, variance_penalty=0.8, l2_penalty=0.1, l2_center=w0)
+    expected = majorized_gradient(crm_statistics(w, family, *batch, clip), w, coefficients, **kw)
+    got = majorized_batch_gradient(w, family, *batch, clip, coefficients, **kw)
     np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-13)
+    uncentred = majorized_gradient(
+        crm_statistics(w, family, *batch, clip), w, coefficients, **{**kw, "l2_center": None}
+    )
+    np.testing.assert_allclose(expected - uncentred, -0.2 * w0, rtol=1e-10, atol=1e-13)
     assert np.abs(expected).max() > 1e-6  # a non-trivial gradient
 
 

@@ -146,11 +146,16 @@ def test_statistics_of_k_partitions_equal_one(family_log, clip):
 
 
 @QUIET
-def test_lbfgs_fit_of_k_partitions_equals_one(timed_log):
+@pytest.mark.parametrize("anchored", [False, True])
+def test_lbfgs_fit_of_k_partitions_equals_one(timed_log, anchored):
     one, many = both(timed_log, random_state=0, by_time=False)
-    a = fit_on_rows(POEM(**PARAMS), TrainingRows(one))
-    b = fit_on_rows(POEM(**PARAMS), TrainingRows(many))
-    ref = POEM(**PARAMS).fit(one.log("train"))
+    params = dict(PARAMS)
+    if anchored:  # the anchor term κ·(d/n)·‖w − w₀‖² uses the rows of all partitions
+        w0 = POEM(**{**PARAMS, "max_iter": 2}).fit(one.log("train")).coef_
+        params.update(warm_start=w0, anchor_penalty=0.5)
+    a = fit_on_rows(POEM(**params), TrainingRows(one))
+    b = fit_on_rows(POEM(**params), TrainingRows(many))
+    ref = POEM(**params).fit(one.log("train"))
     np.testing.assert_array_equal(a.coef_, ref.coef_)  # one partition: the in-memory fit
     assert b.clip_ == a.clip_ and b.variance_penalty_ == pytest.approx(a.variance_penalty_, 1e-12)
     assert b.objective_ == pytest.approx(a.objective_, rel=1e-10)

@@ -115,6 +115,35 @@ def test_objective_matches_the_objective_module(synthetic_log):
     assert est.objective_ == pytest.approx(value, rel=1e-10)
 
 
+@pytest.mark.parametrize("solver", ["lbfgs", "adagrad"])
+def test_anchor_penalty_holds_a_warm_start_and_ignores_zeros(solver, synthetic_log):
+    """κ·(d/n)·‖w − w₀‖²: larger κ, closer to w₀; no term without a warm start."""
+    log = synthetic_log.take(np.arange(600))
+    base = dict(solver=solver, clip=20.0, variance_penalty=0.5, random_state=0, max_iter=40,
+                learning_rate=3.0, tol=1e-9, standardize=False)  # fmt: skip
+    w0 = 0.3 * np.random.default_rng(5).normal(size=_quiet_fit(POEM(**FAST), log).coef_.shape)
+    fits = [_quiet_fit(POEM(**base, warm_start=w0, anchor_penalty=k), log) for k in (0, 0.3, 30)]
+    moved = [np.linalg.norm(f.coef_ - w0) for f in fits]
+    assert moved[0] > moved[1] > moved[2] and moved[2] < 0.05 * moved[0]
+    assert fits[2].policy_.metadata["anchor_penalty"] == 30.0
+    if solver == "lbfgs":  # objective_ is J(w) plus the anchor term exactly (μ = 0)
+        est = fits[1]
+        value, _ = crm_objective(
+            est.coef_,
+            est.family_,
+            est.family_.inputs_from_log(log),
+            log.actions,
+            log.scaled_losses(),
+            log.propensities,
+            clip=20.0,
+            variance_penalty=est.variance_penalty_,
+        )
+        anchor = 0.3 * w0.size / log.n_rows * np.sum((est.coef_ - w0) ** 2)
+        assert est.objective_ == pytest.approx(value + anchor, rel=1e-10)
+    plain, anchored = (_quiet_fit(POEM(**base, anchor_penalty=k), log) for k in (0, 30))
+    np.testing.assert_array_equal(plain.coef_, anchored.coef_)
+
+
 def test_poem_improves_true_risk_over_the_logger(synthetic_problem):
     prob = synthetic_problem
     logger = float(np.mean(np.sum(prob.logging_probs * prob.expected_loss, axis=1)))
@@ -209,6 +238,8 @@ BAD_PARAMS = [
     ),
     (dict(variance_penalty=-1.0), ValueError, r"variance_penalty == -1.0, must be >= 0"),
     (dict(l2_penalty=-0.1), ValueError, r"l2_penalty == -0.1, must be >= 0"),
+    (dict(anchor_penalty=-1.0), ValueError, r"anchor_penalty == -1.0, must be >= 0"),
+    (dict(anchor_penalty="1e-5"), TypeError, r"anchor_penalty must be an instance of float"),
     (dict(learning_rate=0.0), ValueError, r"learning_rate == 0.0, must be > 0"),
     (dict(batch_size=0), ValueError, r"batch_size == 0, must be >= 1"),
     (dict(max_iter=2.5), TypeError, r"max_iter must be an instance of"),
