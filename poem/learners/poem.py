@@ -170,8 +170,8 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
         u_i = \delta'_i \min(M, \pi_w(y_i|x_i)/p_i)
 
     where δ'ᵢ are scaled losses, pᵢ propensities, M the clip, λ the variance penalty, μ
-    the L2 penalty (Eq. 10/12) and κ the anchor penalty: a Gaussian prior centred on a given
-    warm start w₀ (the champion), scaled by d/n, the coefficients per training row.
+    the L2 penalty (Eq. 10/12) and κ the anchor penalty: a Gaussian prior centred on the
+    warm start w₀ (the champion, or 0), scaled by d/n, the coefficients per training row.
 
     Parameters
     ----------
@@ -194,11 +194,11 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
     l2_penalty : float, default=0.0
         L2 penalty μ ≥ 0, i.e. μ.
     anchor_penalty : float, default=0.0
-        κ ≥ 0, i.e. κ: the fit pays κ·(d/n)·‖w − w₀‖² for leaving a given ``warm_start``
-        (d coefficients, n training rows; standardized units with ``standardize``). Where a
-        log has many coefficients per row, a champion-started fit then moves only where the
-        rows support it, and elsewhere stays at the champion (README, "Learning beyond
-        sharpening"). No term with ``warm_start="zeros"``.
+        κ ≥ 0, i.e. κ: the fit pays κ·(d/n)·‖w − w₀‖² for leaving its start ``warm_start``
+        (d coefficients, n training rows; standardized units with ``standardize``; w₀ = 0
+        with ``warm_start="zeros"``, an L2 penalty of κ·d/n). Where a log has many
+        coefficients per row, a fit then moves only where the rows support it and elsewhere
+        stays at its start, the champion (README, "Learning beyond sharpening").
     max_iter : int, default=200
         Maximum iterations (lbfgs), and epochs (adagrad) unless ``max_epochs`` is set.
     tol : float, default=1e-6
@@ -459,11 +459,9 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
         data = self._with_loss_model(prepared)
         start = np.zeros(family.coef_shape) if coef0 is None else np.asarray(coef0, np.float64)
         mu, center = float(self.l2_penalty), None
-        if (
-            self.anchor_penalty and coef0 is not None
-        ):  # μ‖w‖² + a‖w − w₀‖² = (μ + a)‖w − c‖² + const
+        if self.anchor_penalty:  # μ‖w‖² + a‖w − w₀‖² = (μ + a)‖w − c‖² + const
             a = float(self.anchor_penalty) * start.size / prepared.n_rows
-            mu, center = mu + a, a / (mu + a) * start
+            mu, center = mu + a, None if coef0 is None else a / (mu + a) * start
         common = dict(variance_penalty=lam, l2_penalty=mu, l2_center=center, tol=float(self.tol))
         if self.solver == "adagrad":
             seed = check_random_state(self.random_state).randint(2**31 - 1)
