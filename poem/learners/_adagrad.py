@@ -183,7 +183,7 @@ def adagrad(
     .. math::
 
         g_t = \frac{1}{b}\sum_{i \in B_t}\left[\nabla u_i + \lambda\sqrt{n}
-              (A \nabla u_i + 2 B u_i \nabla u_i)\right] + 2\mu w, \quad
+              (A \nabla u_i + 2 B u_i \nabla u_i)\right] + 2\mu (w - c), \quad
         h_t = h_{t-1} + g_t^2, \quad
         w_{t+1} = w_t - \eta\, g_t / \sqrt{h_t}
 

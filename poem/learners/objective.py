@@ -393,7 +393,7 @@ def majorized_gradient(
     .. math::
 
         g = \frac{1}{b}\sum_{i \in \text{batch}} \left[\nabla u_i + \lambda \sqrt{n}
-            (A \nabla u_i + 2 B u_i \nabla u_i)\right] + 2 \mu w
+            (A \nabla u_i + 2 B u_i \nabla u_i)\right] + 2 \mu (w - c)
 
     where b is the batch size, n the training-set size and A, B from
     :func:`majorizer_coefficients`. With b = n and w = w₀ it equals ∇J(w₀).
@@ -455,7 +455,7 @@ def majorized_batch_gradient(
 
     .. math::
 
-        g = \frac{1}{b}\sum_{i \in \text{batch}} c_i \nabla \log \pi_w(y_i|x_i) + 2 \mu w,
+        g = \frac{1}{b}\sum_{i \in \text{batch}} c_i \nabla \log \pi_w(y_i|x_i) + 2 \mu (w - c),
         \quad c_i = \tilde u_i \big[1 + \lambda\sqrt{n}\,(A + 2 B u_i)\big]
 
     where ũᵢ = uᵢ when rᵢ < M and 0 when clipped (∇uᵢ = ũᵢ ∇log π, Eq. 13), so g equals
