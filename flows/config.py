@@ -358,7 +358,7 @@ POEM_PARAMS: dict[str, Scalar] = {
     "objective": "auto",
     "variance_penalty": "calibrated",
     "l2_penalty": 0.0,
-    "anchor_penalty": 1e-06,
+    "anchor_penalty": 0.0,
     "max_iter": 50,
     "max_epochs": 2,
     "learning_rate": 1000.0,

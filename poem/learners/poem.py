@@ -198,7 +198,7 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
         (d coefficients, n training rows; standardized units with ``standardize``; w₀ = 0
         with ``warm_start="zeros"``, an L2 penalty of κ·d/n). Where a log has many
         coefficients per row, a fit then moves only where the rows support it and elsewhere
-        stays at its start, the champion (README, "Learning beyond sharpening").
+        stays at its start, the champion (measured in the README: "The anchor penalty").
     max_iter : int, default=200
         Maximum iterations (lbfgs), and epochs (adagrad) unless ``max_epochs`` is set.
     tol : float, default=1e-6
