@@ -305,7 +305,7 @@ def crm_objective_from_statistics(
     mean = stats.mean
     shift = coef if l2_center is None else coef - l2_center
     value = mean + l2_penalty * float(np.sum(shift * shift))
-    grad = stats.sum_grad_u / n + 2.0 * l2_penalty * shift
+    grad = stats.sum_grad_u / n + _l2_gradient(coef, l2_penalty, l2_center)
     if variance_penalty:
         var = stats.variance
         sd = np.sqrt(var)
