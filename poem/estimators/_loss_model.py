@@ -99,8 +99,27 @@ class LossPredictions:
         return np.add.reduceat(p * self.values, self.offsets[:-1])
 
 
+def group_folds(groups: Any, n_folds: int, random_state: Any) -> np.ndarray:
+    """Fold of each row with every cluster in one fold: ``permutation(G)[cluster] % n_folds``.
+
+    Rows with one label of ``groups`` (replays of a context, a user's sessions) are one
+    cluster; cross-fitting by cluster keeps a row's prediction from a model that saw its
+    cluster. ValueError when there are fewer clusters than folds.
+    """
+    codes = np.unique(np.asarray(groups), return_inverse=True)[1].ravel()
+    g = int(codes.max(initial=-1)) + 1
+    if g < n_folds:
+        raise ValueError(f"cross-fitting by group needs at least {n_folds} groups, got {g}")
+    return np.random.default_rng(random_state).permutation(g)[codes] % n_folds
+
+
 def fit_loss_model(
-    log: Any, *, loss_model: Any = None, n_folds: int = 5, random_state: Any = None
+    log: Any,
+    *,
+    loss_model: Any = None,
+    n_folds: int = 5,
+    random_state: Any = None,
+    groups: Any = None,
 ) -> LossPredictions:
     r"""Fit a loss model δ̂(x, a) by K-fold cross-fitting and predict every (row, action) pair.
 
@@ -124,6 +143,8 @@ def fit_loss_model(
         Number of cross-fitting folds K ≥ 2.
     random_state : int, RandomState instance or None, default=None
         Seed of the fold assignment.
+    groups : array-like of shape (n_rows,) or None, default=None
+        Cluster label of each row: the rows of one cluster share a fold (:func:`group_folds`).
 
     Returns
     -------
@@ -162,8 +183,13 @@ def fit_loss_model(
     sizes = np.diff(offsets)
     logged_idx = offsets[:-1] + np.asarray(log.actions, dtype=np.int64)
     predictions = np.empty(features.shape[0])
-    folds = KFold(n_splits=int(n_folds), shuffle=True, random_state=random_state)
-    for k, (train, test) in enumerate(folds.split(np.arange(log.n_rows))):
+    if groups is None:
+        folds = KFold(n_splits=int(n_folds), shuffle=True, random_state=random_state)
+        splits = folds.split(np.arange(log.n_rows))
+    else:
+        fold = group_folds(groups, int(n_folds), random_state)
+        splits = ((np.flatnonzero(fold != k), np.flatnonzero(fold == k)) for k in range(n_folds))
+    for k, (train, test) in enumerate(splits):
         y = target[train].astype(int) if classifier else target[train]
         if classifier and np.unique(y).size < 2:
             raise ValueError(

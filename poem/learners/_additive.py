@@ -24,6 +24,7 @@ import scipy.sparse as sp
 from scipy.sparse.linalg import LinearOperator, lsqr
 
 from poem._blas import single_blas_thread
+from poem.estimators._loss_model import group_folds
 
 __all__ = ["fit_additive_loss_model"]
 
@@ -61,6 +62,7 @@ def fit_additive_loss_model(
     ridge: float = 1.0,
     random_state: int = 0,
     max_iter: int = _MAX_ITER,
+    groups: Any = None,
 ) -> np.ndarray:
     r"""Cross-fitted per-row (g₁..g_q, c) of the loss model δ̂(x, y) = c(x) + Σ_l y_l g_l(x).
 
@@ -86,6 +88,9 @@ def fit_additive_loss_model(
         Seed of the fold assignment.
     max_iter : int, default=20
         LSQR iterations per fold.
+    groups : array-like of shape (n_samples,) or None, default=None
+        Cluster label of each row; the rows of one cluster share a fold
+        (:func:`poem.estimators._loss_model.group_folds`). None: rows are assigned one by one.
 
     Returns
     -------
@@ -106,7 +111,11 @@ def fit_additive_loss_model(
     X = sp.csr_matrix(inputs) if sp.issparse(inputs) else np.asarray(inputs, dtype=np.float64)
     y = np.asarray(scaled_losses, dtype=np.float64)
     out = np.zeros((n, q + 1))
-    fold = np.random.default_rng(random_state).permutation(n) % int(folds)
+    fold = (
+        np.random.default_rng(random_state).permutation(n) % int(folds)
+        if groups is None or folds == 1
+        else group_folds(groups, int(folds), random_state)
+    )
     with single_blas_thread():  # thin products: threads only cost (poem._blas)
         for k in range(int(folds)):
             _fit_fold(X, Y, y, fold == k, folds > 1, ridge, max_iter, out)

@@ -25,6 +25,18 @@ serving a fit that is not better stays at most that of the DR bound alone. The m
 standard error treats the cross-fitted predictions as fixed, so its bound is a necessary
 agreement, not a test on its own.
 
+**Rows that share a context are not independent.** When several validation rows come from one
+context (a user's repeated sessions; the replays of a supervised example in
+``benchmarks/paper_multilabel.py``), their terms are correlated, the model term exactly so (it
+depends on the context only), and the row-wise standard error is too small. ``groups`` gives
+each row its cluster; the standard errors are then cluster-robust (Liang & Zeger 1986) and the t
+quantile has G − 1 degrees of freedom for G clusters:
+
+.. math:: \widehat{se}^2 = \frac{G}{G-1}\,\frac{1}{n_v^2}\sum_g \Big(\sum_{i\in g}
+          (t_i - \bar t)\Big)^2,
+
+which equals the row-wise s²/n_v when every row is its own cluster.
+
 The loss model δ̂ is cross-fitted (``n_folds``) on the validation rows together with
 ``model_log`` (training rows), so no row's prediction comes from a model that saw it
 (Chernozhukov et al. 2018): the additive model of :mod:`poem.learners._additive` for
@@ -72,6 +84,8 @@ class LearningEvidence:
         One-sided upper bound m̄ + t·se_m at ``confidence_level``.
     n_validation : int
         Validation rows compared, n_v.
+    n_clusters : int
+        Independent clusters among them, G (n_v without ``groups``).
     n_model_rows : int
         Rows the loss model was cross-fitted on (validation and model rows).
     loss_model_r2 : float
@@ -85,6 +99,7 @@ class LearningEvidence:
     model_difference: float
     model_upper: float
     n_validation: int
+    n_clusters: int
     n_model_rows: int
     loss_model_r2: float
 
@@ -98,24 +113,58 @@ class LearningEvidence:
         return {**{k: float(v) for k, v in asdict(self).items()}, "learned": float(self.learned)}
 
 
-def _model_values(log: LoggedBandit, n: int, n_folds: int, random_state: int):
-    """(logged δ̂ of the first ``n`` rows, π ↦ v̂ of the first ``n`` rows), in loss units."""
+def _model_values(log: LoggedBandit, n: int, n_folds: int, random_state: int, groups=None):
+    """(logged δ̂ of the first ``n`` rows, π ↦ v̂ of the first ``n`` rows), in loss units.
+
+    ``groups``: cluster codes of every row of ``log``, whose clusters share a fold; None: rows
+    are assigned one by one.
+    """
     if log.family == "multilabel":
         prepared = prepare_log(log, fit_intercept=True, standardize_features=True)
         part = prepared.partitions.items[0]
         gc = fit_additive_loss_model(
-            part.inputs, part.actions, part.scaled_losses, folds=n_folds, random_state=random_state
+            part.inputs,
+            part.actions,
+            part.scaled_losses,
+            folds=n_folds,
+            random_state=random_state,
+            groups=groups,
         )[:n]
         lo, hi = log.loss_bounds
         g, c = gc[:, :-1] * (hi - lo), hi + gc[:, -1] * (hi - lo)  # δ = δ_max + (δ_max − δ_min)δ'
         actions = np.asarray(log.actions[:n], dtype=np.float64)
         return c + np.sum(actions * g, axis=1), lambda marginals: c + np.sum(marginals * g, axis=1)
     full = fit_loss_model(
-        log, loss_model=Ridge(alpha=1.0), n_folds=n_folds, random_state=random_state
+        log, loss_model=Ridge(alpha=1.0), n_folds=n_folds, random_state=random_state, groups=groups
     )
     end = int(full.offsets[n])
     kept = LossPredictions(full.values[:end], full.offsets[: n + 1], full.logged[:n], n_folds)
     return kept.logged, kept.expected_loss
+
+
+def _mean_and_se(terms: np.ndarray, groups: np.ndarray | None) -> tuple[float, float]:
+    """Mean of ``terms`` and its standard error, row-wise or cluster-robust over ``groups``."""
+    mean, n = float(terms.mean()), terms.size
+    if groups is None:
+        return mean, float(terms.std(ddof=1) / math.sqrt(n))
+    sums = np.bincount(groups, weights=terms - mean)
+    g = sums.size
+    return mean, float(math.sqrt(g / (g - 1) * np.sum(sums**2)) / n)
+
+
+def _clusters(groups: Any, n: int) -> np.ndarray | None:
+    """Dense cluster codes 0..G−1 of the validation rows, or None (every row its own)."""
+    if groups is None:
+        return None
+    labels = np.asarray(groups)
+    if labels.shape != (n,):
+        raise ValueError(
+            f"groups must have one label per validation row ({n}), got shape {labels.shape}"
+        )
+    codes = np.unique(labels, return_inverse=True)[1].ravel()
+    if codes.max(initial=0) + 1 < 2:
+        raise ValueError("the paired comparison needs at least 2 groups, got 1")
+    return codes
 
 
 def learning_evidence(
@@ -127,6 +176,7 @@ def learning_evidence(
     confidence_level: float = 0.95,
     n_folds: int = 5,
     random_state: int = 0,
+    groups: Any = None,
 ) -> LearningEvidence:
     r"""Doubly robust paired estimate of R(fit) − R(candidate) on the validation rows.
 
@@ -154,6 +204,12 @@ def learning_evidence(
         Cross-fitting folds of the loss model, ≥ 2.
     random_state : int, default=0
         Seed of the fold assignment.
+    groups : array-like of shape (n_v,) or None, default=None
+        Cluster label of each validation row (e.g. a context or user id); rows with one label
+        are dependent: the standard errors are cluster-robust with G − 1 degrees of freedom and
+        the loss model is cross-fitted by cluster (no row's prediction comes from a model that saw
+        its cluster; each ``model_log`` row is a cluster of its own). None: every row is
+        independent.
 
     Returns
     -------
@@ -165,7 +221,8 @@ def learning_evidence(
     ------
     ValueError
         If the confidence level is not in (0, 1), the validation log has fewer than 2 rows,
-        the two logs differ in family, or the loss model cannot be fitted.
+        ``groups`` does not label each row or has one label, the two logs differ in family, or
+        the loss model cannot be fitted.
     """
     level = float(confidence_level)
     if not 0.0 < level < 1.0:
@@ -173,6 +230,8 @@ def learning_evidence(
     n = validation_log.n_rows
     if n < 2:
         raise ValueError(f"the paired comparison needs at least 2 validation rows, got {n}")
+    clusters = _clusters(groups, n)
+    n_clusters = n if clusters is None else int(clusters.max()) + 1
     rows = validation_log
     if model_log is not None and model_log.n_rows:
         if model_log.family != validation_log.family:
@@ -180,7 +239,10 @@ def learning_evidence(
                 f"model_log is a {model_log.family!r} log, validation_log {validation_log.family!r}"
             )
         rows = concat_logs([validation_log, model_log])
-    logged, expected = _model_values(rows, n, n_folds, random_state)
+    row_groups = None
+    if clusters is not None:  # the model rows are clusters of their own
+        row_groups = np.concatenate([clusters, n_clusters + np.arange(rows.n_rows - n)])
+    logged, expected = _model_values(rows, n, n_folds, random_state, row_groups)
     inputs = (
         validation_log.candidates
         if validation_log.family == "candidates"
@@ -194,9 +256,9 @@ def learning_evidence(
         model += sign * expected(policy.predict_proba(inputs))
         weights += sign * policy.action_probability(inputs, validation_log.actions) / p
     terms = model + weights * residual
-    t = float(stats.t.ppf(level, n - 1))
-    mean, se = float(terms.mean()), float(terms.std(ddof=1) / math.sqrt(n))
-    model_mean, model_se = float(model.mean()), float(model.std(ddof=1) / math.sqrt(n))
+    t = float(stats.t.ppf(level, n_clusters - 1))
+    mean, se = _mean_and_se(terms, clusters)
+    model_mean, model_se = _mean_and_se(model, clusters)
     ss = float(np.sum((losses - losses.mean()) ** 2))
     return LearningEvidence(
         difference=mean,
@@ -206,6 +268,7 @@ def learning_evidence(
         model_difference=model_mean,
         model_upper=model_mean + t * model_se,
         n_validation=n,
+        n_clusters=n_clusters,
         n_model_rows=rows.n_rows,
         loss_model_r2=1.0 - float(np.sum(residual**2)) / ss if ss > 0 else float("nan"),
     )
@@ -222,14 +285,15 @@ def confirm_fit(
     min_effective_sample_size: float = 0.0,
     exploration_floor: float | None = None,
     confidence_level: float = 0.9,
+    groups: Any = None,
 ) -> tuple[int, LearningEvidence]:
     """The best champion candidate and the evidence that ``fit`` beats it (confirm-learning).
 
     The candidate is the search's own choice among ``candidates``
     (:func:`~poem.learners._trials.select_trial` with ``scoring`` and the ESS guard), served as
     :func:`~poem.learners.champion_candidates.selected_champion_policy`; the evidence is
-    :func:`learning_evidence` of ``fit`` against it. The fit is served when
-    ``evidence.learned``, else that candidate.
+    :func:`learning_evidence` of ``fit`` against it (``groups``: its cluster labels of the
+    validation rows). The fit is served when ``evidence.learned``, else that candidate.
 
     Returns
     -------
@@ -243,6 +307,11 @@ def confirm_fit(
     )
     candidate = selected_champion_policy(candidates[reference].params, champion, exploration_floor)
     evidence = learning_evidence(
-        fit, candidate, validation_log, model_log, confidence_level=confidence_level
+        fit,
+        candidate,
+        validation_log,
+        model_log,
+        confidence_level=confidence_level,
+        groups=groups,
     )
     return reference, evidence

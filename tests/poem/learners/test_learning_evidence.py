@@ -133,3 +133,83 @@ def test_bad_inputs_are_named(make_log):
         learning_evidence(policy, policy, log, other)
     nan = learning_evidence(policy, policy, replace(log, losses=np.full(40, 0.5)))
     assert math.isnan(nan.loss_model_r2) and not nan.learned  # constant losses: R² undefined
+
+
+def _replayed(log, times: int):
+    """Each row of ``log`` ``times`` times in a row, and its cluster label (the original row)."""
+    index = np.repeat(np.arange(log.n_rows), times)
+    return replace(log, event_ids=None).take(index), index  # a replay is a new event
+
+
+def test_replays_of_one_context_are_one_cluster():
+    """Four copies of each row: row-wise s.e. halves (a false gain in power), clustered does not.
+
+    With every row copied k times the cluster-robust standard error of a mean equals the row-wise
+    one of the original rows exactly (G/(G−1)·Σ(k·(t_g − t̄))²/(k·G)² = s²/G), so the clustered
+    evidence on the copies has the original's standard error up to the loss model's folds.
+    """
+    problem = make_synthetic(n=1600, seed=5)
+    log = problem.log
+    stream = np.random.default_rng(5)
+    stream.normal(size=(1600, 5))
+    theta = stream.normal(size=(4, 5))
+    good = _discrete_policy(np.hstack([-0.3 * theta, np.zeros((4, 1))]))
+    uniform = _discrete_policy(np.zeros((4, 6)))
+    valid, rest = log.take(np.arange(400)), log.take(np.arange(400, 1600))
+    original = learning_evidence(good, uniform, valid, rest)
+    copies, clusters = _replayed(valid, 4)
+    naive = learning_evidence(good, uniform, copies, rest)
+    clustered = learning_evidence(good, uniform, copies, rest, groups=clusters)
+    assert (naive.n_clusters, clustered.n_clusters, clustered.n_validation) == (1600, 400, 1600)
+    assert naive.std_error == pytest.approx(original.std_error / 2, rel=0.1)
+    assert clustered.std_error == pytest.approx(original.std_error, rel=0.1)
+    assert clustered.upper - clustered.difference > 1.8 * (naive.upper - naive.difference)
+
+
+def test_clusters_cross_fit_the_loss_model_apart(make_log):
+    """A cluster's predictions come from a model that never saw it: its losses cannot move them."""
+    from poem.estimators._loss_model import fit_loss_model, group_folds
+    from poem.learners._additive import fit_additive_loss_model
+    from poem.learners.prepared import prepare_log
+
+    folds = group_folds(np.repeat(np.arange(30), 4), 5, 0)
+    assert np.all(folds.reshape(30, 4) == folds.reshape(30, 4)[:, :1])  # a cluster in one fold
+    assert sorted(np.unique(folds)) == [0, 1, 2, 3, 4]
+    with pytest.raises(ValueError, match="at least 5 groups, got 3"):
+        group_folds([0, 1, 2, 0, 1, 2], 5, 0)
+
+    for family in ("discrete", "multilabel"):
+        base = make_log(family, n=240, seed=6)
+        log, clusters = _replayed(base.take(np.arange(60)), 4)
+        moved = replace(log, losses=np.where(clusters == 7, log.loss_bounds[1], log.losses))
+        if family == "discrete":
+            before, after = (
+                fit_loss_model(x, n_folds=5, random_state=0, groups=clusters).logged
+                for x in (log, moved)
+            )
+        else:
+            before, after = (
+                fit_additive_loss_model(
+                    (
+                        part := prepare_log(
+                            x, fit_intercept=True, standardize_features=True
+                        ).partitions.items[0]
+                    ).inputs,
+                    part.actions,
+                    part.scaled_losses,
+                    folds=5,
+                    groups=clusters,
+                )[:, -1]
+                for x in (log, moved)
+            )
+        assert np.array_equal(before[clusters == 7], after[clusters == 7])
+        assert not np.allclose(before[clusters != 7], after[clusters != 7])
+
+
+def test_bad_groups_are_named(make_log):
+    log = make_log("discrete", n=40, seed=0)
+    policy = _discrete_policy(np.zeros((4, 4)))
+    with pytest.raises(ValueError, match=r"one label per validation row \(40\), got shape \(39,\)"):
+        learning_evidence(policy, policy, log, groups=np.arange(39))
+    with pytest.raises(ValueError, match="at least 2 groups, got 1"):
+        learning_evidence(policy, policy, log, groups=np.zeros(40))
