@@ -1,7 +1,10 @@
 """Reproduce the multilabel experiments of Swaminathan & Joachims (2015, §6, Tables 3–5).
 
 Protocol (DESIGN §9): h₀ = per-label logistic regression on 5% of the supervised training set;
-4 replays y ~ h₀ with Hamming-loss feedback; 25% of the bandit log held out for validation;
+4 replays y ~ h₀ with Hamming-loss feedback; 25% of the contexts held out for validation with
+all their replays (``--split rows``: 25% of the log's rows, the paper's, which leaves each
+validation context's other replays in the training rows and so rewards fits that memorize
+training contexts; the test set, like production, has contexts no fit saw);
 IPS(S)/POEM(S) (minibatch AdaGrad, Alg. 1) and IPS(B)/POEM(B) (L-BFGS) with λ = c·λ*, c chosen
 by a validation estimate (SNIPS by default, see Selection below); test-set expected Hamming loss
 (closed form), MAP loss, the supervised skyline (scikit-learn ``LogisticRegression`` per label on the full training set),
@@ -176,6 +179,14 @@ def parse_args(argv=None):
         "--validation-fraction", type=float, default=0.25, help="share of the log held out"
     )
     p.add_argument(
+        "--split",
+        choices=["rows", "contexts"],
+        default=None,
+        help="hold out log rows at random (the paper's protocol; a context's other replays stay "
+        "in training) or whole contexts with all their replays (validation on unseen contexts, "
+        "as the test set and production are); default: contexts, rows with --paper-regime",
+    )
+    p.add_argument(
         "--config", type=Path, default=REPO_ROOT / "mlflow.yml", help="the flow's config file"
     )
     p.add_argument(
@@ -197,6 +208,8 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if (args.train is None) != (args.test is None):
         p.error("--train and --test go together")
+    if args.split is None:
+        args.split = "rows" if args.paper_regime else "contexts"
     return args
 
 
@@ -280,18 +293,22 @@ def sharpened(h0, valid, defaults: dict, min_ess: float) -> tuple[object, float]
     """h₀ served at the α of ``search.temperatures`` that the search's own rule selects.
 
     The same validation log, scoring and ESS guard as the learners' trials
-    (:func:`poem.learners.select_trial`), no fit: the baseline a learner must beat to have
-    learned anything beyond sharpening the logger.
+    (:func:`poem.learners.select_trial`), no fit, served as the flow serves a re-tempered
+    champion (:func:`~poem.learners.champion_candidates.retempered_champion`, with the flow's
+    exploration floor): the baseline a learner must beat to have learned anything beyond
+    sharpening the logger.
     """
     temperatures = defaults["temperatures"] or [1.0]
+    floor = float(defaults["params"].get("exploration_floor", 0.0))
+    policies = [retempered_champion(h0, t, floor) for t in temperatures]
     trials = []
-    for t in temperatures:
-        ips, snips = validation_scores(h0.with_serving(temperature=t), valid)
+    for t, policy in zip(temperatures, policies, strict=True):
+        ips, snips = validation_scores(policy, valid)
         trials.append(
             Trial({"temperature": t}, ips, snips, ips.effective_sample_size, 0, 0, 0, True, 0)
         )
     best = select_trial(trials, scoring=defaults["scoring"], min_effective_sample_size=min_ess)
-    return h0.with_serving(temperature=temperatures[best]), float(temperatures[best])
+    return policies[best], float(temperatures[best])
 
 
 def printable(params: dict) -> dict:
@@ -299,6 +316,24 @@ def printable(params: dict) -> dict:
     return {
         k: v if isinstance(v, str | int | float | None) else "champion" for k, v in params.items()
     }
+
+
+def validation_rows(n_contexts: int, args, seed: int) -> tuple[np.ndarray, int]:
+    """A permutation of the log's rows whose first ``n_val`` rows are the validation split.
+
+    ``--split rows``: rows at random. ``--split contexts``: a ``--validation-fraction`` share of
+    the contexts with all their replays (row r·n + i is replay r of context i), so no
+    validation context is in the training rows.
+    """
+    rng = np.random.default_rng(seed)
+    n_rows = n_contexts * args.replays
+    if args.split == "rows":
+        return rng.permutation(n_rows), int(round(args.validation_fraction * n_rows))
+    contexts = rng.permutation(n_contexts)
+    rows = contexts[None, :] + n_contexts * np.arange(args.replays)[:, None]
+    n_val = int(round(args.validation_fraction * n_contexts))
+    order = np.concatenate([rows[:, :n_val].ravel(), rows[:, n_val:].ravel()])
+    return order, n_val * args.replays
 
 
 def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
@@ -318,8 +353,8 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
     log = supervised_to_bandit(
         ds.X_train, ds.Y_train, h0, n_replays=args.replays, random_state=seed
     )
-    perm = np.random.default_rng(seed).permutation(log.n_rows)
-    n_val = int(round(args.validation_fraction * log.n_rows))
+    perm, n_val = validation_rows(ds.X_train.shape[0], args, seed)
+    contexts = perm[:n_val] % ds.X_train.shape[0]  # a validation row's context: its cluster
     train, valid = log.take(perm[n_val:]), log.take(perm[:n_val])
     out = {
         "h0": {
@@ -334,7 +369,7 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
     out["n_validation"] = valid.n_rows
     sharp, alpha = sharpened(h0, valid, defaults, min_ess)
     out[SHARPENED] = {
-        "loss": true_expected_loss(sharp, ds.X_test, ds.Y_test),
+        "loss": learned_loss(sharp, ds),
         "map_loss": out["h0"]["map_loss"],
         "seconds": 0.0,
         "selected": {"temperature": alpha},
@@ -387,6 +422,7 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
             min_ess,
             ds,
             (valid, train),
+            contexts,
         )
         out[name]["seconds"] = float(np.mean([t.seconds for t in result.trials]))
         # every trial, for the selection-rule sensitivity table (test losses never select)
@@ -418,7 +454,9 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
             for t in searched[row]
         ]
         extra = [] if name == "POEM fits only" else candidates
-        out[name] = served_choice(pool, extra, h0, floor, defaults, min_ess, ds, (valid, train))
+        out[name] = served_choice(
+            pool, extra, h0, floor, defaults, min_ess, ds, (valid, train), contexts
+        )
         out[name]["seconds"] = float(np.mean([t.seconds for _, t in pool]))
     sky, seconds = fit_skyline(ds, intercept)
     out["skyline"] = {
@@ -430,7 +468,7 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
     return out
 
 
-def served_choice(fits, candidates, h0, floor, defaults, min_ess, ds, logs) -> dict:
+def served_choice(fits, candidates, h0, floor, defaults, min_ess, ds, logs, groups) -> dict:
     """The flow's selection over fitted trials and champion candidates, and its test losses.
 
     ``fits`` are ``(solver, trial)`` pairs (trials keep their estimators); ``candidates`` are
@@ -438,8 +476,8 @@ def served_choice(fits, candidates, h0, floor, defaults, min_ess, ds, logs) -> d
     fit, when one ranks first). With candidates, a selected fit is
     served only when the paired doubly robust comparison on the validation rows shows it
     better than the best candidate (:func:`~poem.learners.learning_evidence.learning_evidence`,
-    the flow's confirm-learning stage; ``logs`` = (validation, training) logs), else that
-    candidate is.
+    the flow's confirm-learning stage; ``logs`` = (validation, training) logs; ``groups`` = each
+    validation row's context, whose replays are one cluster), else that candidate is.
     """
     pool = list(fits) + [(None, t) for t in candidates]
     solver, chosen = pool[
@@ -458,6 +496,7 @@ def served_choice(fits, candidates, h0, floor, defaults, min_ess, ds, logs) -> d
             min_effective_sample_size=min_ess,
             exploration_floor=floor,
             confidence_level=defaults["learning_confidence_level"],
+            groups=groups,
         )
         if not evidence.learned:
             solver, chosen = None, candidates[ref]
