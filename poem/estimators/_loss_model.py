@@ -99,18 +99,29 @@ class LossPredictions:
         return np.add.reduceat(p * self.values, self.offsets[:-1])
 
 
+def cluster_codes(groups: Any) -> np.ndarray:
+    """Dense cluster codes 0..G−1 of the rows' labels (equal labels, one code)."""
+    return np.unique(np.asarray(groups), return_inverse=True)[1].ravel()
+
+
 def group_folds(groups: Any, n_folds: int, random_state: Any) -> np.ndarray:
     """Fold of each row with every cluster in one fold: ``permutation(G)[cluster] % n_folds``.
 
     Rows with one label of ``groups`` (replays of a context, a user's sessions) are one
     cluster; cross-fitting by cluster keeps a row's prediction from a model that saw its
-    cluster. ValueError when there are fewer clusters than folds.
+    cluster. ``random_state``: an int, None, a ``Generator`` or a ``RandomState``. ValueError
+    when there are fewer clusters than folds.
     """
-    codes = np.unique(np.asarray(groups), return_inverse=True)[1].ravel()
+    codes = cluster_codes(groups)
     g = int(codes.max(initial=-1)) + 1
     if g < n_folds:
         raise ValueError(f"cross-fitting by group needs at least {n_folds} groups, got {g}")
-    return np.random.default_rng(random_state).permutation(g)[codes] % n_folds
+    rng = (
+        random_state
+        if isinstance(random_state, np.random.RandomState)
+        else np.random.default_rng(random_state)
+    )
+    return rng.permutation(g)[codes] % n_folds
 
 
 def fit_loss_model(

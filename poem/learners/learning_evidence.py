@@ -54,6 +54,7 @@ from scipy import stats
 from sklearn.linear_model import Ridge
 
 from poem.data import LoggedBandit
+from poem.estimators._loss_model import cluster_codes
 from poem.estimators.dr import LossPredictions, fit_loss_model
 from poem.learners._additive import fit_additive_loss_model
 from poem.learners._trials import Trial, select_trial
@@ -161,7 +162,7 @@ def _clusters(groups: Any, n: int) -> np.ndarray | None:
         raise ValueError(
             f"groups must have one label per validation row ({n}), got shape {labels.shape}"
         )
-    codes = np.unique(labels, return_inverse=True)[1].ravel()
+    codes = cluster_codes(labels)
     if codes.max(initial=0) + 1 < 2:
         raise ValueError("the paired comparison needs at least 2 groups, got 1")
     return codes

@@ -175,6 +175,8 @@ def test_clusters_cross_fit_the_loss_model_apart(make_log):
     folds = group_folds(np.repeat(np.arange(30), 4), 5, 0)
     assert np.all(folds.reshape(30, 4) == folds.reshape(30, 4)[:, :1])  # a cluster in one fold
     assert sorted(np.unique(folds)) == [0, 1, 2, 3, 4]
+    legacy = group_folds(np.repeat(np.arange(30), 4), 5, np.random.RandomState(0))
+    assert np.all(legacy.reshape(30, 4) == legacy.reshape(30, 4)[:, :1])  # fit_loss_model's seeds
     with pytest.raises(ValueError, match="at least 5 groups, got 3"):
         group_folds([0, 1, 2, 0, 1, 2], 5, 0)
 
