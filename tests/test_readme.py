@@ -12,9 +12,9 @@ the caller's MLflow/Prefect targets. Which folder:
   never depends on another page.
 
 A sibling ``shared`` link makes ``../shared`` resolve when the repository's sibling exists;
-blocks mentioning it are skipped otherwise. The serving port 5001 is replaced by a free port so
-parallel test runs do not collide. The team topology's ``<!-- runnable: team -->`` blocks
-(``docs/team.md``) are run by ``tests/integration`` instead.
+blocks mentioning it are skipped otherwise. The serving port 5001 and the Prefect server's port
+4200 are replaced by free ports so parallel test runs do not collide. The team topology's
+``<!-- runnable: team -->`` blocks (``docs/team.md``) are run by ``tests/integration`` instead.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def _free_port() -> int:
 
 
 def _run(tmp_path: Path, folder: str, blocks: list[tuple[str, int, str]]) -> str:
-    """Run ``(source, line, body)`` blocks in order in ``tmp_path/folder``; their stdout."""
+    """Run ``(source, line, body)`` blocks in order in ``tmp_path/folder``; their output."""
     work = tmp_path / folder
     work.mkdir()
     shared = REPO.parent / "shared"
@@ -86,12 +86,14 @@ def _run(tmp_path: Path, folder: str, blocks: list[tuple[str, int, str]]) -> str
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "PREFECT_"))}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = str(REPO)
-    port = str(_free_port())
+    ports = {"5001": str(_free_port()), "4200": str(_free_port())}
     outputs = []
     for source, line, body in blocks:
         if "../shared" in body and not shared.is_dir():
             continue
-        script = f"source {REPO / '.ci' / 'env.sh'}\n{body.replace('5001', port)}\n"
+        for documented, free in ports.items():
+            body = re.sub(rf"(?<!\d){documented}(?!\d)", free, body)
+        script = f"source {REPO / '.ci' / 'env.sh'}\n{body}\n"
         done = subprocess.run(
             ["bash", "-euo", "pipefail", "-c", script],
             cwd=work,
@@ -104,7 +106,7 @@ def _run(tmp_path: Path, folder: str, blocks: list[tuple[str, int, str]]) -> str
             f"{source} block at line {line} failed (exit {done.returncode}):\n{body}\n"
             f"--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
         )
-        outputs.append(done.stdout)
+        outputs.append(done.stdout + done.stderr)
     return "\n".join(outputs)
 
 
@@ -157,6 +159,8 @@ def test_runnable_readme_blocks_and_the_demo_pages_work_verbatim(tmp_path):
     assert "decision=promoted champion=2" in outputs
     assert re.search(r'"propensity": 0\.\d+', outputs)  # a real prediction from the server
     assert re.search(r"^decision=(promoted|rejected) champion=\d+$", outputs, flags=re.M)
+    # the scheduled retraining (docs/serving.md) ran on the decisions its block created
+    assert "Flow run finished successfully in 'Completed'" in outputs
 
 
 @pytest.mark.slow
