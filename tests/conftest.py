@@ -31,7 +31,7 @@ def pytest_addoption(parser):
 
 
 def _start_rank(item: pytest.Item) -> int:
-    """0: the README run and the team topology (minutes each), 1: other ``slow`` tests, 2: rest."""
+    """0: the README/docs runs and the team topology (minutes each), 1: other ``slow`` tests, 2: rest."""
     group = item.get_closest_marker("xdist_group")
     if item.get_closest_marker("readme") or (group is not None and group.args == ("team",)):
         return 0

@@ -243,7 +243,7 @@ def test_feature_names_default_to_the_log_formats_columns(make_policy):
 
 
 def test_a_csv_log_without_metadata_is_served_under_its_own_column_names(store, tmp_path):
-    """README's plain CSV (x_0 … x_7, no metadata) → POEM → pyfunc: requests use x_0 … x_7."""
+    """docs/your-own-log.md's plain CSV (x_0 … x_7, no metadata) → POEM → pyfunc: requests use x_0 … x_7."""
     from poem.io.logs import read_log
     from poem.learners import POEM
 

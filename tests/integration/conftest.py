@@ -1,11 +1,11 @@
-"""The team topology of README "Running it for a team", started from the README's own blocks.
+"""The team topology of docs/team.md ("Running it for a team"), started from the page's blocks.
 
-``team`` runs the section's ``<!-- runnable: team -->`` blocks (PostgreSQL, MLflow and Prefect
+``team`` runs the page's ``<!-- runnable: team -->`` blocks (PostgreSQL, MLflow and Prefect
 servers on PostgreSQL, a Dask scheduler with two workers, a process work pool and its worker,
-the deployment) with every port replaced by a free one, in a fresh folder. Everything they
-start runs in one session (``start_new_session``); the finalizer kills every process of that
-session and its process groups, stops PostgreSQL and removes the folder, also when a test
-fails or the start itself fails.
+the deployment; the README links to them) with every port replaced by a free one, in a fresh
+folder. Everything they start runs in one session (``start_new_session``); the finalizer kills
+every process of that session and its process groups, stops PostgreSQL and removes the folder,
+also when a test fails or the start itself fails.
 """
 
 from __future__ import annotations
@@ -28,18 +28,18 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 TEAM_MARK = "<!-- runnable: team -->"
-PORTS = ("5432", "5000", "4200", "8786")  # PostgreSQL, MLflow, Prefect, Dask in the README
+PORTS = ("5432", "5000", "4200", "8786")  # PostgreSQL, MLflow, Prefect, Dask in docs/team.md
 # one grid point (and 2,000 events a day, tests/integration/test_team.py) keep a run short
 SMALL_SEARCH = "search:\n  grid: {solver: [lbfgs], variance_scale: [0.001]}\n"
 
 
 def team_blocks(text: str) -> list[str]:
-    """Bodies of the bash blocks after ``<!-- runnable: team -->``, in README order."""
+    """Bodies of the bash blocks after ``<!-- runnable: team -->``, in the page's order."""
     lines = text.splitlines()
     blocks = []
     for i, line in enumerate(lines):
         if line.strip() == TEAM_MARK:
-            assert lines[i + 1].strip() == "```bash", f"README line {i + 1}: no bash fence"
+            assert lines[i + 1].strip() == "```bash", f"docs/team.md line {i + 1}: no bash fence"
             end = next(j for j in range(i + 2, len(lines)) if lines[j].strip() == "```")
             blocks.append("\n".join(lines[i + 2 : end]))
     return blocks
@@ -81,7 +81,7 @@ class Team:
     ports: dict[str, int]
     env: dict[str, str]
     sids: list[int] = field(default_factory=list)
-    trigger: str = ""  # the README block that runs the deployment now
+    trigger: str = ""  # the block of docs/team.md that runs the deployment now
     started_seconds: float = 0.0  # wall time of the start and deploy blocks
 
     @property
@@ -93,13 +93,13 @@ class Team:
         return f"http://127.0.0.1:{self.ports['4200']}/api"
 
     def localize(self, body: str) -> str:
-        """The README text with its ports replaced by this topology's free ports."""
+        """A docs/team.md block with its ports replaced by this topology's free ports."""
         for readme_port, port in self.ports.items():
             body = re.sub(rf"(?<!\d){readme_port}(?!\d)", str(port), body)
         return body
 
     def bash(self, body: str, timeout: float = 900) -> subprocess.CompletedProcess:
-        """Run a README block (ports localized) in the work folder; background jobs stay up."""
+        """Run a docs/team.md block (ports localized) in the work folder; background jobs stay up."""
         script = f"source {REPO / '.ci' / 'env.sh'}\n{self.localize(body)}\n"
         process = subprocess.Popen(
             ["bash", "-euo", "pipefail", "-c", script],
@@ -115,7 +115,7 @@ class Team:
         out, err = process.communicate(timeout=timeout)
         done = subprocess.CompletedProcess(process.args, process.returncode, out, err)
         assert done.returncode == 0, (
-            f"README team block failed (exit {done.returncode}):\n{body}\n--- stdout\n"
+            f"docs/team.md block failed (exit {done.returncode}):\n{body}\n--- stdout\n"
             f"{out[-3000:]}\n--- stderr\n{err[-3000:]}\n{self.logs()}"
         )
         return done
@@ -178,7 +178,7 @@ def _missing_tools() -> list[str]:
 
 @pytest.fixture(scope="session")
 def team():
-    """The README's team topology, running; stopped and removed at the end (also on failure)."""
+    """The team topology of docs/team.md, running; stopped and removed at the end (also on failure)."""
     missing = _missing_tools()
     if missing:
         message = f"the team topology needs {', '.join(missing)}"
@@ -192,10 +192,10 @@ def team():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "PREFECT_"))}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = str(REPO)
-    env["TMPDIR"] = str(root)  # mktemp -d in the README lands here and is removed with it
+    env["TMPDIR"] = str(root)  # mktemp -d in docs/team.md lands here and is removed with it
     team = Team(root, work, {p: _free_port() for p in PORTS}, env)
-    blocks = team_blocks((REPO / "README.md").read_text())
-    assert len(blocks) == 3, "README 'Running it for a team': start, deploy, trigger blocks"
+    blocks = team_blocks((REPO / "docs" / "team.md").read_text())
+    assert len(blocks) == 3, "docs/team.md: start, deploy, trigger blocks"
 
     def interrupted(signum, frame):  # a SIGTERM to pytest still runs the finalizer below
         raise KeyboardInterrupt(f"signal {signum}")

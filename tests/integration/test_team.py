@@ -1,7 +1,7 @@
-"""The team topology for real (README "Running it for a team"; fixture ``team``).
+"""The team topology for real (docs/team.md, "Running it for a team"; fixture ``team``).
 
 PostgreSQL-backed MLflow and Prefect servers, a Dask scheduler with two workers, a process
-work pool and its worker, all started by the README's own blocks. The scheduled retraining is
+work pool and its worker, all started by docs/team.md's own blocks. The scheduled retraining is
 deployed to the work pool and run by the worker on two days of logs; then two ``retrain``
 commands start at once against the tracking server. Everything is checked through the
 servers' REST APIs, as another machine of the team would see it.

@@ -283,7 +283,7 @@ MAIN_COEF = {  # POEM(S) on main (aae8053) before the twin was folded in: seed 7
 @QUIET
 @pytest.mark.parametrize("case", sorted(MAIN_COEF))
 def test_one_partition_adagrad_reproduces_main(case):
-    """The README's POEM(S) figures stand: main's in-memory minibatch order, to 1e-10."""
+    """The results page's POEM(S) figures stand: main's in-memory minibatch order, to 1e-10."""
     params, coef = MAIN_COEF[case]
     family = case.split("_")[0]
     log = make_family_log(family, n=60, seed=3, sparse=case.endswith("sparse"))
