@@ -30,6 +30,7 @@ from poem.io.log_format import (
     frame_metadata,
     frame_to_log,
     losses_from_rewards,
+    own_columns,
     parse_timestamps,
 )
 from poem.io.parquet import WARNINGS_KEY, list_log_files, read_frame, skipped_log_files
@@ -199,7 +200,25 @@ def table_from_frame(
     warnings = tuple(frame.attrs.pop(WARNINGS_KEY, ()))
     meta = frame_metadata(frame, family=family, **overrides)
     frame.attrs[METADATA_KEY] = json.loads(meta.to_json())
-    frame, meta = losses_from_rewards(frame, meta)
+    frame, meta = losses_from_rewards(own_columns(frame, meta), meta)
+    if "loss" not in frame.columns:
+        raise invalid_log(
+            "loss",
+            len(frame),
+            "column is missing: the log has neither 'loss' nor 'reward'; its columns: "
+            + ", ".join(str(c) for c in frame.columns[:12]),
+            "Name your outcome column with --reward-column COLUMN --reward-bounds MIN MAX "
+            "(data.reward_column, data.reward_bounds), or --loss-column COLUMN",
+        )
+    if meta.context_format == "none" and meta.family != "candidates":
+        raise invalid_log(
+            "context_columns",
+            len(frame),
+            f"the log has no feature columns (x_0, x_1, ... or x_indices/x_values), which the "
+            f"{meta.family} family needs; its columns: "
+            + ", ".join(str(c) for c in frame.columns[:12]),
+            "Name yours with --context-columns a,b or a glob 'f_*' (data.context_columns)",
+        )
     if "loss" in frame.columns and meta.loss_bounds is None:
         raise invalid_log(
             "loss",
