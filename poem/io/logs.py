@@ -112,13 +112,28 @@ def log_files(path: str | Path) -> list[Path]:
     return list_log_files(path)
 
 
+def _partition_base(path: Path) -> Path:
+    """The folder above the ``key=value`` (``date=``) folders that ``path`` sits in."""
+    base = path if path.is_dir() else path.parent
+    while "=" in base.name and base.parent != base:
+        base = base.parent
+    return base
+
+
 def log_fingerprint(path: str | Path) -> str:
-    """SHA-256 over the names (relative to ``path``) and bytes of exactly :func:`log_files`."""
-    path = Path(path)
+    """SHA-256 over the names and bytes of exactly :func:`log_files`: the log's identity.
+
+    Names are relative to the folder above any ``key=value`` partition folders, so the same
+    files have one fingerprint whether given as their ``date=`` folder, as the folder holding
+    only that partition, or staged by the scheduled flow (``retrain`` and the schedule
+    recognise each other's runs). A file outside partition folders is named by its name.
+    """
+    path = Path(path).absolute()
+    base = _partition_base(path)
     digest = hashlib.sha256()
     for file in log_files(path):
-        name = file.relative_to(path) if path.is_dir() else file.name
-        digest.update(str(name).encode())
+        name = file.absolute().relative_to(base)
+        digest.update(name.as_posix().encode())
         with open(file, "rb") as fh:
             for block in iter(lambda fh=fh: fh.read(1 << 20), b""):
                 digest.update(block)
