@@ -36,7 +36,12 @@ from flows.tasks.gate import (
 )
 from flows.tasks.load import check_logs, fingerprint_logs
 from flows.tasks.propensity import record_propensities
-from flows.tasks.register import check_champion, promote_policy, register_policy
+from flows.tasks.register import (
+    check_champion,
+    promote_policy,
+    register_policy,
+    with_action_ids,
+)
 from flows.tasks.search import (
     champion_candidates,
     code_fingerprint,
@@ -310,6 +315,7 @@ def retrain(
         else:
             outcome = _stages(cfg, run, fingerprint)
         comparison, trials, best, policy, n_rows, champion_version = outcome
+        policy = with_action_ids(policy, cfg.data.action_ids)  # served with the log's own ids
         kind = challenger_kind(trials[best].params)
         tags = version_tags(
             comparison,

@@ -18,7 +18,10 @@ def test_a_missing_logs_folder_is_refused_at_deploy_time(tmp_path, capsys, monke
     config.write_text("data: {path: decisions}\n")
     assert main(["--config", str(config), "--logs", str(tmp_path / "decisons"), *route]) == 2
     fix = " (the decision log writes it; pass --create to create it empty now)\n"
-    assert capsys.readouterr() == ("", f"error: --logs: {tmp_path / 'decisons'} does not exist{fix}")
+    assert capsys.readouterr() == (
+        "",
+        f"error: --logs: {tmp_path / 'decisons'} does not exist{fix}",
+    )
     assert main(["--config", str(config), *route]) == 2  # data.path of the config: same check
     missing = tmp_path / "decisions"
     assert capsys.readouterr().err == f"error: data.path of {config}: {missing} does not exist{fix}"

@@ -373,3 +373,47 @@ def test_the_deployment_creates_its_log_folder_when_asked(tmp_path, capsys, monk
         logs_folder("mlflow.yml", "decisions")
     assert logs_folder("mlflow.yml", "decisions", create=True).is_dir()
     assert "created decisions: empty; the decision log" in capsys.readouterr().err
+
+
+# -- the served model and the decision log speak the log's own ids and rewards ------------------
+def test_the_served_model_and_the_decision_log_use_the_own_ids_and_rewards(tmp_path):
+    """``DecisionLog`` took losses only and integer actions; the pyfunc answered 0..K-1."""
+    from deploy.pyfunc import StochasticPolicyModel
+    from flows.tasks.register import with_action_ids
+    from poem.io.decisions import DecisionLog
+    from poem.io.logs import read_log
+    from poem.policies import StochasticPolicy, make_family
+
+    rng = np.random.default_rng(0)
+    policy = StochasticPolicy(
+        make_family("discrete", 3, 4, True),
+        rng.normal(size=(4, 4)),
+        1.0,
+        0.01,
+        {"feature_names": ["age", "income", "visits"]},
+    )
+    model = StochasticPolicyModel(with_action_ids(policy, ITEMS))
+    request = pd.DataFrame(rng.normal(size=(20, 3)), columns=["age", "income", "visits"])
+    response = model.predict(None, request, {"seed": 1})
+    assert set(response["action"]) <= set(ITEMS) and set(response["map_action"]) <= set(ITEMS)
+    plain = StochasticPolicyModel(policy).predict(None, request, {"seed": 1})
+    assert response["action"].tolist() == [ITEMS[a] for a in plain["action"]]
+    log = DecisionLog(
+        tmp_path / "decisions",
+        "discrete",
+        ["age", "income", "visits"],
+        reward_bounds=(0, 1),
+        action_ids=ITEMS,
+    )
+    assert log.loss_bounds == (-1.0, 0.0) and log.n_actions == 4
+    log.add_decisions(request, response)
+    clicks = rng.binomial(1, 0.3, 20)
+    assert log.add_feedback(response["event_id"], rewards=clicks) == 20
+    log.flush(force=True)
+    written = read_log(tmp_path / "decisions")
+    assert written.actions.tolist() == plain["action"].tolist()
+    assert np.array_equal(written.losses, -clicks.astype(float)) and written.action_ids == ITEMS
+    with pytest.raises(ValueError, match=r"1 action\(s\) are not among the action ids"):
+        log.add_decisions(request[:1], response[:1].assign(action="boots", event_id="x"))
+    with pytest.raises(ValueError, match="give loss_bounds or reward_bounds"):
+        DecisionLog(tmp_path / "d2", "discrete", ["a"], n_actions=2)
