@@ -180,6 +180,9 @@ def frame_metadata(
     if "action_ids" in clean:
         clean["action_ids"] = tuple(str(a) for a in clean["action_ids"])
         clean.setdefault("n_actions", len(clean["action_ids"]))
+    declared = set(meta.feature_names or ())
+    if stored is not None and set(clean.get("context_columns") or ()) <= declared - set(frame):
+        clean.pop("context_columns", None)  # a log the pipeline wrote: its own names declared
     if "context_columns" in clean:
         names = expand_columns(tuple(clean["context_columns"]), frame.columns, len(frame))
         clean.update(context_columns=names, context_format="dense", n_features=len(names))
@@ -365,6 +368,13 @@ def losses_from_rewards(frame: pd.DataFrame, meta: LogMetadata) -> tuple[pd.Data
         When ``reward`` sits beside ``loss`` (ambiguous), or rewards come without reward bounds.
     """
     if "reward" not in frame.columns:
+        if "loss" in frame.columns and meta.loss_bounds is None and meta.reward_bounds:
+            # losses already converted (a decision log of rewards): the same bounds as losses
+            lo, hi = meta.reward_bounds
+            meta = replace(meta, loss_bounds=(-hi, -lo), reward_bounds=None, rewards=True)
+            out = frame.copy(deep=False)
+            out.attrs = {**frame.attrs, METADATA_KEY: json.loads(meta.to_json())}
+            return out, meta
         return frame, meta
     n = len(frame)
     if "loss" in frame.columns:
@@ -466,8 +476,8 @@ def own_columns(frame: pd.DataFrame, meta: LogMetadata) -> pd.DataFrame:
         if name is None or name == canonical:
             continue
         if name not in frame.columns:
-            if canonical in frame.columns or (key == "reward" and meta.rewards):
-                continue  # renamed (and converted to losses) already
+            if canonical in frame.columns or (key == "reward" and "loss" in frame.columns):
+                continue  # canonical already (renamed, or a log the pipeline wrote)
             raise invalid_log(
                 name,
                 n,

@@ -413,7 +413,37 @@ def test_the_served_model_and_the_decision_log_use_the_own_ids_and_rewards(tmp_p
     written = read_log(tmp_path / "decisions")
     assert written.actions.tolist() == plain["action"].tolist()
     assert np.array_equal(written.losses, -clicks.astype(float)) and written.action_ids == ITEMS
+    again = read_log(  # the decision log read with the CSV's data: settings (the schedule)
+        tmp_path / "decisions",
+        family="discrete",
+        reward_bounds=(0, 1),
+        reward_column="click",
+        action_column="item",
+        action_ids=ITEMS,
+        context_columns=("age", "income", "visits"),
+    )
+    assert np.array_equal(again.losses, written.losses) and again.loss_bounds == (-1.0, 0.0)
+    assert np.array_equal(again.contexts, written.contexts)
     with pytest.raises(ValueError, match=r"1 action\(s\) are not among the action ids"):
         log.add_decisions(request[:1], response[:1].assign(action="boots", event_id="x"))
     with pytest.raises(ValueError, match="give loss_bounds or reward_bounds"):
         DecisionLog(tmp_path / "d2", "discrete", ["a"], n_actions=2)
+
+
+def test_a_reward_log_reads_rewards_in_the_headline():
+    """A click log read "IPS risk -0.2500": the negated click-through rate."""
+    from flows.retrain import RetrainResult
+
+    metrics = {
+        "challenger_risk": -0.25,
+        "champion_risk": -0.2,
+        "risk_difference": -0.05,
+        "risk_difference_lower": -0.08,
+        "risk_difference_upper": -0.02,
+        "risk_difference_ucb": -0.01,
+    }
+    result = RetrainResult("promoted", "2", "2", "1", (), metrics, estimator="ips", rewards=True)
+    assert result.headline()[:2] == [
+        "PROMOTED: challenger v2 IPS reward (e.g. click-through rate) 0.2500 vs champion v1 0.2000",
+        "  gain +0.0500, interval [+0.0200, +0.0800], lower bound +0.0100; champion is now v2",
+    ]
