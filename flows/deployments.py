@@ -221,7 +221,7 @@ def scheduled_retrain(
         ends Failed, naming the folder.
     """
     logger = get_run_logger()
-    cfg = load_config(config_path)
+    cfg = None if logs else load_config(config_path)  # loaded once, when first needed
     root = Path(logs or cfg.data.path)
     partitions = newest_partitions(root, newest, include_today=include_today)
     names = [p.name for p in partitions]
@@ -234,6 +234,7 @@ def scheduled_retrain(
     with tempfile.TemporaryDirectory(prefix="poem-staged-") as tmp:
         staged = stage_partitions(partitions, Path(tmp))
         fingerprint = data_fingerprint(staged)
+        cfg = cfg or load_config(config_path)
         done = None if force else _already_trained(cfg.tracking, fingerprint)
         if done is not None:
             logger.info("partitions %s were already trained on (version %s); skipping", names, done)

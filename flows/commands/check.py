@@ -1,7 +1,8 @@
 """``poem-pipeline check LOGS``: validate a log (GX suite, quarantine, propensity checks, plots).
 
-The quarantine limit and the propensity floor default to the config's ``checks`` section, as
-for ``retrain``. All work is done by :func:`data_checks.check.check_logs`.
+The config's ``data`` and ``checks`` sections are read exactly as ``retrain`` reads them
+(:func:`flows.checking.check_settings`); each flag replaces its key. All work is done by
+:func:`data_checks.check.check_logs`.
 """
 
 from __future__ import annotations
