@@ -151,7 +151,8 @@ def _retrain_check(config: str) -> tuple[bool, str | None, list | None]:
     client = MlflowClient(cfg.tracking.uri)
     name = cfg.tracking.experiment
     found = client.get_experiment_by_name(name)
-    exp = found.experiment_id if found else client.create_experiment(name)
+    location = cfg.tracking.artifact_location  # in tmp, not ./mlruns
+    exp = found.experiment_id if found else client.create_experiment(name, location)
     run = TrackedRun(cfg.tracking, exp, client.create_run(exp).info.run_id)
     try:
         _, _, propensity = _checked_log(cfg, run, None)
