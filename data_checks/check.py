@@ -338,6 +338,16 @@ class CheckOutcome:
         )
 
     @property
+    def deciding_reason(self) -> str:
+        """Why the log is refused, in one line (the first hard failure); empty when passed."""
+        hard = self.report.hard_failures
+        if hard:
+            f = hard[0]
+            return f"{f.column}: {f.reason}"
+        failed = [] if self.propensity is None else list(self.propensity.failed)
+        return f"propensity check {failed[0].name}: {failed[0].explanation}" if failed else ""
+
+    @property
     def exit_code(self) -> int:
         """0 when passed (warnings allowed), else 1."""
         return 0 if self.passed else 1
@@ -356,7 +366,9 @@ class CheckOutcome:
         r = self.report
         n_warn = 0 if self.propensity is None else len(self.propensity.warnings)
         verdict = (
-            "PASSED" + (f" with {n_warn} warning(s)" if n_warn else "") if self.passed else "FAILED"
+            "PASSED" + (f" with {n_warn} warning(s)" if n_warn else "")
+            if self.passed
+            else f"FAILED: {self.deciding_reason}"
         )
         lines = [
             f"check {r.source}: {r.n_rows:,} rows, suite {r.suite} ({r.n_expectations} "
@@ -417,17 +429,18 @@ def check_logs(
     family: str | None = None,
     out_dir: str | Path | None = None,
     window: tuple[Any, Any] | None = None,
-    min_propensity: float = 0.0,
-    min_rows: int = 1,
-    max_quarantine_fraction: float = 0.05,
+    min_propensity: float = CheckSettings.min_propensity,
+    min_rows: int = CheckSettings.min_rows,
+    max_quarantine_fraction: float = CheckSettings.max_quarantine_fraction,
     thresholds: PropensityThresholds | None = None,
     target_policy: Any = None,
     context: Any = None,
     plots: bool = True,
     partitions: Any = None,
     client: Any = None,
-    future_timestamps: str = "warn",
+    future_timestamps: str = CheckSettings.future_timestamps,
     now: Any = None,
+    settings: CheckSettings | None = None,
     **overrides: Any,
 ) -> CheckOutcome:
     """Validate a log file or ``date=`` directory end to end.
@@ -454,26 +467,32 @@ def check_logs(
         (see the module docstring); None always checks in memory.
     client : distributed.Client or None, default=None
         Cluster for the partitioned check, instead of the one ``partitions`` describes.
+    settings : CheckSettings or None, default=None
+        All of the above at once (``mlflow.yml``'s translation,
+        :func:`flows.checking.check_settings`); then ``family``, ``window``,
+        the thresholds and ``overrides`` must not be given.
     **overrides
         Metadata for logs without it (or replacing the declared one): ``loss_bounds``,
-        ``reward_bounds``, ``n_actions``.
+        ``reward_bounds``, ``n_actions``, ``context_columns``, ``reward_column``,
+        ``loss_column``, ``action_ids``.
 
     Returns
     -------
     CheckOutcome
     """
     out = Path(out_dir) if out_dir is not None else None
-    settings = CheckSettings(
-        family=family,
-        overrides={k: v for k, v in overrides.items() if v is not None},
-        window=window,
-        min_propensity=min_propensity,
-        min_rows=min_rows,
-        max_quarantine_fraction=max_quarantine_fraction,
-        thresholds=thresholds,
-        future_timestamps=future_timestamps,
-        now=pd.Timestamp.now(tz="UTC") if now is None else now,
-    )
+    if settings is None:
+        settings = CheckSettings(
+            family=family,
+            overrides={k: v for k, v in overrides.items() if v is not None},
+            window=window,
+            min_propensity=min_propensity,
+            min_rows=min_rows,
+            max_quarantine_fraction=max_quarantine_fraction,
+            thresholds=thresholds,
+            future_timestamps=future_timestamps,
+        )
+    settings = replace(settings, now=pd.Timestamp.now(tz="UTC") if now is None else now)
     memory = client is None and not use_partitions(path, partitions)
     options = partitions or PartitionOptions(mode="always", scheduler="sync")
     own = not memory and client is None

@@ -253,13 +253,16 @@ def raise_for_failures(report: DataCheckReport, *, quarantine: bool = True) -> D
     Raises
     ------
     InvalidLogError
-        One :class:`poem.Violation` per failure, naming column, counts and example event ids.
+        One :class:`poem.Violation` per failure, naming column, counts and example event ids;
+        the deciding reasons first (dataset-level failures, then the quarantine limit).
     """
+    # the deciding reasons first (dataset-level failures, the quarantine limit), then the
+    # row-level failures that are refused too (without quarantine) or explain the limit
+    hard = report.hard_failures
     failures = (
-        report.hard_failures
+        hard
         if quarantine
-        else tuple(f for f in report.failures if f.level != "warning")
-        + tuple(f for f in report.hard_failures if f.column == "quarantine")
+        else hard + tuple(f for f in report.failures if f.level not in ("warning", "dataset"))
     )
     if failures:
         raise InvalidLogError([f.to_violation() for f in failures])

@@ -144,7 +144,8 @@ def validate_frame(
     failures = [_count_mistyped(f, data) for f in failures] + _label_width_failures(frame, suite, n)
     failures += [f for f, _ in row_failures]
     positions = [*positions, *(pos for _, pos in row_failures)]
-    known = suite_columns(suite) | KNOWN_COLUMNS
+    features = set((frame.attrs.get("poem") or {}).get("context_columns") or ())
+    known = suite_columns(suite) | KNOWN_COLUMNS | features
     extra = tuple(c for c in frame.columns if c not in known and not _is_feature(c))
     row_reason = np.full(n, -1, dtype=np.int64)
     reasons: list[str] = []

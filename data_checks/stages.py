@@ -48,6 +48,10 @@ FUTURE = "timestamp_not_after_run_clock"
 class CheckSettings:
     """How to read and check a log (from ``check``'s flags or ``mlflow.yml``'s data/checks).
 
+    ``poem-pipeline check``, ``retrain`` and the scheduled flow build it with the one
+    translation :func:`flows.checking.check_settings` of ``mlflow.yml``; its defaults are
+    the config's (``tests/flows/test_check_settings.py`` holds them equal).
+
     Parameters
     ----------
     family : str or None, default=None
@@ -59,9 +63,9 @@ class CheckSettings:
         Accepted [start, end] of the timestamps.
     min_propensity : float, default=0.0
         Propensities must exceed this.
-    min_rows : int, default=1
+    min_rows : int, default=100
         Fewer rows fail hard.
-    max_quarantine_fraction : float, default=0.05
+    max_quarantine_fraction : float, default=0.01
         Larger fractions of quarantined rows fail hard.
     thresholds : PropensityThresholds or None, default=None
         Propensity check thresholds.
@@ -75,8 +79,8 @@ class CheckSettings:
     overrides: dict[str, Any] = field(default_factory=dict)
     window: tuple[Any, Any] | None = None
     min_propensity: float = 0.0
-    min_rows: int = 1
-    max_quarantine_fraction: float = 0.05
+    min_rows: int = 100
+    max_quarantine_fraction: float = 0.01
     thresholds: PropensityThresholds | None = None
     future_timestamps: str = "warn"
     now: Any = None

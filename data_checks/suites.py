@@ -41,6 +41,13 @@ def _meta(level: str, reason: str) -> dict[str, str]:
     return {"level": level, "reason": reason}
 
 
+def _missing(column: str) -> str:
+    """The reason of a missing column, with the flag naming the log's own column."""
+    if column in ("action", "propensity"):
+        return f"column is missing; name yours with --{column}-column COLUMN (data.{column}_column)"
+    return "column is missing"
+
+
 def build_log_suite(
     family: str, *, n_labels: int | None = None, has_timestamp: bool = True, name: str | None = None
 ) -> Any:
@@ -100,7 +107,7 @@ def build_log_suite(
     if family == "candidates":
         typed["n_candidates"] = INT_TYPES
     for column, types in typed.items():
-        add(gxe.ExpectColumnToExist(column=column, meta=_meta("dataset", "column is missing")))
+        add(gxe.ExpectColumnToExist(column=column, meta=_meta("dataset", _missing(column))))
         if types is not None:
             add(
                 gxe.ExpectColumnValuesToBeInTypeList(

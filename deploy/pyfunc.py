@@ -186,6 +186,8 @@ class StochasticPolicyModel(mlflow.pyfunc.PythonModel):
     def _configure(self, policy: StochasticPolicy) -> None:
         self.family_name = policy.family.name
         self.feature_names = feature_names_of(policy)
+        ids = policy.metadata.get("action_ids")  # the log's own action ids (data.action_ids)
+        self.action_ids = None if ids is None else np.asarray([str(a) for a in ids], dtype=object)
 
     def load_context(self, context: Any) -> None:
         """Load the policy artifact; a tampered or incomplete artifact fails here, loudly.
@@ -234,7 +236,8 @@ class StochasticPolicyModel(mlflow.pyfunc.PythonModel):
         -------
         pandas.DataFrame
             Columns ``event_id, action, propensity, map_action, model_version, timestamp``
-            (+ ``distribution``); multilabel actions are 0/1 lists.
+            (+ ``distribution``); multilabel actions are 0/1 lists; a policy trained with
+            ``data.action_ids`` answers with those ids (the distribution in their order).
 
         Raises
         ------
@@ -286,6 +289,9 @@ class StochasticPolicyModel(mlflow.pyfunc.PythonModel):
             "model_version": self.model_version,
             "timestamp": now,
         }
+        if getattr(self, "action_ids", None) is not None and self.family_name == "discrete":
+            out["action"] = self.action_ids[actions].tolist()  # the log's own ids
+            out["map_action"] = self.action_ids[map_actions].tolist()
         if want_distribution:
             dist = family.predict_proba(policy.coef, inputs, **kw)
             if self.family_name == "candidates":

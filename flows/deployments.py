@@ -9,7 +9,8 @@ otherwise runs the ``retrain`` flow on them as a subflow; the gate decides as al
 A run that finds no complete partition **fails** (state Failed in the Prefect UI, the message
 names the folder): a nightly retrain with no new data is something to look at, not a success.
 A ``--logs`` folder that does not exist is refused when the deployment is served or deployed
-(the same one-line error, exit 2).
+(the same one-line error, exit 2), unless ``--create`` creates it (empty, before the first
+decisions arrive).
 
 Run it as a long-lived deployment with a cron schedule (``flow.serve``; ECOSYSTEM §2)::
 
@@ -49,7 +50,7 @@ from mlflow.exceptions import MlflowException
 from prefect import flow, get_run_logger
 
 from flows.commands import plain_text
-from flows.config import ConfigError, load_config
+from flows.config import ConfigError, TrackingConfig, load_config
 from flows.retrain import retrain
 from flows.tracking import client_for, data_fingerprint
 from poem.io.parquet import partition_date, scan_log_folder
@@ -119,20 +120,34 @@ class NoCompletePartitionsError(RuntimeError):
     """A scheduled run found no complete ``date=`` partition: nothing new to train on."""
 
 
-def logs_folder(config_path: str | Path, logs: str | Path | None) -> Path:
+def logs_folder(config_path: str | Path, logs: str | Path | None, *, create: bool = False) -> Path:
     """The partitioned log folder of the deployment: ``logs``, else ``data.path`` of the config.
+
+    With ``create`` a missing folder is created (empty: runs fail, naming it, until the
+    decision log has written a complete ``date=`` partition into it).
 
     Raises
     ------
     FileNotFoundError
-        If the folder does not exist or is not a folder (a typo would skip every run).
+        If the folder does not exist (and not ``create``) or is not a folder (a typo would
+        skip every run); the message names ``--create``.
     flows.config.ConfigError
         If ``logs`` is None and the config cannot be read.
     """
     root = Path(logs) if logs is not None else Path(load_config(config_path).data.path)
     where = "--logs" if logs is not None else f"data.path of {config_path}"
+    if not root.exists() and create:
+        root.mkdir(parents=True)
+        print(
+            f"created {root}: empty; the decision log (poem.io.decisions.DecisionLog) writes "
+            "its date= partitions, each run trains on the newest complete one",
+            file=sys.stderr,
+        )
     if not root.exists():
-        raise FileNotFoundError(f"{where}: {root} does not exist")
+        raise FileNotFoundError(
+            f"{where}: {root} does not exist (the decision log writes it; pass --create to "
+            "create it empty now)"
+        )
     if not root.is_dir():
         raise FileNotFoundError(f"{where}: {root} is not a folder of date= partitions")
     return root
@@ -153,9 +168,13 @@ def stage_partitions(partitions: list[Path], target: Path) -> Path:
     return target
 
 
-def _already_trained(config_path: str | Path, fingerprint: str) -> str | None:
-    """Version of the registered model trained on exactly these files, if any."""
-    tracking = load_config(config_path).tracking
+def _already_trained(tracking: TrackingConfig, fingerprint: str) -> str | None:
+    """Version of the registered model trained on exactly these files, if any.
+
+    ``fingerprint`` is :func:`poem.io.logs.log_fingerprint` of the staged partitions, the
+    function ``retrain`` tags its versions with (``data_fingerprint``), so a partition that
+    ``retrain`` trained on, given as its folder or as the folder holding it, is skipped.
+    """
     try:
         versions = client_for(tracking).search_model_versions(f"name='{tracking.registered_model}'")
     except MlflowException:
@@ -202,7 +221,8 @@ def scheduled_retrain(
         ends Failed, naming the folder.
     """
     logger = get_run_logger()
-    root = Path(logs or load_config(config_path).data.path)
+    cfg = None if logs else load_config(config_path)  # loaded once, when first needed
+    root = Path(logs or cfg.data.path)
     partitions = newest_partitions(root, newest, include_today=include_today)
     names = [p.name for p in partitions]
     if not partitions:
@@ -214,7 +234,8 @@ def scheduled_retrain(
     with tempfile.TemporaryDirectory(prefix="poem-staged-") as tmp:
         staged = stage_partitions(partitions, Path(tmp))
         fingerprint = data_fingerprint(staged)
-        done = None if force else _already_trained(config_path, fingerprint)
+        cfg = cfg or load_config(config_path)
+        done = None if force else _already_trained(cfg.tracking, fingerprint)
         if done is not None:
             logger.info("partitions %s were already trained on (version %s); skipping", names, done)
             return {
@@ -303,6 +324,11 @@ def main(argv: list[str] | None = None) -> int:
     ):
         parser.add_argument(flag, type=kind, default=default, help=text)
     parser.add_argument(
+        "--create",
+        action="store_true",
+        help="create the log folder when it does not exist yet (before the first decisions)",
+    )
+    parser.add_argument(
         "--pool",
         default=None,
         help="deploy to this work pool (its worker runs the flow runs) and return, "
@@ -310,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        logs_folder(args.config, args.logs)
+        logs_folder(args.config, args.logs, create=args.create)
     except (FileNotFoundError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

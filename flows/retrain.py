@@ -36,7 +36,12 @@ from flows.tasks.gate import (
 )
 from flows.tasks.load import check_logs, fingerprint_logs
 from flows.tasks.propensity import record_propensities
-from flows.tasks.register import check_champion, promote_policy, register_policy
+from flows.tasks.register import (
+    check_champion,
+    promote_policy,
+    register_policy,
+    with_action_ids,
+)
 from flows.tasks.search import (
     champion_candidates,
     code_fingerprint,
@@ -96,6 +101,9 @@ class RetrainResult:
     challenger_kind : {"learned", "champion_retempered"}
         Whether the challenger is a fit of the learner or the champion re-tempered at
         ``best_params["temperature"]`` with no refit (no fit beat it on validation).
+    rewards : bool
+        The log gave rewards (``data.reward_bounds``): the headline shows rewards (e.g. the
+        click-through rate), −risk, and the gain's lower bound, not losses.
     """
 
     decision: str
@@ -112,6 +120,7 @@ class RetrainResult:
     n_rows: int = 0
     estimator: str = ""
     challenger_kind: str = LEARNED
+    rewards: bool = False
 
     def summary_line(self) -> str:
         """``decision=<promoted|rejected> champion=<version>`` (the CLI's last line)."""
@@ -137,6 +146,20 @@ class RetrainResult:
         risk = f"{self.estimator.upper()} risk" if self.estimator else "risk"
         coin = m.get("gate_randomization")  # gate.randomized: the bound used the coin U
         kind = "upper bound" if coin is None else f"randomized upper bound (U = {coin:.3f})"
+        if self.rewards:  # DESIGN §3: reward = −loss, so the gain's lower bound is −(ucb)
+            neg = [None if v is None else -v for v in (challenger, champion, difference)]
+            challenger, champion, difference = neg
+            lower, upper = (None if upper is None else -upper), (None if lower is None else -lower)
+            bound = None if bound is None else -bound
+            risk = risk.replace("risk", "reward (e.g. click-through rate)")
+            kind = kind.replace("upper", "lower")
+            return [
+                f"{self.decision.upper()}: challenger v{self.challenger_version} {risk} "
+                f"{num(challenger)} vs {against} {num(champion)}",
+                f"  gain {num(difference, '+')}, interval [{num(lower, '+')}, "
+                f"{num(upper, '+')}], {kind} {num(bound, '+')}; champion {moved} {after}",
+                "  " + self.challenger_origin(),
+            ]
         return [
             f"{self.decision.upper()}: challenger v{self.challenger_version} {risk} "
             f"{num(challenger)} vs {against} {num(champion)}",
@@ -310,6 +333,7 @@ def retrain(
         else:
             outcome = _stages(cfg, run, fingerprint)
         comparison, trials, best, policy, n_rows, champion_version = outcome
+        policy = with_action_ids(policy, cfg.data.action_ids)  # served with the log's own ids
         kind = challenger_kind(trials[best].params)
         tags = version_tags(
             comparison,
@@ -351,6 +375,7 @@ def retrain(
         n_rows=n_rows,
         estimator=comparison.estimator,
         challenger_kind=kind,
+        rewards=cfg.data.reward_bounds is not None,
     )
 
 

@@ -169,6 +169,9 @@ class LoggedBandit:
         Full logging distribution π₀(·|xᵢ), discrete family only.
     feature_names : tuple of str or None, default=None
         Names of the context (or candidate) features.
+    action_ids : tuple of str or None, default=None
+        The log's own ids of the actions (discrete): ``action_ids[k]`` is action k. Carried
+        to the learned policy's metadata, so the served model answers with them.
 
     Raises
     ------
@@ -190,6 +193,7 @@ class LoggedBandit:
     logging_model_version: str | None = None
     logging_distribution: Any = None
     feature_names: tuple[str, ...] | None = field(default=None)
+    action_ids: tuple[str, ...] | None = field(default=None)
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -229,6 +233,16 @@ class LoggedBandit:
             set_(self, "logging_distribution", _readonly(np.asarray(dist, dtype=np.float64)))
         if self.feature_names is not None:
             set_(self, "feature_names", tuple(str(f) for f in self.feature_names))
+        if self.action_ids is not None:
+            ids = tuple(str(a) for a in self.action_ids)
+            if self.family != "discrete" or len(set(ids)) != len(ids):
+                raise ValueError(
+                    f"action_ids: distinct ids of a discrete log's actions, got {list(ids)[:5]} "
+                    f"for the {self.family} family"
+                )
+            if n_actions is not None and len(ids) != n_actions:
+                raise ValueError(f"action_ids lists {len(ids)} ids for {n_actions} actions")
+            set_(self, "action_ids", ids)
         check_logged_bandit(self)
 
     # -- constructors -------------------------------------------------------------------------

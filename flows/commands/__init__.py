@@ -108,6 +108,46 @@ def add_config_argument(parser: argparse.ArgumentParser, help: str) -> None:
     )
 
 
+def _names(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"expected comma-separated names, got {text!r}")
+    return names
+
+
+def add_column_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the flags naming a log's own columns (the ``data.*_column(s)`` keys of mlflow.yml)."""
+    parser.add_argument(
+        "--context-columns",
+        type=_names,
+        default=None,
+        metavar="NAMES",
+        help="the feature columns, comma-separated names or globs, e.g. age,income or 'f_*' "
+        "(data.context_columns; default: x_0, x_1, ...)",
+    )
+    for name, canonical in (
+        ("reward", "reward"),
+        ("loss", "loss"),
+        ("action", "action"),
+        ("propensity", "propensity"),
+    ):
+        parser.add_argument(
+            f"--{name}-column",
+            default=None,
+            metavar="COLUMN",
+            help=f"the column holding the {canonical} (data.{name}_column; default: {canonical})",
+        )
+    parser.add_argument(
+        "--action-ids",
+        type=_names,
+        default=None,
+        metavar="IDS",
+        help="the action column's own ids in the order of actions 0..K-1, comma-separated, "
+        "e.g. shoes,hats,bags (data.action_ids); recorded in the log's metadata and the "
+        "served model",
+    )
+
+
 def add_bounds_arguments(parser: argparse.ArgumentParser, helps: dict[str, str]) -> None:
     """Add ``--loss-bounds MIN MAX`` and ``--reward-bounds MIN MAX`` with these help texts."""
     for name in ("loss", "reward"):

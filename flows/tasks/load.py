@@ -15,27 +15,12 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from data_checks.check import check_partitioned
-from data_checks.stages import CheckSettings
+from flows.checking import check_settings
 from flows.config import ChecksConfig, DataConfig
 from flows.tasks import IO_RETRIES, task_logger
 from flows.tracking import TrackedRun, log_artifact, log_json
-from poem.diagnostics.propensity import PropensityThresholds
 from poem.io.logs import log_fingerprint
 from poem.log_rows import log_header
-
-
-def check_settings(checks: ChecksConfig, data: DataConfig | None = None) -> CheckSettings:
-    """The :class:`~data_checks.stages.CheckSettings` of ``mlflow.yml``'s data and checks."""
-    return CheckSettings(
-        family=None if data is None else data.family,
-        overrides={} if data is None else data.overrides(),
-        window=None if data is None else data.window(),
-        min_propensity=checks.min_propensity,
-        min_rows=checks.min_rows,
-        max_quarantine_fraction=checks.max_quarantine_fraction,
-        thresholds=PropensityThresholds(**checks.propensity.model_dump()),
-        future_timestamps=checks.future_timestamps,
-    )
 
 
 @task(name="fingerprint-logs", cache_policy=NO_CACHE, **IO_RETRIES)

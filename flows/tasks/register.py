@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from prefect import task
@@ -22,6 +23,16 @@ def check_champion(log: Any, tracking: TrackingConfig) -> str | None:
     if version is not None:
         check_model_files(client, tracking, version)  # a deleted model folder: now, in one line
     return version
+
+
+def with_action_ids(policy: Any, action_ids: Any) -> Any:
+    """The policy with the log's own action ids in its metadata (``data.action_ids``).
+
+    The served model answers with them (:mod:`deploy.pyfunc`): action k is ``action_ids[k]``.
+    """
+    if action_ids is None:
+        return policy
+    return replace(policy, metadata={**policy.metadata, "action_ids": [str(a) for a in action_ids]})
 
 
 @task(name="register-policy", cache_policy=NO_CACHE, **IO_RETRIES)

@@ -9,6 +9,7 @@ values that cannot describe a log, naming the key. :func:`losses_from_rewards` a
 
 from __future__ import annotations
 
+import fnmatch
 import json
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -27,9 +28,11 @@ __all__ = [
     "METADATA_KEY",
     "LogMetadata",
     "check_metadata",
+    "expand_columns",
     "frame_metadata",
     "invalid_log",
     "losses_from_rewards",
+    "own_columns",
     "parse_timestamps",
 ]
 
@@ -72,6 +75,15 @@ class LogMetadata:
     min_propensity : float or None
         The logging policy's declared smallest propensity, in (0, 1] (e.g. its exploration
         floor): every importance weight is ≤ 1/min_propensity, known before the rows are seen.
+    reward_column, loss_column, action_column, propensity_column : str or None
+        The log's own names of the ``reward`` (or ``loss``), ``action`` and ``propensity``
+        columns; :func:`own_columns` renames them once, on read.
+    action_ids : tuple of str or None
+        The action column's own ids: ``action_ids[i]`` is action i (0..K−1). A text action
+        column is mapped through it on read; the served model answers with these ids.
+    rewards : bool
+        True when the log gave rewards (converted once to losses δ = −reward): reports show
+        rewards (e.g. the click-through rate) rather than losses.
     """
 
     family: str
@@ -89,6 +101,12 @@ class LogMetadata:
     event_id_dtype: str | None = None
     format_version: int = FORMAT_VERSION
     min_propensity: float | None = None
+    reward_column: str | None = None
+    loss_column: str | None = None
+    action_column: str | None = None
+    propensity_column: str | None = None
+    action_ids: tuple[str, ...] | None = None
+    rewards: bool = False
 
     def to_json(self) -> str:
         """JSON text of the metadata."""
@@ -113,7 +131,7 @@ class LogMetadata:
         if "family" not in data:
             raise invalid_log("metadata", 0, f"the '{METADATA_KEY}' metadata has no family")
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        for key in ("context_columns", "feature_names"):
+        for key in ("context_columns", "feature_names", "action_ids"):
             if isinstance(known.get(key), list):
                 known[key] = tuple(known[key])
         return cls(**known)
@@ -159,9 +177,17 @@ def frame_metadata(
             n_actions=len(ycols) if family == "multilabel" else None,
         )
     clean = {k: v for k, v in overrides.items() if v is not None}
+    if "action_ids" in clean:
+        clean["action_ids"] = tuple(str(a) for a in clean["action_ids"])
+        clean.setdefault("n_actions", len(clean["action_ids"]))
+    declared = set(meta.feature_names or ())
+    if stored is not None and set(clean.get("context_columns") or ()) <= declared - set(frame):
+        clean.pop("context_columns", None)  # a log the pipeline wrote: its own names declared
     if "context_columns" in clean:
-        clean["context_columns"] = tuple(clean["context_columns"])
-        clean.update(context_format="dense", n_features=len(clean["context_columns"]))
+        names = expand_columns(tuple(clean["context_columns"]), frame.columns, len(frame))
+        clean.update(context_columns=names, context_format="dense", n_features=len(names))
+        if meta.feature_names is None and names != tuple(f"x_{j}" for j in range(len(names))):
+            clean["feature_names"] = names  # the served model takes the log's own names
     if "loss_bounds" in clean or "reward_bounds" in clean:  # given bounds replace declared ones
         clean = {"loss_bounds": None, "reward_bounds": None, **clean}
     meta = check_metadata(replace(meta, **clean), len(frame))
@@ -259,6 +285,20 @@ def check_metadata(meta: LogMetadata, n_rows: int = 0) -> LogMetadata:
             n_rows,
             f"lists {repeated} more than once: each feature must be its own column",
         )
+    if meta.action_ids is not None:
+        ids = meta.action_ids
+        repeated = sorted({a for a in ids if ids.count(a) > 1})
+        if repeated or len(ids) < 2:
+            raise invalid_log(
+                "action_ids", n_rows, f"must list at least 2 distinct ids, got {list(ids)[:5]}"
+            )
+        if meta.n_actions is not None and meta.n_actions != len(ids):
+            raise invalid_log(
+                "action_ids",
+                n_rows,
+                f"lists {len(ids)} ids but n_actions is {meta.n_actions}",
+                "Drop n_actions (it is the number of ids) or list every action's id",
+            )
     floor = meta.min_propensity  # the gate's weight bound 1/min_propensity (DESIGN §5)
     if floor is not None:
         if isinstance(floor, bool) or not isinstance(floor, (int, float, np.integer, np.floating)):
@@ -328,6 +368,13 @@ def losses_from_rewards(frame: pd.DataFrame, meta: LogMetadata) -> tuple[pd.Data
         When ``reward`` sits beside ``loss`` (ambiguous), or rewards come without reward bounds.
     """
     if "reward" not in frame.columns:
+        if "loss" in frame.columns and meta.loss_bounds is None and meta.reward_bounds:
+            # losses already converted (a decision log of rewards): the same bounds as losses
+            lo, hi = meta.reward_bounds
+            meta = replace(meta, loss_bounds=(-hi, -lo), reward_bounds=None, rewards=True)
+            out = frame.copy(deep=False)
+            out.attrs = {**frame.attrs, METADATA_KEY: json.loads(meta.to_json())}
+            return out, meta
         return frame, meta
     n = len(frame)
     if "loss" in frame.columns:
@@ -354,9 +401,120 @@ def losses_from_rewards(frame: pd.DataFrame, meta: LogMetadata) -> tuple[pd.Data
     out = frame.rename(columns={"reward": "loss"})
     if rewards.dtype.kind in "biuf":  # non-numbers are left for the type checks to report
         out["loss"] = -rewards.to_numpy(dtype=np.float64, na_value=np.nan)  # DESIGN §3: δ = −reward
-    meta = replace(meta, loss_bounds=(-hi, -lo), reward_bounds=None)
+    meta = replace(meta, loss_bounds=(-hi, -lo), reward_bounds=None, rewards=True)
     out.attrs = {**frame.attrs, METADATA_KEY: json.loads(meta.to_json())}
     return out, meta
+
+
+_CANONICAL = {"reward": "reward", "loss": "loss", "action": "action", "propensity": "propensity"}
+# the columns of a discrete log that are never context features (a glob skips them)
+_NOT_FEATURES = frozenset(
+    {
+        "event_id",
+        "timestamp",
+        "action",
+        "propensity",
+        "loss",
+        "reward",
+        "logging_distribution",
+        "logging_model_version",
+        "n_candidates",
+    }
+)
+
+
+def expand_columns(patterns: tuple[str, ...], columns: Any, n_rows: int = 0) -> tuple[str, ...]:
+    """Context column names from names and globs (``f_*``), in the order given, then the frame's.
+
+    Raises
+    ------
+    InvalidLogError
+        Naming ``context_columns`` when a name is not a column or a glob matches none.
+    """
+    available = [str(c) for c in columns]
+    out: list[str] = []
+    for pattern in patterns:
+        if any(ch in pattern for ch in "*?["):
+            found = [
+                c for c in available if fnmatch.fnmatchcase(c, pattern) and c not in _NOT_FEATURES
+            ]
+        else:
+            found = [pattern] if pattern in available else []
+        if not found:
+            what = "matches no column" if any(ch in pattern for ch in "*?[") else "is not a column"
+            raise invalid_log(
+                "context_columns",
+                n_rows,
+                f"{pattern!r} {what}; the log's columns: {', '.join(available[:12])}"
+                + (" ..." if len(available) > 12 else ""),
+                "Name the feature columns with --context-columns a,b or a glob 'f_*' "
+                "(data.context_columns)",
+            )
+        out += [c for c in found if c not in out]
+    return tuple(out)
+
+
+def own_columns(frame: pd.DataFrame, meta: LogMetadata) -> pd.DataFrame:
+    """Rename the log's own columns to the canonical ones and map text action ids (once).
+
+    ``meta.reward_column`` becomes ``reward`` (then converted by :func:`losses_from_rewards`),
+    ``loss_column`` ``loss``, ``action_column`` ``action``, ``propensity_column``
+    ``propensity``; a text ``action`` column is mapped through ``meta.action_ids`` (id i →
+    action i; an id not listed becomes −1, which the action range check quarantines).
+    Idempotent: a frame already renamed is returned unchanged.
+
+    Raises
+    ------
+    InvalidLogError
+        Naming the column: a named column missing, a named column beside the canonical one,
+        text action ids without ``action_ids``.
+    """
+    n = len(frame)
+    renames = {}
+    for key, canonical in _CANONICAL.items():
+        name = getattr(meta, f"{key}_column")
+        if name is None or name == canonical:
+            continue
+        if name not in frame.columns:
+            if canonical in frame.columns or (key == "reward" and "loss" in frame.columns):
+                continue  # canonical already (renamed, or a log the pipeline wrote)
+            raise invalid_log(
+                name,
+                n,
+                f"column is missing (named by {key}_column); the log's columns: "
+                + ", ".join(str(c) for c in frame.columns[:12]),
+                f"Pass the right name with --{key}-column COLUMN (data.{key}_column)",
+            )
+        if canonical in frame.columns:
+            raise invalid_log(
+                canonical,
+                n,
+                f"column sits beside {name!r}, which {key}_column names as the {canonical}",
+                f"Drop one of the two columns, or the {key}_column setting",
+            )
+        renames[name] = canonical
+    out = frame.rename(columns=renames) if renames else frame
+    if "action" in out.columns and out["action"].dtype.kind in "OUS":
+        values = out["action"]
+        if meta.action_ids is None:
+            if pd.to_numeric(values, errors="coerce").notna().sum() == values.notna().sum():
+                return out  # numbers as text: the type checks read them
+            ids = sorted(str(v) for v in pd.unique(values.dropna()))
+            shown = ",".join(ids[:20]) + (",..." if len(ids) > 20 else "")
+            raise invalid_log(
+                "action",
+                n,
+                f"holds {len(ids)} text ids ({', '.join(repr(v) for v in ids[:4])}"
+                f"{', ...' if len(ids) > 4 else ''}), not action numbers 0..K-1",
+                f"List the ids in the order of actions 0..K-1 with --action-ids {shown} "
+                "(data.action_ids); they are recorded in the log's metadata and the served "
+                "model answers with them",
+            )
+        index = {a: i for i, a in enumerate(meta.action_ids)}
+        out = out.copy() if out is frame else out
+        out["action"] = np.array([index.get(str(v), -1) for v in values], dtype=np.int64)
+        out.attrs = dict(frame.attrs)
+    return out
 
 
 def _indexed(name: Any, prefix: str) -> bool:

@@ -85,8 +85,8 @@ class DecisionLog:
         Action structure of the served policy.
     feature_names : sequence of str
         Request feature columns, in the policy's order.
-    loss_bounds : tuple of float
-        Declared loss bounds [δ_min, δ_max] of the feedback.
+    loss_bounds : tuple of float or None
+        Declared loss bounds [δ_min, δ_max] of the feedback; None with ``reward_bounds``.
     n_actions : int or None
         Number of actions K (discrete) or labels q (multilabel); required for those families
         so every file declares the same width.
@@ -104,18 +104,27 @@ class DecisionLog:
     max_future : datetime.timedelta or None, default=1 day
         Decisions dated more than this after the wall clock are refused (clock errors would
         otherwise open a ``date=`` partition in the future); None accepts any date.
+    reward_bounds : tuple of float or None, default=None
+        Declared reward bounds [r_min, r_max] instead of ``loss_bounds``: feedback is given as
+        rewards (``add_feedback(ids, rewards=clicks)``) and logged as losses δ = −reward with
+        bounds [−r_max, −r_min] (DESIGN §3); a timed-out decision gets the lowest reward.
+    action_ids : sequence of str or None, default=None
+        The served model's own action ids (``data.action_ids``): responses carry them, the
+        log stores action k for ``action_ids[k]`` and records the ids in its metadata.
     """
 
     path: str | Path
     family: str
     feature_names: tuple[str, ...]
-    loss_bounds: tuple[float, float]
+    loss_bounds: tuple[float, float] | None = None
     n_actions: int | None = None
     feedback_timeout: _dt.timedelta = _dt.timedelta(hours=1)
     missing_feedback_loss: float | None = None
     exclude_missing: bool = False
     min_propensity: float | None = None
     max_future: _dt.timedelta | None = _dt.timedelta(days=1)
+    reward_bounds: tuple[float, float] | None = None
+    action_ids: tuple[str, ...] | None = None
     _pending: list[pd.DataFrame] = field(default_factory=list, init=False, repr=False)
     _feedback: dict[str, float] = field(default_factory=dict, init=False, repr=False)
     _closed: set[str] = field(default_factory=set, init=False, repr=False)
@@ -125,6 +134,7 @@ class DecisionLog:
     def __post_init__(self) -> None:
         self.path = Path(self.path)
         self.feature_names = tuple(str(f) for f in self.feature_names)
+        self._rewards_to_losses()
         lo, hi = (float(b) for b in self.loss_bounds)
         if not lo < hi:
             raise ValueError(f"loss_bounds must satisfy min < max, got {self.loss_bounds!r}")
@@ -143,6 +153,40 @@ class DecisionLog:
                 raise ValueError(f"min_propensity must be in (0, 1], got {self.min_propensity!r}")
             self.min_propensity = value
         self._reset_counts()
+
+    def _rewards_to_losses(self) -> None:
+        """Declared reward bounds become loss bounds [−r_max, −r_min]; action ids a tuple."""
+        if (self.loss_bounds is None) == (self.reward_bounds is None):
+            raise ValueError("give loss_bounds or reward_bounds (exactly one)")
+        if self.reward_bounds is not None:
+            r_lo, r_hi = (float(b) for b in self.reward_bounds)
+            if not r_lo < r_hi:
+                raise ValueError(
+                    f"reward_bounds must satisfy min < max, got {self.reward_bounds!r}"
+                )
+            self.reward_bounds = (r_lo, r_hi)
+            self.loss_bounds = (-r_hi, -r_lo)  # DESIGN §3: δ = −reward
+        if self.action_ids is not None:
+            ids = tuple(str(a) for a in self.action_ids)
+            if len(set(ids)) != len(ids) or (self.n_actions or len(ids)) != len(ids):
+                raise ValueError(
+                    f"action_ids must be {self.n_actions} distinct ids, got {list(ids)[:5]}"
+                )
+            self.action_ids, self.n_actions = ids, len(ids)
+
+    def _action_numbers(self, actions: pd.Series) -> pd.Series:
+        """The response's own action ids as action numbers 0..K−1 (unknown ids refused)."""
+        if self.action_ids is None:
+            return actions
+        index = {a: k for k, a in enumerate(self.action_ids)}
+        numbers = actions.astype(str).map(index)
+        if numbers.isna().any():
+            bad = actions[numbers.isna()].astype(str).unique()[:5].tolist()
+            raise ValueError(
+                f"decision log: {int(numbers.isna().sum())} action(s) are not among the action "
+                f"ids {list(self.action_ids)[:8]}, e.g. {bad}"
+            )
+        return numbers.astype(np.int64)
 
     def _reset_counts(self) -> None:
         self._counts = {"late": 0, "unknown": 0, "duplicate": 0}
@@ -184,6 +228,7 @@ class DecisionLog:
             raise ValueError(f"decision log: missing columns {missing}")
         frame = decisions.loc[:, list(_DECISION_COLUMNS)].reset_index(drop=True).copy()
         frame["event_id"] = frame["event_id"].astype(str)
+        frame["action"] = self._action_numbers(frame["action"])
         check_propensities(frame, self.min_propensity)
         X = feature_matrix(requests, frame, self.feature_names)
         if self.family == "candidates":
@@ -221,18 +266,26 @@ class DecisionLog:
         self._pending.append(frame)
         return len(frame)
 
-    def add_feedback(self, event_ids: Any, losses: Any) -> int:
-        """Record observed losses for earlier decisions; returns how many were accepted.
+    def add_feedback(self, event_ids: Any, losses: Any = None, *, rewards: Any = None) -> int:
+        """Record observed losses (or rewards) of earlier decisions; returns how many are kept.
 
         Feedback for an event already closed (late), unknown, or seen before (duplicate) is
-        ignored and counted in the next :class:`FlushReport`.
+        ignored and counted in the next :class:`FlushReport`. ``rewards`` (with
+        ``reward_bounds``) are recorded as losses δ = −reward.
 
         Raises
         ------
         ValueError
-            If a loss is not finite or outside ``loss_bounds``.
+            If a loss is not finite or outside ``loss_bounds`` (a reward outside
+            ``reward_bounds``), or neither or both of ``losses`` and ``rewards`` are given.
         """
         ids = np.asarray(event_ids).astype(str).reshape(-1)
+        if (losses is None) == (rewards is None):
+            raise ValueError("add_feedback: give losses or rewards (exactly one)")
+        if rewards is not None and self.reward_bounds is None:
+            raise ValueError("add_feedback: rewards need a DecisionLog with reward_bounds")
+        if losses is None:
+            losses = -np.asarray(rewards, dtype=np.float64)  # DESIGN §3: δ = −reward
         values = np.asarray(losses, dtype=np.float64).reshape(-1)
         if ids.size != values.size:
             raise ValueError(f"add_feedback: {ids.size} event ids but {values.size} losses")
@@ -376,6 +429,7 @@ class DecisionLog:
             timestamps=rows["timestamp"].to_numpy(dtype="datetime64[ns]"),
             event_ids=np.asarray(rows["event_id"].tolist(), dtype=object),
             feature_names=self.feature_names,
+            action_ids=self.action_ids,
             candidates=candidates,
         )
 

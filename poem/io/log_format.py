@@ -28,6 +28,7 @@ from poem.io._metadata import (
     frame_metadata,
     invalid_log,
     losses_from_rewards,
+    own_columns,
     parse_timestamps,
 )
 from poem.io._row_checks import list_column, row_problems
@@ -41,6 +42,7 @@ __all__ = [
     "log_to_frame",
     "log_to_table",
     "losses_from_rewards",
+    "own_columns",
     "parse_timestamps",
 ]
 
@@ -65,6 +67,7 @@ def log_to_table(log: LoggedBandit) -> pa.Table:
         if log.contexts is None
         else ("sparse" if sp.issparse(log.contexts) else "dense"),
         feature_names=log.feature_names,
+        action_ids=log.action_ids,
         logging_model_version=log.logging_model_version,
         event_ids_generated=log.event_ids is None,
         event_id_dtype=ids.dtype.str,
@@ -169,7 +172,7 @@ def frame_to_log(
         :func:`poem.data.check_logged_bandit`.
     """
     meta = frame_metadata(frame, family=family, **overrides)
-    frame, meta = losses_from_rewards(frame, meta)
+    frame, meta = losses_from_rewards(own_columns(frame, meta), meta)
     n = len(frame)
     required = ["propensity", *(meta.label_columns or ["action"])]
     required += list(meta.context_columns) + (
@@ -221,6 +224,7 @@ def frame_to_log(
         "family": meta.family,
         "n_actions": meta.n_actions,
         "feature_names": meta.feature_names,
+        "action_ids": meta.action_ids,
         "contexts": _contexts(frame, meta, numeric),
     }
     if meta.family == "candidates":

@@ -30,6 +30,7 @@ from poem.io.log_format import (
     frame_metadata,
     frame_to_log,
     losses_from_rewards,
+    own_columns,
     parse_timestamps,
 )
 from poem.io.parquet import WARNINGS_KEY, list_log_files, read_frame, skipped_log_files
@@ -111,13 +112,28 @@ def log_files(path: str | Path) -> list[Path]:
     return list_log_files(path)
 
 
+def _partition_base(path: Path) -> Path:
+    """The folder above the ``key=value`` (``date=``) folders that ``path`` sits in."""
+    base = path if path.is_dir() else path.parent
+    while "=" in base.name and base.parent != base:
+        base = base.parent
+    return base
+
+
 def log_fingerprint(path: str | Path) -> str:
-    """SHA-256 over the names (relative to ``path``) and bytes of exactly :func:`log_files`."""
-    path = Path(path)
+    """SHA-256 over the names and bytes of exactly :func:`log_files`: the log's identity.
+
+    Names are relative to the folder above any ``key=value`` partition folders, so the same
+    files have one fingerprint whether given as their ``date=`` folder, as the folder holding
+    only that partition, or staged by the scheduled flow (``retrain`` and the schedule
+    recognise each other's runs). A file outside partition folders is named by its name.
+    """
+    path = Path(path).absolute()
+    base = _partition_base(path)
     digest = hashlib.sha256()
     for file in log_files(path):
-        name = file.relative_to(path) if path.is_dir() else file.name
-        digest.update(str(name).encode())
+        name = file.absolute().relative_to(base)
+        digest.update(name.as_posix().encode())
         with open(file, "rb") as fh:
             for block in iter(lambda fh=fh: fh.read(1 << 20), b""):
                 digest.update(block)
@@ -199,7 +215,25 @@ def table_from_frame(
     warnings = tuple(frame.attrs.pop(WARNINGS_KEY, ()))
     meta = frame_metadata(frame, family=family, **overrides)
     frame.attrs[METADATA_KEY] = json.loads(meta.to_json())
-    frame, meta = losses_from_rewards(frame, meta)
+    frame, meta = losses_from_rewards(own_columns(frame, meta), meta)
+    if "loss" not in frame.columns:
+        raise invalid_log(
+            "loss",
+            len(frame),
+            "column is missing: the log has neither 'loss' nor 'reward'; its columns: "
+            + ", ".join(str(c) for c in frame.columns[:12]),
+            "Name your outcome column with --reward-column COLUMN --reward-bounds MIN MAX "
+            "(data.reward_column, data.reward_bounds), or --loss-column COLUMN",
+        )
+    if meta.context_format == "none" and meta.family != "candidates":
+        raise invalid_log(
+            "context_columns",
+            len(frame),
+            f"the log has no feature columns (x_0, x_1, ... or x_indices/x_values), which the "
+            f"{meta.family} family needs; its columns: "
+            + ", ".join(str(c) for c in frame.columns[:12]),
+            "Name yours with --context-columns a,b or a glob 'f_*' (data.context_columns)",
+        )
     if "loss" in frame.columns and meta.loss_bounds is None:
         raise invalid_log(
             "loss",

@@ -123,7 +123,13 @@ def test_row_defects_are_quarantined_and_named(
         log = log.take(np.arange(N))
     frame = mutate(log_to_frame(log))
     path = _write(frame, tmp_path / "log.parquet")
-    outcome = check_logs(path, out_dir=tmp_path / "out", context=gx_context, plots=False)
+    outcome = check_logs(
+        path,
+        out_dir=tmp_path / "out",
+        context=gx_context,
+        plots=False,
+        max_quarantine_fraction=0.05,
+    )
     r = outcome.report
     assert r.quarantined_by_reason == {reason: len(examples)}, outcome.to_text()
     failure = next(f for f in r.failures if f.column == column)
@@ -230,7 +236,13 @@ def test_rows_below_the_declared_min_propensity_are_reported(tmp_path, gx_contex
     floor = float(np.sort(p)[3])  # three rows below it
     meta = {**frame.attrs[METADATA_KEY], "min_propensity": floor}
     path = _write(frame, tmp_path / "log.parquet", meta)
-    outcome = check_logs(path, out_dir=tmp_path / "out", context=gx_context, plots=False)
+    outcome = check_logs(
+        path,
+        out_dir=tmp_path / "out",
+        context=gx_context,
+        plots=False,
+        max_quarantine_fraction=0.05,
+    )
     reason = (
         f"propensity below the declared min_propensity {floor:g} (the metadata's floor; "
         "the gate's weight bound 1/min_propensity assumes none is)"

@@ -147,7 +147,7 @@ def test_k_partitions_give_the_report_of_one(tmp_path, log_factory, case, cuts):
     table, _ = read_stage(path, CheckSettings())
     frame, over = CASES[case](table.frame.copy())
     frame.attrs = dict(table.frame.attrs)
-    settings = CheckSettings(**{"now": "2030-01-01", **over})
+    settings = CheckSettings(**{"now": "2030-01-01", "max_quarantine_fraction": 0.05, **over})
     table = replace(table, frame=frame)
     one = check_pieces(LocalPartitions([table]), settings, source="log", out_dir=tmp_path / "1")
     many = _check_slices(table, list(cuts), settings, tmp_path / "k")
@@ -195,7 +195,7 @@ def test_cross_partition_duplicate_ids_are_quarantined(tmp_path, log_factory):
     table = _defective_table(tmp_path, log_factory, cross_duplicate=True)
     _write_groups(table, path)
     opts = PartitionOptions(mode="always", scheduler="sync", rows_per_bucket=7)  # 86 buckets
-    out = check_logs(path, partitions=opts, out_dir=tmp_path / "o")
+    out = check_logs(path, partitions=opts, out_dir=tmp_path / "o", max_quarantine_fraction=0.05)
     (f,) = [f for f in out.report.failures if f.column == "event_id"]
     assert (f.level, f.unexpected_count, f.element_count) == ("row", 4, sum(SIZES))
     ids = table["event_id"].to_pylist()
@@ -276,12 +276,14 @@ def test_switch(tmp_path, parts_log):
 @pytest.mark.slow
 def test_two_worker_cluster_equals_in_memory(parts_log, tmp_path, gx_context):
     pytest.importorskip("distributed")
-    memory = check_logs(parts_log, context=gx_context, plots=False)
+    memory = check_logs(parts_log, context=gx_context, plots=False, max_quarantine_fraction=0.05)
     # `check --scheduler local`'s cluster: the flow's LocalCluster, workers' allocator set
     with open_client(PartitionOptions(scheduler="local", n_workers=2)) as client:
         env = client.run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_"))
         assert set(env.values()) == {str(WORKER_MALLOC["MALLOC_TRIM_THRESHOLD_"])}
-        parts = check_logs(parts_log, out_dir=tmp_path / "c", client=client)
+        parts = check_logs(
+            parts_log, out_dir=tmp_path / "c", client=client, max_quarantine_fraction=0.05
+        )
     assert _core(parts.report) == _core(memory.report)
     assert parts.propensity.check("uniform_weight").value == pytest.approx(
         memory.propensity.check("uniform_weight").value, rel=1e-12

@@ -23,9 +23,9 @@ import pytest
 
 from data_checks.check import PartitionOptions, check_logs
 from data_checks.stages import CheckSettings
+from flows.checking import check_settings
 from flows.config import ChecksConfig, load_config
 from flows.deployments import newest_partitions, stage_partitions
-from flows.tasks.load import check_settings
 from poem.exceptions import InvalidLogError
 from poem.io.logs import log_files, read_log_table
 from poem.io.parquet import METADATA_KEY, log_to_frame, skipped_log_files, write_log
@@ -224,9 +224,8 @@ def test_timestamps_later_than_the_run_clock_warn_or_quarantine(tmp_path, log_fa
 
 
 def test_the_future_timestamps_key_of_mlflow_yml_reaches_the_check():
-    """Item 12: ``checks.future_timestamps`` in both mlflow.yml copies, passed to the stages."""
-    for config in (ROOT / "mlflow.yml", ROOT / "flows" / "mlflow.yml"):
-        assert load_config(config).checks.future_timestamps == "warn"
+    """Item 12: ``checks.future_timestamps`` in mlflow.yml, passed to the stages."""
+    assert load_config(ROOT / "mlflow.yml").checks.future_timestamps == "warn"
     settings = check_settings(ChecksConfig(future_timestamps="quarantine"))
     assert settings.future_timestamps == "quarantine"
     with pytest.raises(ValueError, match="future_timestamps"):

@@ -143,11 +143,11 @@ def test_a_run_whose_checks_fail_prints_the_error_the_report_and_the_run(
     assert done.returncode == 1, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) <= 5, done.stderr
-    assert lines[0].startswith(
-        "error: the logs failed their checks; nothing was trained or registered: propensity: "
-        "90 of 900 rows"
+    assert lines[0].startswith(  # the deciding reason first (issue 36)
+        "error: the logs failed their checks; nothing was trained or registered: quarantine: "
+        "90 of 900 rows (10.00%)"
     ), done.stderr
-    assert lines[1].startswith("  also: quarantine: 90 of 900 rows (10.00%)"), done.stderr
+    assert lines[1].startswith("  also: propensity: 90 of 900 rows"), done.stderr
     report = re.fullmatch(r"  report: file://(\S+/checks/data_check_report\.json)", lines[2])
     assert report and Path(report.group(1)).is_file(), done.stderr
     run = re.fullmatch(r"  MLflow run (\w+) \(FAILED\): experiment 1 of sqlite:///\S+", lines[3])

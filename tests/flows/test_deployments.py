@@ -17,10 +17,14 @@ def test_a_missing_logs_folder_is_refused_at_deploy_time(tmp_path, capsys, monke
     config = tmp_path / "mlflow.yml"
     config.write_text("data: {path: decisions}\n")
     assert main(["--config", str(config), "--logs", str(tmp_path / "decisons"), *route]) == 2
-    assert capsys.readouterr() == ("", f"error: --logs: {tmp_path / 'decisons'} does not exist\n")
+    fix = " (the decision log writes it; pass --create to create it empty now)\n"
+    assert capsys.readouterr() == (
+        "",
+        f"error: --logs: {tmp_path / 'decisons'} does not exist{fix}",
+    )
     assert main(["--config", str(config), *route]) == 2  # data.path of the config: same check
     missing = tmp_path / "decisions"
-    assert capsys.readouterr().err == f"error: data.path of {config}: {missing} does not exist\n"
+    assert capsys.readouterr().err == f"error: data.path of {config}: {missing} does not exist{fix}"
     (tmp_path / "file.parquet").write_bytes(b"")
     assert main(["--config", str(config), "--logs", str(tmp_path / "file.parquet"), *route]) == 2
     assert "is not a folder of date= partitions" in capsys.readouterr().err

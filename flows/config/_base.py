@@ -1,0 +1,53 @@
+"""The shared pieces of the config sections: the frozen base model and URI checks."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict
+
+Scalar = bool | int | float | str | None
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
+ALIAS = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,254}")
+# no file: MLflow 3's file store is in maintenance mode and fails at run time (ECOSYSTEM §3)
+TRACKING_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql")
+ARTIFACT_SCHEMES = ("file", "s3", "gs", "wasbs", "abfss", "hdfs", "mlflow-artifacts", "http")
+MAX_TRIALS = 1000  # search.grid points
+# serving temperatures every fit is scored at (search.temperatures): halvings of the fitted scale
+TEMPERATURES = (1.0, 0.5, 0.25, 0.125, 0.0625)
+MAX_TEMPERATURES = 20
+MAX_LOSS_RANGE = 1e12  # wider loss bounds lose the precision of the scaled losses
+
+
+def uri_scheme(uri: str) -> str | None:
+    match = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):", uri)
+    return match.group(1).lower() if match and len(match.group(1)) > 1 else None
+
+
+def check_uri(uri: str, schemes: Sequence[str], what: str, *, plain_paths: bool) -> str:
+    if not uri.strip():
+        raise ValueError(f"{what} must not be empty")
+    scheme = uri_scheme(uri)
+    if scheme is None and plain_paths:
+        return uri
+    if scheme == "file" and "file" not in schemes:
+        raise ValueError(
+            f"{what}: MLflow 3 no longer runs on a file: store (maintenance mode, it fails at "
+            "run time); use sqlite:///mlflow.db, or a tracking server http(s)://HOST:PORT"
+        )
+    if scheme not in schemes:
+        found = "has no scheme" if scheme is None else f"has scheme {scheme!r}"
+        raise ValueError(
+            f"{what} {found}; allowed: {', '.join(schemes)}"
+            + (" or a plain path" if plain_paths else "")
+        )
+    if scheme == "sqlite" and not uri.startswith("sqlite:///"):
+        raise ValueError(f"{what} must look like sqlite:///relative.db or sqlite:////abs/path.db")
+    return uri

@@ -1,0 +1,43 @@
+"""``gate:``: the counterfactual A/B gate (DESIGN §5)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from flows.config._base import Section
+
+__all__ = ["GateConfig"]
+
+
+class GateConfig(Section):
+    """The counterfactual A/B gate (DESIGN §5).
+
+    ``confidence_level``: 1 − α shared by every attempt on one test window against one
+    champion; attempt k gets αₖ = α(1 − q)q^{k−1} with q = ``retry_fraction``
+    (:mod:`poem.ledger`, recorded by :mod:`flows.ledger`). ``seed``: the random order of the
+    test rows the bound bets on.
+    """
+
+    estimator: Literal["ips", "snips", "clipped_ips"] = "ips"
+    clip: float | None = Field(None, gt=0)
+    interval: Literal["t", "normal", "bootstrap"] = "t"
+    confidence_level: float = Field(0.95, gt=0, lt=1)
+    min_improvement: float = Field(0.0, ge=0)
+    min_ess: float = Field(100.0, ge=0)
+    randomized: bool = False
+    seed: int = Field(0, ge=0)
+    retry_fraction: float = Field(0.2, gt=0, lt=1)
+
+    @model_validator(mode="after")
+    def _clip_for_clipped(self) -> GateConfig:
+        if self.estimator == "clipped_ips" and self.clip is None:
+            raise ValueError("estimator 'clipped_ips' needs a clip value")
+        if self.estimator != "clipped_ips" and self.clip is not None:
+            raise ValueError(
+                f"gate.clip ({self.clip}) is only used by estimator 'clipped_ips', but "
+                f"gate.estimator is {self.estimator!r}; set gate.clip: null or "
+                "gate.estimator: clipped_ips"
+            )
+        return self

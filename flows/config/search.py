@@ -1,0 +1,79 @@
+"""``search:``: the hyperparameter grid searched on the validation split."""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from flows.config._base import MAX_TEMPERATURES, MAX_TRIALS, TEMPERATURES, Scalar, Section
+
+__all__ = ["SearchConfig"]
+
+
+class SearchConfig(Section):
+    """Hyperparameter grid searched on the validation split (selection by IPS or SNIPS).
+
+    Trials whose validation ESS is below ``min_ess_fraction`` of the validation rows, or below
+    ``min_ess`` rows, rank after the others (:func:`poem.learners.search.select_trial`). With a
+    champion, ``learning_confidence_level`` is the level of
+    :func:`flows.tasks.search.confirm_learning`, which decides whether a selected fit is served.
+    """
+
+    grid: dict[str, list[Scalar]] = Field(
+        default_factory=lambda: {
+            "solver": ["adagrad", "lbfgs"],
+            "warm_start": ["zeros", "champion"],
+            "variance_scale": [0.0001, 0.001, 0.003, 0.01, 0.03],
+            "clip": ["p90/p10"],
+        }
+    )
+    scoring: Literal["ips", "snips", "ips_ucb", "snips_ucb"] = "snips_ucb"
+    temperatures: list[float] | None = Field(default_factory=lambda: list(TEMPERATURES))
+    min_ess_fraction: float = Field(0.01, ge=0, lt=1)
+    min_ess: float = Field(10.0, ge=0)
+    confidence_level: float = Field(0.95, gt=0, lt=1)
+    learning_confidence_level: float = Field(0.9, gt=0, lt=1)
+    max_workers: int = Field(2, ge=1, le=64)
+    cache_expiration_hours: float = Field(24.0, gt=0, le=24 * 365 * 10)
+
+    @field_validator("grid")
+    @classmethod
+    def _non_empty(cls, grid: dict[str, list[Scalar]]) -> dict[str, list[Scalar]]:
+        if not grid:
+            raise ValueError(
+                "the grid is empty (one trial would run silently); give at least one parameter "
+                "with its values, e.g. variance_scale: [0.0, 0.1, 1.0] (one value = one trial)"
+            )
+        n_trials = 1
+        for key, values in grid.items():
+            if not values:
+                raise ValueError(f"grid entry {key!r} has no values")
+            repeated = [v for i, v in enumerate(values) if v in values[:i]]
+            if repeated:
+                raise ValueError(f"grid entry {key!r} repeats {repeated[:3]} (identical trials)")
+            n_trials *= len(values)
+        if n_trials > MAX_TRIALS:
+            raise ValueError(f"the grid has {n_trials:,} points; at most {MAX_TRIALS:,}")
+        return grid
+
+    @field_validator("temperatures")
+    @classmethod
+    def _temperatures(cls, values: list[float] | None) -> list[float] | None:
+        if values is None:
+            return None
+        if not values:
+            raise ValueError(
+                "temperatures is empty; give at least one, e.g. [1.0], or null to serve at "
+                "training.params.temperature"
+            )
+        bad = [t for t in values if not (math.isfinite(t) and t > 0)]
+        if bad:
+            raise ValueError(f"temperatures must be finite and > 0, got {bad[:3]}")
+        repeated = [t for i, t in enumerate(values) if t in values[:i]]
+        if repeated:
+            raise ValueError(f"temperatures repeats {repeated[:3]}")
+        if len(values) > MAX_TEMPERATURES:
+            raise ValueError(f"{len(values)} temperatures; at most {MAX_TEMPERATURES}")
+        return values
