@@ -49,6 +49,7 @@ from flows.prefect_server import (
     configured_api_url,
     prefect_api,
 )
+from flows.redact import redact
 from flows.store_faults import StoreError, check_store
 
 # imported when the flow runs: Prefect, MLflow and GX take seconds to import and configure logging
@@ -260,7 +261,7 @@ def _run_flow(
         drain_prefect()  # before the server stops, not at exit (not after Ctrl-C: exit at once)
     if failure is not None:
         code, lines = failure
-        print("\n".join(lines), file=sys.stderr)
+        print(redact("\n".join(lines)), file=sys.stderr)  # the store's URI: no password
         return code
     for line in result.headline():
         print(line)
