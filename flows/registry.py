@@ -36,6 +36,7 @@ from flows.integrity import (
     MODEL_LOCATION_TAG,
     POLICY_DIGEST_TAG,
     POLICY_URI_TAG,
+    check_model_files,
     model_code_digest,
     model_code_parts,
     verify_model_version,
@@ -271,6 +272,7 @@ def load_version_policy(
                 local / "artifacts" / serving.ARTIFACT_KEY,
                 expected_digest=mv.tags[POLICY_DIGEST_TAG],
             )
+        check_model_files(client, tracking, version, role)  # gone: one line
         with tracking_uri_scope(tracking.uri):  # models:/ URIs resolve through the global URI
             local = mlflow.artifacts.download_artifacts(
                 artifact_uri=mv.tags[POLICY_URI_TAG], dst_path=tmp
