@@ -332,10 +332,10 @@ def resolve_champion(client: MlflowClient, tracking: TrackingConfig) -> str | No
     if history is None:
         return None
     raise ChampionMissingError(
-        f"registered model {tracking.registered_model!r} has no {tracking.champion_alias!r} "
-        f"version, but it had one ({history}); refusing to gate against the logging policy. "
-        "Make a version champion again (poem-pipeline rollback --to N), or start over from "
-        "the logger with retrain --start-over-from-logger (recorded on the new version)"
+        f"{tracking.registered_model!r} had a {tracking.champion_alias!r} ({history}) but "
+        "none resolves now; refusing to gate against the logging policy. Restore one "
+        "(poem-pipeline rollback --to N), or retrain --start-over-from-logger (recorded on "
+        "the new version)"
     )
 
 

@@ -87,6 +87,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--verbose", action="store_true", help="keep Prefect's own log lines on stderr"
     )
+    parser.add_argument(
+        "--start-over-from-logger",
+        action="store_true",
+        help="gate against the logging policy although the registered model had a champion "
+        "that no longer resolves (a deleted version); recorded on the new version "
+        "(tracking.start_over_from_logger)",
+    )
 
 
 def add_log_arguments(parser: argparse.ArgumentParser) -> None:
@@ -328,6 +335,8 @@ def run(args: argparse.Namespace) -> int:
     """Entry point of ``poem-pipeline retrain``."""
     try:
         overrides = {**log_overrides(args), **parse_overrides(args.set)}
+        if args.start_over_from_logger:
+            overrides["tracking.start_over_from_logger"] = True
     except ConfigError as exc:
         return fail(str(exc), EXIT_CONFIG)
     code = run_retrain(args.config, args.logs, overrides, verbose=args.verbose)

@@ -374,10 +374,10 @@ def test_a_deleted_champion_is_never_replaced_by_a_gate_against_the_logger(store
     with pytest.raises(ChampionMissingError) as info:
         check_champion_compatible(client, tracking, "discrete", 3)
     assert str(info.value) == (
-        "registered model 'poem-policy' has no 'champion' version, but it had one (version 2 "
-        "was the last 'champion'); refusing to gate against the logging policy. Make a version "
-        "champion again (poem-pipeline rollback --to N), or start over from the logger with "
-        "retrain --start-over-from-logger (recorded on the new version)"
+        "'poem-policy' had a 'champion' (version 2 was the last 'champion') but none "
+        "resolves now; refusing to gate against the logging policy. Restore one "
+        "(poem-pipeline rollback --to N), or retrain --start-over-from-logger (recorded on "
+        "the new version)"
     )
     v3 = add(gated())  # gated against the logging policy (a run that raced the deletion)
     with pytest.raises(PromotionConflict, match=r"had a 'champion' \(version 2 was the last"):
@@ -506,3 +506,24 @@ def test_rollback_on_a_corrupt_store_is_one_line(tracking, tmp_path, capsys):
     assert main(["rollback", "--config", str(config)]) == 1
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"error: the tracking store {database} is corrupt (sqlite quick_check")
+
+
+def test_a_failed_model_upload_leaves_no_model_folder(store, tracking):
+    """Issue 37 item 8: MLflow marks a model FAILED itself when its upload fails (a full disk),
+    and the clean-up deleted only PENDING ones: the half-written folder stayed."""
+    from flows.store_faults import discard_unfinished_models
+
+    client, experiment_id, _ = store
+    run_id = start_run(client, experiment_id, "failed upload")
+    model = client.create_logged_model(experiment_id, name="policy", source_run_id=run_id)
+    folder = Path(model.artifact_location.removeprefix("file://"))
+    (folder / "code").mkdir(parents=True)
+    (folder / "code" / "half-written.py").write_bytes(b"\0" * 4096)
+    client.finalize_logged_model(model.model_id, "FAILED")  # what log_model does on an error
+    ready = client.create_logged_model(experiment_id, name="policy", source_run_id=run_id)
+    Path(ready.artifact_location.removeprefix("file://")).mkdir(parents=True)
+    client.finalize_logged_model(ready.model_id, "READY")
+    assert discard_unfinished_models(client, experiment_id, run_id) == [model.model_id]
+    assert not folder.parent.exists()
+    assert Path(ready.artifact_location.removeprefix("file://")).is_dir()
+    assert str(client.get_logged_model(model.model_id).status).endswith("FAILED")
