@@ -527,3 +527,89 @@ def test_a_failed_model_upload_leaves_no_model_folder(store, tracking):
     assert not folder.parent.exists()
     assert Path(ready.artifact_location.removeprefix("file://")).is_dir()
     assert str(client.get_logged_model(model.model_id).status).endswith("FAILED")
+
+
+# issue 37 item 2: the documented serving path verifies before it serves
+
+
+def test_serve_refuses_an_edited_or_deleted_champion(store, tracking, tmp_path, capsys):
+    """``mlflow models serve -m models:/poem-policy@champion`` ran an edited pyfunc.py."""
+    from deploy.serve import free_port
+    from flows.cli import main
+
+    client, _, add = store
+    promote(client, tracking, add(gated(), real=True))
+    config = _rollback_config(tracking, tmp_path)
+    code_file = _model_folder(client, "1") / "pyfunc.py"
+    code_file.write_text(code_file.read_text() + "\nimport os  # injected\n")
+    port = free_port()
+    capsys.readouterr()
+    assert main(["serve", "--config", str(config), "--port", str(port)]) == 1
+    captured = capsys.readouterr()
+    (line,) = captured.err.splitlines()
+    assert line.startswith("error: the champion (version 1 of 'poem-policy'): model code ")
+    assert "pyfunc.py in file://" in line and line.endswith("; nothing is served")
+    assert "serving" not in captured.out
+    shutil.rmtree(_model_folder(client, "1"))
+    assert main(["serve", "--config", str(config), "--port", str(port)]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: the champion (version 1 of 'poem-policy') has no model files")
+    with socket.socket() as s:  # nothing was started on the port
+        s.bind(("127.0.0.1", port))
+
+
+@pytest.mark.slow
+def test_serve_serves_the_verified_champion_and_stops_with_it(store, tracking, tmp_path):
+    import http.client
+    import signal
+
+    import pandas as pd
+
+    from deploy.serve import free_port, invocation_body
+
+    client, _, add = store
+    promote(client, tracking, add(gated(), real=True))
+    config = _rollback_config(tracking, tmp_path)
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", "serve", "--config", str(config)]
+        + ["--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            assert server.poll() is None, server.stdout.read()
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                conn.request("GET", "/ping")
+                if conn.getresponse().status == 200:
+                    break
+            except OSError:
+                time.sleep(0.5)
+        frame = pd.DataFrame({"x_0": [0.1], "x_1": [0.2], "x_2": [0.3]})
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn.request(
+            "POST",
+            "/invocations",
+            invocation_body(frame),
+            {"Content-Type": "application/json"},
+        )
+        response = conn.getresponse()
+        assert response.status == 200
+        (prediction,) = json.loads(response.read())["predictions"]
+        assert prediction["model_version"] == "1"
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=60) == 0
+    first = server.stdout.readline().strip()
+    assert first == (
+        f"serving version 1 of 'poem-policy' (files, code and policy verified) on "
+        f"http://127.0.0.1:{port}"
+    )
+    with pytest.raises(ConnectionRefusedError):  # the scoring server stopped with the command
+        socket.create_connection(("127.0.0.1", port), timeout=5)
