@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
+from flows.redact import redact
+
 if TYPE_CHECKING:  # MLflow is imported by the callers; this module stays light (the CLI)
     from mlflow import MlflowClient
 
@@ -124,8 +126,6 @@ def check_database(uri: str, timeout: float = CONNECT_TIMEOUT) -> None:
     """
     import sqlalchemy
     from sqlalchemy.exc import SQLAlchemyError
-
-    from flows.redact import redact
 
     scheme = uri.split("://", 1)[0].split("+", 1)[0].lower()
     connect_args = (

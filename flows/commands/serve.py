@@ -85,14 +85,12 @@ def run(args: argparse.Namespace) -> int:
         return fail(str(exc), EXIT_CONFIG)
     from mlflow.exceptions import MlflowException
 
-    from poem.io.artifact import ArtifactError
-
     work = Path(tempfile.mkdtemp(prefix="poem-serve-"))
     try:
         try:
             version, folder = _verified_folder(cfg, args.version, work)
         except (
-            ArtifactError,
+            integrity.ArtifactError,
             registry.ChampionMissingError,
             registry.RollbackError,
             StoreError,
