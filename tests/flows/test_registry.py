@@ -464,8 +464,10 @@ def test_the_champion_is_verified_before_it_is_loaded(store, tracking):
     assert load_version_policy(client, tracking, version).temperature == 1.0
     mlmodel = _model_folder(client, version) / "MLmodel"
     mlmodel.write_text(mlmodel.read_text().replace("streamable: false", "streamable: true"))
+    from flows.tasks.gate import load_champion
+
     with pytest.raises(ArtifactError) as info:
-        load_version_policy(client, tracking, version)  # what the flow's load-champion calls
+        load_champion.fn(tracking)  # the flow's load-champion task, before the gate
     assert str(info.value).startswith(
         "the champion (version 1 of 'poem-policy'): model code MLmodel in file://"
     )
