@@ -2,9 +2,12 @@
 
 A registered version carries, as tags written by :func:`flows.registry.log_policy_model`:
 ``policy_sha256`` (:func:`poem.io.artifact.artifact_digest` of the policy folder),
-``model_code_sha256`` (:func:`model_code_digest`: what MLflow imports when it loads the model)
-and ``model_location`` (the logged model's folder). The registry is outside the artifact store,
-so an edit of the artifacts is caught against these tags (README, "Reliability").
+``model_code_sha256`` (:func:`model_code_digest`: what MLflow imports when it loads the model),
+``model_code_parts`` (the same per part, to name the part edited) and ``model_location`` (the
+logged model's folder). The registry is outside the artifact store, so an edit of the artifacts
+is caught against these tags (README, "Reliability"): :func:`verify_model_version` runs before
+``rollback`` moves the alias, before the flow loads the champion, and before
+``poem-pipeline serve`` serves a version.
 """
 
 from __future__ import annotations
