@@ -13,6 +13,11 @@ each champion was gated against the one it replaced. Its steps: tag ``replaced_c
 ``promotion=done``. :func:`repair_promotions`, at the start of every run, completes a killed
 promotion after the commit point and tags it ``promotion=interrupted`` before it. A version
 the gate rejected is never promoted, and :func:`rollback` refuses it unless forced.
+
+A model that had a champion which no longer resolves (a deleted version) is never gated against
+the logging policy by accident (:func:`resolve_champion`, and :func:`promote` once more), only
+with ``tracking.start_over_from_logger``; :func:`rollback` verifies its target's files and code
+(:func:`flows.integrity.verify_model_version`) before the alias moves.
 """
 
 from __future__ import annotations
