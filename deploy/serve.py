@@ -1,8 +1,13 @@
 """Run ``mlflow models serve`` as a subprocess on 127.0.0.1 and talk to it (tests, benchmarks).
 
-The command is the one in the README::
+The command::
 
     mlflow models serve -m "models:/poem-policy@champion" --env-manager local -h 127.0.0.1 -p PORT
+
+serves what the artifact store holds, unchecked (tests and benchmarks of the scoring server).
+The documented serving path is ``poem-pipeline serve`` (:mod:`flows.commands.serve`): it
+verifies the version's files and code digests first (:func:`flows.integrity.verify_model_version`)
+and serves the verified local folder.
 
 ``--env-manager local`` serves from the current environment (no virtualenv build, works
 offline). The scoring server execs ``uvicorn`` from ``PATH``, so the interpreter's ``bin/`` is

@@ -24,13 +24,25 @@ from flows.commands import (
     make_logs,
     retrain,
     rollback,
+    serve,
     simulate,
 )
 
 # subcommand name ('-' for the module name's '_') -> its module (append new commands here)
 COMMANDS: dict[str, ModuleType] = {
     module.__name__.rsplit(".", 1)[1].replace("_", "-"): module
-    for module in (init, demo, make_logs, check, retrain, compare, rollback, library_demo, simulate)
+    for module in (
+        init,
+        demo,
+        make_logs,
+        check,
+        retrain,
+        compare,
+        rollback,
+        serve,
+        library_demo,
+        simulate,
+    )
 }
 
 

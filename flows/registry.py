@@ -13,10 +13,16 @@ each champion was gated against the one it replaced. Its steps: tag ``replaced_c
 ``promotion=done``. :func:`repair_promotions`, at the start of every run, completes a killed
 promotion after the commit point and tags it ``promotion=interrupted`` before it. A version
 the gate rejected is never promoted, and :func:`rollback` refuses it unless forced.
+
+A model that had a champion which no longer resolves (a deleted version) is never gated against
+the logging policy by accident (:func:`resolve_champion`, and :func:`promote` once more), only
+with ``tracking.start_over_from_logger``; :func:`rollback` verifies its target's files and code
+(:func:`flows.integrity.verify_model_version`) before the alias moves.
 """
 
 from __future__ import annotations
 
+import json
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,23 +37,30 @@ import deploy.pyfunc as serving
 from flows.config import TrackingConfig
 from flows.integrity import (
     CODE_DIGEST_TAG,
+    CODE_PARTS_TAG,
     MODEL_LOCATION_TAG,
     POLICY_DIGEST_TAG,
     POLICY_URI_TAG,
+    check_model_files,
     model_code_digest,
+    model_code_parts,
+    verify_model_version,
 )
 from flows.registry_lock import registry_lock
-from flows.tracking import tracking_uri_scope
-from poem.io.artifact import artifact_digest, load_policy, save_policy
+from flows.tracking import redact, tracking_uri_scope
+from poem.io.artifact import ArtifactError, artifact_digest, load_policy, save_policy
 
 __all__ = [
+    "ChampionMissingError",
     "LoggedPolicy",
     "PromotionConflict",
     "PromotionRefused",
     "RollbackError",
     "RollbackResult",
     "alias_version",
+    "champion_history",
     "check_champion_compatible",
+    "resolve_champion",
     "ensure_registered_model",
     "repair_promotions",
     "load_version_policy",
@@ -63,6 +76,12 @@ GATED_AGAINST_TAG = "gated_against"
 PROMOTION_TAG = "promotion"
 DECISION_TAG = "gate_decision"
 LOGGING_POLICY = "logging-policy"
+LAST_CHAMPION_TAG = "last_champion"  # registered-model tag: the champion promote/rollback set
+START_OVER_TAG = "started_over_from_logger"  # version tag: why it was gated against the logger
+
+
+class ChampionMissingError(RuntimeError):
+    """The registered model had a champion, but ``champion`` resolves to no version now."""
 
 
 class RollbackError(RuntimeError):
@@ -142,6 +161,7 @@ def log_policy_model(
         tags = {
             POLICY_DIGEST_TAG: artifact_digest(folder),
             CODE_DIGEST_TAG: model_code_digest(logged),
+            CODE_PARTS_TAG: json.dumps(model_code_parts(logged), sort_keys=True),
             MODEL_LOCATION_TAG: model.artifact_location,
             "policy_family": policy.family.name,
             "n_features": str(policy.family.n_features),
@@ -209,8 +229,8 @@ def register_version(
     """
     ensure_registered_model(client, tracking.registered_model)
     all_tags = {
-        **{k: str(v)[:5000] for k, v in tags.items()},
-        **{k: str(v) for k, v in logged.tags.items()},
+        **{k: redact(v)[:5000] for k, v in tags.items()},
+        **{k: redact(v) for k, v in logged.tags.items()},
         POLICY_URI_TAG: logged.policy_uri,
     }
     with tracking_uri_scope(tracking.uri):  # the registry resolves models:/m-… through it
@@ -235,20 +255,93 @@ def alias_version(client: MlflowClient, tracking: TrackingConfig, alias: str) ->
         return None
 
 
-def load_version_policy(client: MlflowClient, tracking: TrackingConfig, version: str) -> Any:
-    """Download a version's policy folder and load it (digest checked against the version tag).
+def load_version_policy(
+    client: MlflowClient, tracking: TrackingConfig, version: str, role: str = "champion"
+) -> Any:
+    """Download a version's model, verify it, and load its policy.
+
+    A version with a code digest (``model_code_sha256``) is verified whole first
+    (:func:`flows.integrity.verify_model_version`: files present, code and policy digests);
+    an older one only by its policy digest.
 
     Raises
     ------
     poem.io.artifact.ArtifactError
-        If the policy folder differs from the one registered (``policy_sha256`` tag).
+        One line naming the version and the file missing or modified since registration.
     """
     mv = client.get_model_version(tracking.registered_model, version)
-    uri = mv.tags[POLICY_URI_TAG]
-    scope = tracking_uri_scope(tracking.uri)  # models:/ URIs resolve through the global URI
-    with scope, tempfile.TemporaryDirectory(prefix="poem-champion-") as tmp:
-        local = mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=tmp)
+    with tempfile.TemporaryDirectory(prefix="poem-champion-") as tmp:
+        if CODE_DIGEST_TAG in mv.tags:
+            local = verify_model_version(client, tracking, version, tmp, role)
+            return load_policy(
+                local / "artifacts" / serving.ARTIFACT_KEY,
+                expected_digest=mv.tags[POLICY_DIGEST_TAG],
+            )
+        check_model_files(client, tracking, version, role)  # gone: one line
+        with tracking_uri_scope(tracking.uri):  # models:/ URIs resolve through the global URI
+            local = mlflow.artifacts.download_artifacts(
+                artifact_uri=mv.tags[POLICY_URI_TAG], dst_path=tmp
+            )
         return load_policy(local, expected_digest=mv.tags.get(POLICY_DIGEST_TAG))
+
+
+def champion_history(client: MlflowClient, tracking: TrackingConfig) -> str | None:
+    """Why the registered model is known to have had a champion (None: it never had one).
+
+    The evidence, first found: a ``champion`` alias naming a version that does not exist; the
+    registered-model tag ``last_champion`` (set by every promotion and rollback); the
+    ``previous-champion`` alias; a version tagged ``promotion=done``.
+    """
+    name = tracking.registered_model
+    try:
+        model = client.get_registered_model(name)
+    except MlflowException:
+        return None  # no registered model: nothing was ever promoted
+    dangling = (model.aliases or {}).get(tracking.champion_alias)
+    if dangling is not None:
+        alias = tracking.champion_alias
+        return f"the {alias!r} alias points at version {dangling}, which does not exist"
+    last = (model.tags or {}).get(LAST_CHAMPION_TAG)
+    if last is not None:
+        return f"version {last} was the last {tracking.champion_alias!r}"
+    previous = alias_version(client, tracking, tracking.previous_champion_alias)
+    if previous is not None:
+        return f"{tracking.previous_champion_alias!r} is version {previous}"
+    try:
+        done = client.search_model_versions(
+            f"name='{name}' and tag.{PROMOTION_TAG}='done'", max_results=1
+        )
+    except MlflowException:
+        done = []
+    if done:
+        return f"version {done[0].version} was promoted"
+    return None
+
+
+def resolve_champion(client: MlflowClient, tracking: TrackingConfig) -> str | None:
+    """The champion version; None when the gate is to compare with the logging policy.
+
+    That is when the registered model never had a champion, or when it had one and
+    ``tracking.start_over_from_logger`` is set (``retrain --start-over-from-logger``).
+
+    Raises
+    ------
+    ChampionMissingError
+        When the model had a champion and ``champion`` resolves to no version (deleted
+        version, dangling or deleted alias): one line, what happened and what to do.
+    """
+    version = alias_version(client, tracking, tracking.champion_alias)
+    if version is not None or tracking.start_over_from_logger:
+        return version
+    history = champion_history(client, tracking)
+    if history is None:
+        return None
+    raise ChampionMissingError(
+        f"{tracking.registered_model!r} had a {tracking.champion_alias!r} ({history}) but "
+        "none resolves now; refusing to gate against the logging policy. Restore one "
+        "(poem-pipeline rollback --to N), or retrain --start-over-from-logger (recorded on "
+        "the new version)"
+    )
 
 
 def check_champion_compatible(
@@ -257,14 +350,16 @@ def check_champion_compatible(
     """Check that the champion can score a log of ``family`` with ``n_features`` features.
 
     Reads the champion version's tags (``policy_family``, ``n_features``), else its policy.
-    Returns the champion version (None: no champion yet).
+    Returns the champion version (None: no champion yet, :func:`resolve_champion`).
 
     Raises
     ------
+    ChampionMissingError
+        When the model had a champion that no longer resolves (:func:`resolve_champion`).
     IncompatibleChampionError
         Naming both families / feature counts and what to do.
     """
-    version = alias_version(client, tracking, tracking.champion_alias)
+    version = resolve_champion(client, tracking)
     if version is None:
         return None
     tags = client.get_model_version(tracking.registered_model, version).tags
@@ -299,6 +394,7 @@ def _finish_promotion(
     """The steps after the commit point: ``previous-champion`` and ``promotion=done``."""
     previous = replaced if replaced != version else None
     _set_alias(client, tracking, tracking.previous_champion_alias, previous)
+    client.set_registered_model_tag(tracking.registered_model, LAST_CHAMPION_TAG, version)
     client.set_model_version_tag(tracking.registered_model, version, PROMOTION_TAG, "done")
 
 
@@ -335,7 +431,10 @@ def promote(
         If the gate rejected ``version`` (tag ``gate_decision=rejected``).
     PromotionConflict
         If the champion is no longer the one ``version`` was gated against (tag
-        ``gated_against``); the version is tagged ``promotion=superseded``.
+        ``gated_against``), or ``version`` was gated against the logging policy although the
+        model had a champion (:func:`champion_history`) and it did not start over from the
+        logger (tag ``started_over_from_logger``); the version is tagged
+        ``promotion=superseded``.
     flows.registry_lock.RegistryLockTimeout
         If another process held the registry lock for more than ``lock_timeout`` seconds.
     """
@@ -361,6 +460,17 @@ def promote(
                 f"{tracking.champion_alias!r} is now {current or LOGGING_POLICY}; it was not "
                 "promoted (tag promotion=superseded). Run retrain again to gate against the "
                 "new champion"
+            )
+        history = None
+        if current is None and expected == LOGGING_POLICY:  # a model that had a champion?
+            history = champion_history(client, tracking)
+        if history is not None and START_OVER_TAG not in tags and not force:
+            client.set_model_version_tag(name, version, PROMOTION_TAG, "superseded")
+            raise PromotionConflict(
+                f"version {version} of {name!r} was gated against the logging policy, but "
+                f"{name!r} had a {tracking.champion_alias!r} ({history}); it was not promoted "
+                "(tag promotion=superseded). Make a version champion again (poem-pipeline "
+                "rollback --to N), or retrain with --start-over-from-logger"
             )
         if current is not None:
             client.set_model_version_tag(name, version, REPLACED_TAG, current)
@@ -408,7 +518,11 @@ def rollback(
     *,
     force: bool = False,
 ) -> RollbackResult:
-    """Move ``champion`` to ``to_version`` (default: the previous champion).
+    """Move ``champion`` to ``to_version`` (default: the previous champion), verified first.
+
+    The target's files and code are verified (:func:`flows.integrity.verify_model_version`)
+    before the alias moves. With no resolvable champion (a deleted version), ``to_version``
+    makes a version champion again.
 
     Parameters
     ----------
@@ -422,21 +536,23 @@ def rollback(
     Returns
     -------
     RollbackResult
-        The version demoted, the new champion, and ``direction`` (``"back"`` to an older
-        version, ``"forward"`` to a newer one).
+        The version demoted (``"none"`` when there was no champion), the new champion, and
+        ``direction`` (``"back"`` to an older version, ``"forward"`` to a newer one).
 
     Raises
     ------
     RollbackError
-        If there is no champion, nothing to roll back to, the target does not exist, is
-        already champion, or was rejected by the gate (without ``force``).
+        If there is no champion (and no ``to_version``), nothing to roll back to, the target
+        does not exist, is already champion, was rejected by the gate (without ``force``), or
+        its files or code differ from those registered (one line naming the version and file).
     """
     name = tracking.registered_model
     with registry_lock(client, tracking.uri, name):
         current = alias_version(client, tracking, tracking.champion_alias)
-        if current is None:
+        if current is None and to_version is None:
             raise RollbackError(
-                f"registered model {name!r} has no {tracking.champion_alias!r} alias to roll back"
+                f"registered model {name!r} has no {tracking.champion_alias!r} alias to roll "
+                "back; name the version to make champion with --to N"
             )
         target = to_version or alias_version(client, tracking, tracking.previous_champion_alias)
         if target is None:
@@ -457,10 +573,18 @@ def rollback(
                 f"({tags.get('gate_reasons', 'no reasons recorded')}); refusing to make it "
                 f"{tracking.champion_alias!r}. Pass --force to do it anyway"
             )
+        try:  # files, code and policy digests (the policy's alone for an older version)
+            load_version_policy(client, tracking, target, "rollback target")
+        except (ArtifactError, MlflowException, OSError) as exc:
+            raise RollbackError(f"{exc}; {tracking.champion_alias!r} did not move") from exc
         earlier = tags.get(REPLACED_TAG)
         previous = earlier if earlier != target else None
-        client.set_model_version_tag(name, current, "rolled_back_to", target)
+        if current is not None:
+            client.set_model_version_tag(name, current, "rolled_back_to", target)
         client.set_registered_model_alias(name, tracking.champion_alias, target)  # commit point
         _set_alias(client, tracking, tracking.previous_champion_alias, previous)
+        client.set_registered_model_tag(name, LAST_CHAMPION_TAG, target)
+    if current is None:
+        return RollbackResult("none", target, "back")
     direction = "back" if int(target) < int(current) else "forward"
     return RollbackResult(current, target, direction)

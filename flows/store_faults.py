@@ -1,8 +1,10 @@
 """A damaged, full or read-only tracking store: refused, not retried, cleaned up after.
 
-A corrupt sqlite store is refused before anything is written to it (:func:`check_store`); a full
-disk or a read-only store is a permanent error (:func:`is_permanent_store_error`), not retried;
-a failed run's half-written model folders are removed (:func:`discard_unfinished_models`).
+A corrupt sqlite store is refused before anything is written to it (:func:`check_store`), and a
+database server that refuses the connection (a wrong password) in one line within seconds
+(:func:`check_database`, not after MLflow's minutes of hidden retries); a full disk or a
+read-only store is a permanent error (:func:`is_permanent_store_error`), not retried; a failed
+run's half-written model folders are removed (:func:`discard_unfinished_models`).
 """
 
 from __future__ import annotations
@@ -15,11 +17,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
+from flows.redact import redact
+
 if TYPE_CHECKING:  # MLflow is imported by the callers; this module stays light (the CLI)
     from mlflow import MlflowClient
 
 __all__ = [
     "StoreError",
+    "check_database",
     "check_store",
     "discard_unfinished_models",
     "is_permanent_store_error",
@@ -66,16 +71,20 @@ class StoreError(RuntimeError):
 
 
 def check_store(uri: str) -> None:
-    """Refuse a corrupt sqlite tracking store before anything is written to it.
+    """Refuse a corrupt sqlite tracking store, or an unreachable database, before any write.
 
     Runs sqlite's ``PRAGMA quick_check`` on the database file of ``uri``, opened read-only
-    (a missing file is fine: MLflow creates it; other stores are not checked here).
+    (a missing file is fine: MLflow creates it); a database server's URI is checked by
+    :func:`check_database`; other stores (``http``, ``file``) are not checked here.
 
     Raises
     ------
     StoreError
         Naming the file and sqlite's first finding, when the check does not answer ``ok``.
     """
+    if is_database_uri(uri):
+        check_database(uri)
+        return
     path = sqlite_path(uri)
     if path is None or not path.is_file():
         return
@@ -93,11 +102,62 @@ def check_store(uri: str) -> None:
         )
 
 
+def is_database_uri(uri: str) -> bool:
+    """True for a database server's SQLAlchemy URI (``postgresql://``, ``mysql+pymysql://``…)."""
+    scheme = uri.split("://", 1)[0].split("+", 1)[0].lower() if "://" in uri else ""
+    return scheme in DATABASE_SCHEMES
+
+
+DATABASE_SCHEMES = frozenset({"postgresql", "postgres", "mysql", "mssql"})
+CONNECT_TIMEOUT = 10  # seconds for one connection attempt to a database server
+
+
+def check_database(uri: str, timeout: float = CONNECT_TIMEOUT) -> None:
+    """Connect once to the tracking database of ``uri``; refuse it in one line if that fails.
+
+    MLflow retries a failed connection for minutes without a word (a wrong password shows
+    after 2–3 minutes); one attempt with a ``timeout``-second connect timeout says at once
+    which server refused and why. The message holds no password (:func:`flows.redact.redact`).
+
+    Raises
+    ------
+    StoreError
+        Naming the server (URI without its password) and the driver's reason.
+    """
+    import sqlalchemy
+    from sqlalchemy.exc import SQLAlchemyError
+
+    scheme = uri.split("://", 1)[0].split("+", 1)[0].lower()
+    connect_args = (
+        {"connect_timeout": int(timeout)} if scheme in ("postgresql", "postgres", "mysql") else {}
+    )
+    try:
+        engine = sqlalchemy.create_engine(
+            uri, connect_args=connect_args, poolclass=sqlalchemy.pool.NullPool
+        )
+        try:
+            with engine.connect() as connection:
+                connection.execute(sqlalchemy.text("SELECT 1"))
+        finally:
+            engine.dispose()
+    except (SQLAlchemyError, ImportError, ValueError) as exc:
+        reason = str(getattr(exc, "orig", None) or exc).strip()
+        lines = [" ".join(line.split()) for line in reason.splitlines() if line.strip()]
+        found = "; ".join(lines[:2]) or type(exc).__name__
+        raise StoreError(
+            f"cannot connect to the tracking database {redact(uri)}: {redact(found)}; nothing "
+            "was written. Check that the server runs and the user and password (PGPASSWORD, "
+            "~/.pgpass, or the URI) are right"
+        ) from exc
+
+
 def discard_unfinished_models(client: MlflowClient, experiment_id: str, run_id: str) -> list[str]:
     """Remove what a failed run left of the models it was logging; returns their ids.
 
-    A ``PENDING`` model's local folder is deleted (freeing a full disk), then the model is
-    marked ``FAILED``; best effort (the caller is already reporting an error).
+    The local folder of a ``PENDING`` model, or of a ``FAILED`` one (MLflow's ``log_model``
+    marks the model FAILED itself when an upload fails, e.g. on a full disk), is deleted
+    (freeing the disk), and the model is marked ``FAILED``; ``READY`` models stay. Best effort
+    (the caller is already reporting an error).
     """
     from mlflow.exceptions import MlflowException
 
@@ -109,13 +169,15 @@ def discard_unfinished_models(client: MlflowClient, experiment_id: str, run_id: 
         return []
     discarded = []
     for model in models:
-        if str(model.status) not in ("PENDING", "LoggedModelStatus.PENDING"):
+        status = str(model.status).rsplit(".", 1)[-1]
+        if status not in ("PENDING", "FAILED"):
             continue  # READY: logged completely (and maybe registered)
         location = urlparse(model.artifact_location)
         folder = Path(location.path)  # <root>/models/m-<id>/artifacts
         if location.scheme in ("", "file") and folder.name == "artifacts":
             shutil.rmtree(folder.parent, ignore_errors=True)
-        with contextlib.suppress(MlflowException, OSError):
-            client.finalize_logged_model(model.model_id, "FAILED")
+        if status == "PENDING":
+            with contextlib.suppress(MlflowException, OSError):
+                client.finalize_logged_model(model.model_id, "FAILED")
         discarded.append(model.model_id)
     return discarded

@@ -30,7 +30,8 @@ from mlflow.exceptions import MlflowException
 from mlflow.utils.time import get_current_time_millis
 
 from flows.config import TrackingConfig, flatten
-from flows.store_faults import check_store, sqlite_path
+from flows.redact import redact
+from flows.store_faults import check_database, check_store, is_database_uri, sqlite_path
 from poem.io.logs import log_fingerprint
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "log_text",
     "reap_stale_runs",
     "recent_runs",
+    "redact",
     "run_name",
     "start_run",
     "store_lock",
@@ -62,6 +64,8 @@ __all__ = [
 ]
 
 PARENT_RUN_TAG = "mlflow.parentRunId"
+
+
 _MAX_PARAM_LENGTH = 6000
 _BATCH = 100
 
@@ -122,6 +126,12 @@ def _initialise_store(uri: str) -> None:
         client.search_registered_models(max_results=1)  # registry tables (same database)
 
 
+@functools.cache
+def _reached_database(uri: str) -> None:
+    """:func:`flows.store_faults.check_database`, until it first succeeds in this process."""
+    check_database(uri)
+
+
 # Bounded retries and timeout towards a remote tracking server (MLflow's defaults take minutes
 # to report an unreachable one); explicit MLFLOW_HTTP_* environment variables win.
 HTTP_DEFAULTS = {
@@ -136,13 +146,17 @@ def client_for(tracking: TrackingConfig, *, read_only: bool = False) -> MlflowCl
 
     A sqlite store is checked and created or migrated once per process
     (:func:`_initialise_store`); with ``read_only`` an existing database is only checked (no
-    lock file, no migration). An ``http(s)://`` server gets :data:`HTTP_DEFAULTS`.
+    lock file, no migration). A database server is connected to once per process
+    (:func:`flows.store_faults.check_database`: a wrong password in one line, at once). An
+    ``http(s)://`` server gets :data:`HTTP_DEFAULTS`.
     """
     database = sqlite_path(tracking.uri)
     if read_only and database is not None and database.is_file():
         check_store(tracking.uri)
     elif tracking.uri.startswith("sqlite:"):
         _initialise_store(tracking.uri)
+    elif is_database_uri(tracking.uri):
+        _reached_database(tracking.uri)
     elif tracking.uri.startswith(("http://", "https://")):
         for key, value in HTTP_DEFAULTS.items():
             os.environ.setdefault(key, value)
@@ -243,8 +257,8 @@ def start_run(
     client: MlflowClient, experiment_id: str, run_name: str, tags: Mapping[str, Any] | None = None
 ) -> str:
     """Create a parent run (status RUNNING) owned by this process (:func:`reap_stale_runs`)."""
-    all_tags = {**{k: str(v) for k, v in (tags or {}).items()}, **_owner_tags()}
-    return client.create_run(experiment_id, run_name=run_name, tags=all_tags).info.run_id
+    all_tags = {**{k: redact(v) for k, v in (tags or {}).items()}, **_owner_tags()}
+    return client.create_run(experiment_id, run_name=redact(run_name), tags=all_tags).info.run_id
 
 
 def _owner_gone(tags: Mapping[str, str]) -> bool:
@@ -277,8 +291,8 @@ def reap_stale_runs(client: MlflowClient, experiment_id: str) -> list[str]:
 
 
 def log_params(client: MlflowClient, run_id: str, params: Mapping[str, Any]) -> None:
-    """Log flattened params (values stringified and truncated to MLflow's limit)."""
-    items = [Param(k, str(v)[:_MAX_PARAM_LENGTH]) for k, v in flatten(params).items()]
+    """Log flattened params (values stringified, :func:`redact`-ed, truncated to MLflow's limit)."""
+    items = [Param(k, redact(v)[:_MAX_PARAM_LENGTH]) for k, v in flatten(params).items()]
     for start in range(0, len(items), _BATCH):
         client.log_batch(run_id, params=items[start : start + _BATCH])
 
@@ -298,13 +312,14 @@ def log_metrics(
 
 
 def log_text(client: MlflowClient, run_id: str, text: str, artifact_file: str) -> None:
-    """Store ``text`` as the run artifact ``artifact_file`` (e.g. ``gate/report.md``)."""
-    client.log_text(run_id, text, artifact_file)
+    """Store ``text`` (:func:`redact`-ed) as the run artifact ``artifact_file`` (``a/b.md``)."""
+    client.log_text(run_id, redact(text), artifact_file)
 
 
 def log_json(client: MlflowClient, run_id: str, data: Any, artifact_file: str) -> None:
-    """Store JSON-serialisable ``data`` as the run artifact ``artifact_file``."""
-    client.log_text(run_id, json.dumps(data, indent=2, sort_keys=True, default=str), artifact_file)
+    """Store JSON-serialisable ``data`` (:func:`redact`-ed) as the artifact ``artifact_file``."""
+    text = json.dumps(data, indent=2, sort_keys=True, default=str)
+    client.log_text(run_id, redact(text), artifact_file)
 
 
 def log_artifact(
@@ -359,14 +374,14 @@ def describe_run(
     description: str | None = None,
     tags: Mapping[str, Any] | None = None,
 ) -> None:
-    """Rename a run, set its description (markdown) and tags, in one place."""
+    """Rename a run, set its description (markdown) and tags (all :func:`redact`-ed)."""
     if name is not None:
-        client.update_run(run_id, name=name)
+        client.update_run(run_id, name=redact(name))
     all_tags = dict(tags or {})
     if description is not None:
         all_tags[NOTE_TAG] = description
     for key, value in all_tags.items():
-        client.set_tag(run_id, key, str(value)[:5000])
+        client.set_tag(run_id, key, redact(value)[:5000])
 
 
 def log_dataset_input(

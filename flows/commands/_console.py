@@ -17,6 +17,7 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+from flows.redact import redact
 from flows.tasks import PROGRESS
 
 __all__ = [
@@ -49,8 +50,8 @@ _NOISY = ("mlflow", "great_expectations", "alembic", "py.warnings", "prefect", "
 
 
 def fail(message: str, code: int) -> int:
-    """Print ``error: <message>`` on stderr; return the exit ``code``."""
-    print(f"error: {message}", file=sys.stderr)
+    """Print ``error: <message>`` (passwords redacted) on stderr; return the exit ``code``."""
+    print(f"error: {redact(message)}", file=sys.stderr)
     return code
 
 

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from flows.commands import Deferred, command_parser
 from flows.commands._console import EXIT_CONFIG, EXIT_FAILED, fail, quiet
 from flows.config import ConfigError, load_config
+from flows.redact import redact
 from flows.store_faults import StoreError
 
 registry = Deferred("flows.registry")  # MLflow: imported when the command runs
@@ -90,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return fail(f"cannot read the tracking store {cfg.tracking.uri}: {first}", EXIT_FAILED)
     if not rows:
-        print(f"no runs yet in experiment {cfg.tracking.experiment!r} of {cfg.tracking.uri}")
+        where = redact(cfg.tracking.uri)
+        print(f"no runs yet in experiment {cfg.tracking.experiment!r} of {where}")
         return 0
     print(format_table(rows))
     print("aliases: " + ", ".join(f"{a}={v or '-'}" for a, v in aliases.items()))

@@ -49,6 +49,7 @@ from flows.prefect_server import (
     configured_api_url,
     prefect_api,
 )
+from flows.redact import redact
 from flows.store_faults import StoreError, check_store
 
 # imported when the flow runs: Prefect, MLflow and GX take seconds to import and configure logging
@@ -85,6 +86,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--verbose", action="store_true", help="keep Prefect's own log lines on stderr"
+    )
+    parser.add_argument(
+        "--start-over-from-logger",
+        action="store_true",
+        help="gate against the logging policy although the registered model had a champion "
+        "that no longer resolves (a deleted version); recorded on the new version "
+        "(tracking.start_over_from_logger)",
     )
 
 
@@ -260,7 +268,7 @@ def _run_flow(
         drain_prefect()  # before the server stops, not at exit (not after Ctrl-C: exit at once)
     if failure is not None:
         code, lines = failure
-        print("\n".join(lines), file=sys.stderr)
+        print(redact("\n".join(lines)), file=sys.stderr)  # the store's URI: no password
         return code
     for line in result.headline():
         print(line)
@@ -327,6 +335,8 @@ def run(args: argparse.Namespace) -> int:
     """Entry point of ``poem-pipeline retrain``."""
     try:
         overrides = {**log_overrides(args), **parse_overrides(args.set)}
+        if args.start_over_from_logger:
+            overrides["tracking.start_over_from_logger"] = True
     except ConfigError as exc:
         return fail(str(exc), EXIT_CONFIG)
     code = run_retrain(args.config, args.logs, overrides, verbose=args.verbose)

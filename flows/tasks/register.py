@@ -10,7 +10,16 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.config import TrackingConfig
 from flows.integrity import check_model_files
-from flows.registry import check_champion_compatible, log_policy_model, promote, register_version
+from flows.registry import (
+    GATED_AGAINST_TAG,
+    LOGGING_POLICY,
+    START_OVER_TAG,
+    champion_history,
+    check_champion_compatible,
+    log_policy_model,
+    promote,
+    register_version,
+)
 from flows.tasks import IO_RETRIES, stage_done, task_logger
 from flows.tracking import TrackedRun, client_for
 
@@ -37,8 +46,16 @@ def with_action_ids(policy: Any, action_ids: Any) -> Any:
 
 @task(name="register-policy", cache_policy=NO_CACHE, **IO_RETRIES)
 def register_policy(policy: Any, run: TrackedRun, tags: dict[str, Any]) -> str:
-    """Log the policy model, create a version with ``tags`` and move ``challenger`` onto it."""
+    """Log the policy model, create a version with ``tags`` and move ``challenger`` onto it.
+
+    A version gated against the logging policy although the model had a champion
+    (``tracking.start_over_from_logger``) also gets the tag ``started_over_from_logger``.
+    """
     client = run.client()
+    if run.tracking.start_over_from_logger and tags.get(GATED_AGAINST_TAG) == LOGGING_POLICY:
+        history = champion_history(client, run.tracking)
+        if history is not None:  # the model had a champion: say why it was not gated against
+            tags = {**tags, START_OVER_TAG: f"tracking.start_over_from_logger: {history}"}
     logged = log_policy_model(client, run.tracking, run.experiment_id, run.run_id, policy)
     version = register_version(client, run.tracking, logged, run.run_id, tags)
     task_logger().info("registered %s version %s", run.tracking.registered_model, version)

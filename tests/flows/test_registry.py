@@ -155,7 +155,7 @@ def test_a_rejected_version_is_never_promoted(store, tracking):
 
 def test_repair_finishes_a_promotion_killed_after_the_commit_point(store, tracking):
     client, _, add = store
-    v1 = add(gated())
+    v1 = add(gated(), real=True)  # rollback verifies its files
     promote(client, tracking, v1)
     v2 = add(gated(against="1"))
     # killed right after moving the alias: replaced tag set, previous-champion not yet moved
@@ -184,10 +184,10 @@ def test_repair_closes_a_promotion_killed_before_the_commit_point(store, trackin
 
 def test_rollback_refuses_a_rejected_version_and_says_the_direction(store, tracking):
     client, _, add = store
-    v1 = add(gated())
+    v1 = add(gated(), real=True)
     promote(client, tracking, v1)
-    v2 = add(REJECTED)
-    v3 = add(gated(against="1"))
+    v2 = add(REJECTED, real=True)
+    v3 = add(gated(against="1"), real=True)
     promote(client, tracking, v3)
     with pytest.raises(RollbackError, match=r"version 2 .* rejected by the gate.*--force"):
         rollback(client, tracking, "2")
@@ -208,8 +208,8 @@ def test_rollback_command_refuses_a_rejected_version(store, tracking, tmp_path, 
     from flows.cli import main
 
     client, _, add = store
-    promote(client, tracking, add(gated()))
-    add(REJECTED)
+    promote(client, tracking, add(gated(), real=True))
+    add(REJECTED, real=True)
     config = tmp_path / "mlflow.yml"
     config.write_text(yaml.safe_dump({"tracking": tracking.model_dump()}))
     assert main(["rollback", "--config", str(config), "--to", "2"]) == 1
@@ -357,3 +357,261 @@ def test_a_lock_left_by_a_killed_process_of_this_host_is_broken(store, tracking)
     client.create_registered_model(lock_name("poem-policy"), tags=holder)
     assert promote(client, tracking, v1, lock_timeout=5) is None
     assert _aliases(client, tracking)["champion"] == "1"
+
+
+# issue 37 item 1: a champion replaced without being compared to it
+
+
+def test_a_deleted_champion_is_never_replaced_by_a_gate_against_the_logger(store, tracking):
+    """It gated the next challenger against the logging policy and promoted it."""
+    from flows.registry import ChampionMissingError
+
+    client, _, add = store
+    promote(client, tracking, add(gated()))
+    promote(client, tracking, add(gated(against="1")))
+    client.delete_model_version("poem-policy", "2")  # MLflow drops the champion alias with it
+    assert alias_version(client, tracking, "champion") is None
+    with pytest.raises(ChampionMissingError) as info:
+        check_champion_compatible(client, tracking, "discrete", 3)
+    assert str(info.value) == (
+        "'poem-policy' had a 'champion' (version 2 was the last 'champion') but none "
+        "resolves now; refusing to gate against the logging policy. Restore one "
+        "(poem-pipeline rollback --to N), or retrain --start-over-from-logger (recorded on "
+        "the new version)"
+    )
+    v3 = add(gated())  # gated against the logging policy (a run that raced the deletion)
+    with pytest.raises(PromotionConflict, match=r"had a 'champion' \(version 2 was the last"):
+        promote(client, tracking, v3)
+    assert alias_version(client, tracking, "champion") is None
+    assert client.get_model_version("poem-policy", v3).tags["promotion"] == "superseded"
+
+    start_over = tracking.model_copy(update={"start_over_from_logger": True})
+    assert check_champion_compatible(client, start_over, "discrete", 3) is None
+    v4 = add({**gated(), "started_over_from_logger": "tracking.start_over_from_logger: …"})
+    assert promote(client, start_over, v4) is None
+    assert alias_version(client, tracking, "champion") == v4
+
+
+def test_a_champion_alias_naming_a_missing_version_is_refused(store, tracking):
+    import sqlite3
+
+    from flows.registry import ChampionMissingError, champion_history
+
+    client, _, add = store
+    add(REJECTED)  # versions, none ever champion: the logging policy is the champion
+    assert champion_history(client, tracking) is None
+    assert check_champion_compatible(client, tracking, "discrete", 3) is None
+    database = tracking.uri.removeprefix("sqlite:///")
+    with sqlite3.connect(database) as db:  # what a hand-edited or half-restored store holds
+        db.execute(
+            "INSERT INTO registered_model_aliases (alias, version, name) "
+            "VALUES ('champion', 9, 'poem-policy')"
+        )
+    with pytest.raises(ChampionMissingError, match=r"alias points at version 9, which does not"):
+        check_champion_compatible(client, tracking, "discrete", 3)
+
+
+# issue 37 item 2: rollback and champion load verify files and code
+
+
+def _rollback_config(tracking, tmp_path) -> Path:
+    import yaml
+
+    config = tmp_path / "mlflow.yml"
+    config.write_text(yaml.safe_dump({"tracking": tracking.model_dump()}))
+    return config
+
+
+def test_rollback_refuses_a_deleted_or_edited_model(store, tracking, tmp_path, capsys):
+    """It exited 0 and moved champion onto a version serving then failed on, or ran edited
+    code from."""
+    from flows.cli import main
+
+    client, _, add = store
+    v1 = add(gated(), real=True)
+    promote(client, tracking, v1)
+    v2 = add(gated(against="1"), real=True)
+    promote(client, tracking, v2)
+    config = _rollback_config(tracking, tmp_path)
+    code_file = _model_folder(client, v1) / "pyfunc.py"
+    code_file.write_text(code_file.read_text() + "\nimport os  # injected\n")
+    capsys.readouterr()
+    assert main(["rollback", "--config", str(config)]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(
+        "error: the rollback target (version 1 of 'poem-policy'): model code pyfunc.py in "
+    )
+    assert line.endswith(
+        "refusing to import it. Restore the folder from a backup, or use "
+        "another version; 'champion' did not move"
+    )
+    shutil.rmtree(_model_folder(client, v1))
+    assert main(["rollback", "--config", str(config)]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (
+        f"error: the rollback target (version 1 of 'poem-policy') has no model files: "
+        f"{_model_folder(client, v1)} is missing; restore it from a backup, or move 'champion' "
+        "to another version (poem-pipeline rollback --to N); 'champion' did not move"
+    )
+    assert _aliases(client, tracking)["champion"] == "2"
+
+
+def test_the_champion_is_verified_before_it_is_loaded(store, tracking):
+    """retrain gated against a champion whose pyfunc.py was edited, and exited 0."""
+    client, _, add = store
+    version = add(gated(), real=True)
+    promote(client, tracking, version)
+    assert load_version_policy(client, tracking, version).temperature == 1.0
+    mlmodel = _model_folder(client, version) / "MLmodel"
+    mlmodel.write_text(mlmodel.read_text().replace("streamable: false", "streamable: true"))
+    from flows.tasks.gate import load_champion
+
+    with pytest.raises(ArtifactError) as info:
+        load_champion.fn(tracking)  # the flow's load-champion task, before the gate
+    assert str(info.value).startswith(
+        "the champion (version 1 of 'poem-policy'): model code MLmodel in file://"
+    )
+    assert len(str(info.value).splitlines()) == 1
+
+
+def test_rollback_makes_a_version_champion_again_after_the_champion_was_deleted(
+    store, tracking, tmp_path, capsys
+):
+    from flows.cli import main
+
+    client, _, add = store
+    promote(client, tracking, add(gated(), real=True))
+    promote(client, tracking, add(gated(against="1")))
+    client.delete_model_version("poem-policy", "2")
+    config = _rollback_config(tracking, tmp_path)
+    capsys.readouterr()
+    assert main(["rollback", "--config", str(config), "--to", "1"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "poem-policy: champion set to version 1 (no version was champion)",
+        "champion=1",
+    ]
+    assert check_champion_compatible(client, tracking, "discrete", 3) == "1"
+
+
+# issue 37 item 8: rollback on a corrupt store
+
+
+def test_rollback_on_a_corrupt_store_is_one_line(tracking, tmp_path, capsys):
+    """It printed a traceback."""
+    from flows.cli import main
+
+    config = _rollback_config(tracking, tmp_path)
+    database = Path(tracking.uri.removeprefix("sqlite:///"))
+    data = bytearray(database.read_bytes())
+    data[100:4096] = b"\xff" * (4096 - 100)  # the schema page
+    database.write_bytes(bytes(data))
+    assert main(["rollback", "--config", str(config)]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: the tracking store {database} is corrupt (sqlite quick_check")
+
+
+def test_a_failed_model_upload_leaves_no_model_folder(store, tracking):
+    """Issue 37 item 8: MLflow marks a model FAILED itself when its upload fails (a full disk),
+    and the clean-up deleted only PENDING ones: the half-written folder stayed."""
+    from flows.store_faults import discard_unfinished_models
+
+    client, experiment_id, _ = store
+    run_id = start_run(client, experiment_id, "failed upload")
+    model = client.create_logged_model(experiment_id, name="policy", source_run_id=run_id)
+    folder = Path(model.artifact_location.removeprefix("file://"))
+    (folder / "code").mkdir(parents=True)
+    (folder / "code" / "half-written.py").write_bytes(b"\0" * 4096)
+    client.finalize_logged_model(model.model_id, "FAILED")  # what log_model does on an error
+    ready = client.create_logged_model(experiment_id, name="policy", source_run_id=run_id)
+    Path(ready.artifact_location.removeprefix("file://")).mkdir(parents=True)
+    client.finalize_logged_model(ready.model_id, "READY")
+    assert discard_unfinished_models(client, experiment_id, run_id) == [model.model_id]
+    assert not folder.parent.exists()
+    assert Path(ready.artifact_location.removeprefix("file://")).is_dir()
+    assert str(client.get_logged_model(model.model_id).status).endswith("FAILED")
+
+
+# issue 37 item 2: the documented serving path verifies before it serves
+
+
+def test_serve_refuses_an_edited_or_deleted_champion(store, tracking, tmp_path, capsys):
+    """``mlflow models serve -m models:/poem-policy@champion`` ran an edited pyfunc.py."""
+    from deploy.serve import free_port
+    from flows.cli import main
+
+    client, _, add = store
+    promote(client, tracking, add(gated(), real=True))
+    config = _rollback_config(tracking, tmp_path)
+    code_file = _model_folder(client, "1") / "pyfunc.py"
+    code_file.write_text(code_file.read_text() + "\nimport os  # injected\n")
+    port = free_port()
+    capsys.readouterr()
+    assert main(["serve", "--config", str(config), "--port", str(port)]) == 1
+    captured = capsys.readouterr()
+    (line,) = captured.err.splitlines()
+    assert line.startswith("error: the champion (version 1 of 'poem-policy'): model code ")
+    assert "pyfunc.py in file://" in line and line.endswith("; nothing is served")
+    assert "serving" not in captured.out
+    shutil.rmtree(_model_folder(client, "1"))
+    assert main(["serve", "--config", str(config), "--port", str(port)]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: the champion (version 1 of 'poem-policy') has no model files")
+    with socket.socket() as s:  # nothing was started on the port
+        s.bind(("127.0.0.1", port))
+
+
+@pytest.mark.slow
+def test_serve_serves_the_verified_champion_and_stops_with_it(store, tracking, tmp_path):
+    import http.client
+    import signal
+
+    import pandas as pd
+
+    from deploy.serve import free_port, invocation_body
+
+    client, _, add = store
+    promote(client, tracking, add(gated(), real=True))
+    config = _rollback_config(tracking, tmp_path)
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", "serve", "--config", str(config)]
+        + ["--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            assert server.poll() is None, server.stdout.read()
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                conn.request("GET", "/ping")
+                if conn.getresponse().status == 200:
+                    break
+            except OSError:
+                time.sleep(0.5)
+        frame = pd.DataFrame({"x_0": [0.1], "x_1": [0.2], "x_2": [0.3]})
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn.request(
+            "POST",
+            "/invocations",
+            invocation_body(frame),
+            {"Content-Type": "application/json"},
+        )
+        response = conn.getresponse()
+        assert response.status == 200
+        (prediction,) = json.loads(response.read())["predictions"]
+        assert prediction["model_version"] == "1"
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=60) == 0
+    first = server.stdout.readline().strip()
+    assert first == (
+        f"serving version 1 of 'poem-policy' (files, code and policy verified) on "
+        f"http://127.0.0.1:{port}"
+    )
+    with pytest.raises(ConnectionRefusedError):  # the scoring server stopped with the command
+        socket.create_connection(("127.0.0.1", port), timeout=5)

@@ -176,3 +176,34 @@ def test_a_deleted_champion_folder_fails_before_training(tmp_path, logs_dir, wri
     experiment = client.get_experiment_by_name("test").experiment_id
     trials = client.search_runs([experiment], f"tags.mlflow.parentRunId = '{run.info.run_id}'")
     assert trials == []  # no search, no training
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_deleted_champion_is_refused_until_retrain_starts_over_from_the_logger(
+    tmp_path, logs_dir, write_config, capsys
+):
+    """Issue 37 item 1: after ``delete_model_version`` of the champion (MLflow drops the
+    alias), retrain exited 0 "PROMOTED … vs champion (the logging policy)"."""
+    config = write_config(logs_dir / "good")
+    assert main(["retrain", "--config", str(config)]) == 0
+    client = client_for(load_config(config).tracking)
+    client.delete_model_version(MODEL, "1")
+    capsys.readouterr()
+    assert main(["retrain", "--config", str(config)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == (
+        "error: retrain failed: ChampionMissingError: "
+        "'poem-policy' had a 'champion' (version 1 was the last 'champion') but none "
+        "resolves now; refusing to gate against the logging policy. Restore one "
+        "(poem-pipeline rollback --to N), or retrain --start-over-from-logger (recorded on "
+        "the new version)"
+    )
+    assert [str(v.version) for v in client.search_model_versions(f"name='{MODEL}'")] == []
+    assert main(["retrain", "--config", str(config), "--start-over-from-logger"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "decision=promoted champion=2"
+    tags = client.get_model_version(MODEL, "2").tags
+    assert tags["gated_against"] == "logging-policy"
+    assert tags["started_over_from_logger"] == (
+        "tracking.start_over_from_logger: version 1 was the last 'champion'"
+    )
