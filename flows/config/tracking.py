@@ -29,6 +29,9 @@ class TrackingConfig(Section):
     champion_alias: str = "champion"
     challenger_alias: str = "challenger"
     previous_champion_alias: str = "previous-champion"
+    # gate against the logging policy although the model had a champion that no longer
+    # resolves (a deleted version); recorded on the new version (retrain --start-over-from-logger)
+    start_over_from_logger: bool = False
 
     @field_validator("uri")
     @classmethod
