@@ -117,6 +117,7 @@ class DecisionLog:
     min_propensity: float | None = None
     max_future: _dt.timedelta | None = _dt.timedelta(days=1)
     _pending: list[pd.DataFrame] = field(default_factory=list, init=False, repr=False)
+    _pending_ids: set[str] = field(default_factory=set, init=False, repr=False)
     _feedback: dict[str, float] = field(default_factory=dict, init=False, repr=False)
     _closed: set[str] = field(default_factory=set, init=False, repr=False)
     _counts: dict[str, int] = field(default_factory=dict, init=False, repr=False)
@@ -206,9 +207,10 @@ class DecisionLog:
             frame["timestamp"] if timestamps is None else timestamps, frame["event_id"]
         )
         check_future(frame, self.max_future)
-        dup = frame["event_id"].duplicated() | frame["event_id"].isin(self._closed)
-        for f in self._pending:
-            dup |= frame["event_id"].isin(f["event_id"])
+        # membership in two sets: the cost of a call does not grow with the pending batches
+        seen = self._pending_ids, self._closed
+        known = [any(event_id in ids for ids in seen) for event_id in frame["event_id"]]
+        dup = frame["event_id"].duplicated() | np.asarray(known, dtype=bool)
         if dup.any():
             raise ValueError(
                 f"decision log: {int(dup.sum())} event id(s) already recorded, e.g. "
@@ -219,6 +221,7 @@ class DecisionLog:
         except ValueError as exc:
             raise ValueError(f"decision log: decisions refused, nothing added: {exc}") from None
         self._pending.append(frame)
+        self._pending_ids.update(frame["event_id"].tolist())
         return len(frame)
 
     def add_feedback(self, event_ids: Any, losses: Any) -> int:
@@ -243,9 +246,7 @@ class DecisionLog:
                 f"add_feedback: {int(bad.sum())} loss(es) are not finite or outside the bounds "
                 f"[{lo}, {hi}], e.g. event ids {ids[bad][:5].tolist()}"
             )
-        pending = set()
-        for f in self._pending:
-            pending.update(f["event_id"].tolist())
+        pending = self._pending_ids
         accepted = 0
         for event_id, loss in zip(ids.tolist(), values.tolist(), strict=True):
             if event_id in self._closed:
@@ -285,6 +286,7 @@ class DecisionLog:
         """
         now64 = utc_naive([pd.Timestamp.now(tz="UTC") if now is None else now])[0]
         frame = pd.concat(self._pending, ignore_index=True) if self._pending else None
+        self._pending = [frame] if frame is not None and len(frame) else []  # closing: one pass
         counts = dict(self._counts)
         if frame is None or frame.empty:
             self._reset_counts()
@@ -354,6 +356,7 @@ class DecisionLog:
             return
         kept = [f[~f["event_id"].isin(event_ids)].reset_index(drop=True) for f in self._pending]
         self._pending = [f for f in kept if len(f)]
+        self._pending_ids.difference_update(event_ids)
         self._closed.update(event_ids)
         for event_id in event_ids:
             self._feedback.pop(event_id, None)
