@@ -33,6 +33,7 @@ __all__ = [
     "check_regular_file",
     "is_hidden",
     "looks_like_data",
+    "make_private_folder",
     "partition_date",
     "remove_stale_temporaries",
     "scan_log_folder",
@@ -208,7 +209,26 @@ def scan_log_folder(root: str | Path) -> LogFolder:
     return LogFolder(tuple(files), tuple(skipped))
 
 
-def write_parquet_atomic(table: pa.Table, target: str | Path) -> Path:
+def make_private_folder(path: str | Path) -> Path:
+    """Create ``path`` and its missing parents as ``0700`` folders (owner only; umask ignored).
+
+    Folders that already exist keep their mode.
+    """
+    target = path = Path(path)
+    missing = []
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    for folder in reversed(missing):
+        try:
+            folder.mkdir(mode=0o700)
+        except FileExistsError:  # created concurrently
+            continue
+        os.chmod(folder, 0o700)
+    return target
+
+
+def write_parquet_atomic(table: pa.Table, target: str | Path, *, mode: int | None = None) -> Path:
     """Write a Parquet file with page checksums, atomically (temp file, fsync, rename, fsync).
 
     The temporary file is ``.<name>.<random>.tmp`` in the target's folder (hidden: never
@@ -221,6 +241,9 @@ def write_parquet_atomic(table: pa.Table, target: str | Path) -> Path:
         The rows (schema metadata included).
     target : str or Path
         The final file name.
+    mode : int or None, default=None
+        Permission bits of the file, exactly (e.g. ``0o600``: the decision log holds request
+        features); None follows the umask.
 
     Returns
     -------
@@ -230,7 +253,11 @@ def write_parquet_atomic(table: pa.Table, target: str | Path) -> Path:
     target = Path(target)
     temp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}{TEMP_SUFFIX}")
     try:
-        with open(temp, "wb") as fh:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+        fd = os.open(temp, flags, 0o666 if mode is None else mode)
+        if mode is not None:
+            os.fchmod(fd, mode)  # the umask may only remove bits; this is exact
+        with open(fd, "wb") as fh:
             pq.write_table(table, fh, write_page_checksum=True)
             fh.flush()
             os.fsync(fh.fileno())

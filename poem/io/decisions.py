@@ -18,6 +18,10 @@ folder are never written again (``n_already_logged``), and a flush that fails cl
 dates already written, so a retried flush or a replay after a crash never duplicates a row.
 Bad decisions are refused by :meth:`DecisionLog.add_decisions` before they enter the buffer.
 Timestamps with a UTC offset are converted to UTC; naive values are UTC.
+
+Private by default: the log holds request features, so its files are created ``0600`` and the
+folders it creates (the log folder, ``date=`` folders) ``0700``, whatever the umask; folders
+that already exist keep their mode.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from poem.io._decision_rows import (
     served_min_propensity,
     utc_naive,
 )
-from poem.io._folder import remove_stale_temporaries, write_parquet_atomic
+from poem.io._folder import make_private_folder, remove_stale_temporaries, write_parquet_atomic
 from poem.io.parquet import METADATA_KEY, log_to_frame
 
 __all__ = ["DecisionLog", "FlushReport", "served_min_propensity"]
@@ -393,11 +397,11 @@ class DecisionLog:
         table = pa.Table.from_pandas(frame, preserve_index=False)
         table = table.replace_schema_metadata({METADATA_KEY: json.dumps(meta, sort_keys=True)})
         folder = self.path / f"date={day}"
-        folder.mkdir(parents=True, exist_ok=True)
+        make_private_folder(folder)  # request features: owner only (0700 / 0600)
         for stale in remove_stale_temporaries(folder):  # left by a writer killed mid-write
             logger.warning("decision log: removed %s, left by a killed write", stale)
         stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S%f")
         target = folder / f"part-{stamp}-{uuid.uuid4().hex[:8]}.parquet"
-        write_parquet_atomic(table, target)
+        write_parquet_atomic(table, target, mode=0o600)
         self._on_disk[str(target)] = frozenset(rows["event_id"].tolist())
         return str(target)

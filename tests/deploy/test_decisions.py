@@ -417,3 +417,28 @@ def test_the_id_check_does_not_visit_the_pending_batches(tmp_path, make_policy, 
         if i in (10, 401):
             counts.append(len(calls))
     assert counts[0] == counts[1] <= 1, counts
+
+
+def test_the_decision_log_is_owner_only_whatever_the_umask(tmp_path, make_policy):
+    """Issue 37 item 8: the log holds request features; it followed the umask (0644 files)."""
+    import stat
+
+    model = StochasticPolicyModel(make_policy("discrete", floor=0.05), "3")
+    existing = tmp_path / "served"
+    existing.mkdir()
+    existing.chmod(0o755)
+    root = existing / "app" / "logs"
+    old = os.umask(0o022)
+    try:
+        log = DecisionLog(root, "discrete", FEATURES, (0.0, 1.0), n_actions=4)
+        log.add_decisions(*_serve(model, "discrete", 3, "m", 0), timestamps=[T0] * 3)
+        (written,) = log.flush(now=T0, force=True).files
+    finally:
+        os.umask(old)
+
+    def mode(path):
+        return stat.S_IMODE(os.stat(path).st_mode)
+
+    assert mode(written) == 0o600
+    assert mode(Path(written).parent) == mode(root) == mode(root.parent) == 0o700
+    assert mode(existing) == 0o755  # folders that existed keep their mode
