@@ -78,6 +78,12 @@ def main(argv: list[str] | None = None) -> int:
                 t0 = time.perf_counter()
                 log.add_feedback([sent[i - 10]], [float(rng.uniform())])
                 feedback_ms.append(1e3 * (time.perf_counter() - t0))
+            if (i + 1) % 250 == 0:  # progress: figures survive a run stopped by a timeout
+                print(
+                    f"  after {i + 1} calls: last {args.window} add_decisions "
+                    f"{np.mean(add_ms[-args.window :]):.2f} ms/call",
+                    flush=True,
+                )
             if args.flush_every and (i + 1) % args.flush_every == 0:
                 t0 = time.perf_counter()
                 log.flush(now=t_start)  # nothing timed out yet: only rows with feedback

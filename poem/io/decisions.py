@@ -47,7 +47,12 @@ from poem.io._decision_rows import (
     served_min_propensity,
     utc_naive,
 )
-from poem.io._folder import make_private_folder, remove_stale_temporaries, write_parquet_atomic
+from poem.io._folder import (
+    link_outside,
+    make_private_folder,
+    remove_stale_temporaries,
+    write_parquet_atomic,
+)
 from poem.io.parquet import METADATA_KEY, log_to_frame
 
 __all__ = ["DecisionLog", "FlushReport", "served_min_propensity"]
@@ -287,6 +292,9 @@ class DecisionLog:
             If a write fails. Decisions of the dates already written are closed (their files
             are complete), every other decision stays pending and the next flush tries again;
             no decision is ever written twice.
+        ValueError
+            If a ``date=`` folder is a symbolic link leading outside the log folder (nothing is
+            written through it; its decisions stay pending, as for a failed write).
         """
         now64 = utc_naive([pd.Timestamp.now(tz="UTC") if now is None else now])[0]
         frame = pd.concat(self._pending, ignore_index=True) if self._pending else None
@@ -397,6 +405,8 @@ class DecisionLog:
         table = pa.Table.from_pandas(frame, preserve_index=False)
         table = table.replace_schema_metadata({METADATA_KEY: json.dumps(meta, sort_keys=True)})
         folder = self.path / f"date={day}"
+        if (outside := link_outside(folder, self.path)) is not None:
+            raise ValueError(f"decision log: {folder} is {outside}; remove the link")
         make_private_folder(folder)  # request features: owner only (0700 / 0600)
         for stale in remove_stale_temporaries(folder):  # left by a writer killed mid-write
             logger.warning("decision log: removed %s, left by a killed write", stale)
