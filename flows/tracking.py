@@ -216,7 +216,7 @@ def ensure_experiment(client: MlflowClient, tracking: TrackingConfig) -> str:
         return experiment.experiment_id
     local = urlparse(tracking.artifact_location)
     if local.scheme in ("", "file") and not Path(url2pathname(local.path)).exists():
-        Path(url2pathname(local.path)).mkdir(mode=0o700, parents=True)  # owner only (0700)
+        Path(url2pathname(local.path)).mkdir(mode=0o700, parents=True, exist_ok=True)  # 0700
     try:
         return client.create_experiment(
             tracking.experiment, artifact_location=tracking.artifact_location, tags=tags

@@ -110,6 +110,13 @@ def test_retrain_refuses_a_named_pipe_or_a_device_before_prefect(tmp_path):
         assert done.stdout.strip().splitlines()[-1] == "prefect imported: False", done.stdout
 
 
+def test_simulate_set_values_are_read_strictly_in_one_line(tmp_path):
+    done = _run_cli(["simulate", "--set", "gate.clip=" + "[" * 30_000 + "]" * 30_000], tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert re.search(r"^error: --set gate\.clip: nested more than 50 levels", done.stderr)
+
+
 def _mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
