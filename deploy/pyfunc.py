@@ -152,7 +152,7 @@ def guard_scoring_server() -> None:
       ``dataframe_split`` shape) is a 400 naming the error;
     * after parsing, before MLflow's schema enforcement (which drops unknown columns and quotes
       values in its errors): more than ``max_rows`` rows, an unknown column (a misspelt
-      ``eventid``) or a non-numeric feature is a 400 naming the columns and rows;
+      ``eventid``), an unknown param or a non-numeric feature is a 400 naming them;
     * no error message quotes request values (:func:`without_values`).
     """
     import sys
@@ -198,14 +198,18 @@ def guard_scoring_server() -> None:
                 f"the request body is not a valid scoring request ({type(exc).__name__}: "
                 f"{without_values(str(exc))[:200]})"
             ) from None
+        try:  # MLflow drops params its schema does not list: refuse them, named
+            parse_params({k: None for k in (parsed.params or {}) if k != "return_distribution"})
+        except InvalidRequestError as exc:
+            raise invalid_request(str(exc)) from None
         frame = parsed.data
         if isinstance(frame, pd.DataFrame) and input_schema is not None:
             features = [n for n in input_schema.input_names() if n != EVENT_ID]
             try:
                 check_row_count(len(frame), max_rows)
                 check_columns(frame.columns, features)
-                if set(features) <= set(frame.columns):  # MLflow names missing ones
-                    parse_features(frame, features)
+                if frame.columns.is_unique and set(features) <= set(frame.columns):
+                    parse_features(frame, features)  # MLflow names missing ones
             except InvalidRequestError as exc:
                 raise invalid_request(str(exc)) from None
         return parsed

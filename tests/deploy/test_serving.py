@@ -163,6 +163,12 @@ def test_an_unknown_column_is_a_400_naming_it_and_the_expected_ones(champion):
         "1 unknown request column(s): ['eventid']; expected ['event_id', 'f_a', 'f_b', 'f_c']"
     )
     assert "client-1" not in json.dumps(answer)
+    status, answer = champion["server"].invoke(_request(1), {"temperature": 9})  # was dropped
+    assert status == 400, answer
+    assert (
+        answer["message"]
+        == "unknown params ['temperature']; allowed: ['return_distribution', 'seed']"
+    )
 
 
 @pytest.mark.parametrize(
