@@ -31,6 +31,9 @@ artifact of :mod:`poem.io.artifact`.
 from __future__ import annotations
 
 import datetime as _dt
+import json
+import os
+import re
 import uuid
 import warnings
 from pathlib import Path
@@ -46,8 +49,14 @@ import poem
 from poem.io.artifact import ArtifactError, load_policy, save_policy
 from poem.io.requests import (
     EVENT_ID,
+    MAX_REQUEST_BYTES,
+    MAX_REQUEST_ROWS,
     UNSEEDED,
     InvalidRequestError,
+    RequestTooLargeError,
+    check_body_size,
+    check_columns,
+    check_row_count,
     check_score_range,
     check_served_propensities,
     group_candidates,
@@ -68,6 +77,8 @@ __all__ = [
     "invalid_request",
     "log_policy_model",
     "model_signature",
+    "serving_limits",
+    "without_values",
 ]
 
 ARTIFACT_KEY = "policy"
@@ -81,13 +92,68 @@ def invalid_request(message: str) -> MlflowException:
     return MlflowException(message, error_code=INVALID_PARAMETER_VALUE)
 
 
-def guard_scoring_server() -> None:
-    """Make ``mlflow models serve`` answer HTTP 4xx, not 500, for requests it cannot parse.
+def _limit(name: str, default: int) -> int:
+    """A positive integer limit from the environment variable ``name``, else ``default``."""
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise MlflowException(f"{name}={raw[:40]!r} must be a positive integer")
+    return value
 
-    In the scoring server's process (MLflow 3.17; a no-op elsewhere): a request without a
-    ``Content-Type`` header is answered 415 with what to send, and any failure of its JSON
-    stage (``_parse_json_data``: huge integers, deep nesting, a wrong ``dataframe_split``
-    shape) is a 400 naming the error.
+
+def serving_limits() -> tuple[int, int]:
+    """``(max_rows, max_body_bytes)``: the limits of one served request.
+
+    ``POEM_SERVING_MAX_ROWS`` and ``POEM_SERVING_MAX_BODY_BYTES`` when set, else
+    :data:`~poem.io.requests.MAX_REQUEST_ROWS` (10,000) and
+    :data:`~poem.io.requests.MAX_REQUEST_BYTES` (8 MiB).
+
+    Raises
+    ------
+    MlflowException
+        If a variable is not a positive integer (the server does not start).
+    """
+    return (
+        _limit("POEM_SERVING_MAX_ROWS", MAX_REQUEST_ROWS),
+        _limit("POEM_SERVING_MAX_BODY_BYTES", MAX_REQUEST_BYTES),
+    )
+
+
+# Messages of MLflow and pandas that quote request values; the value is cut (STYLE §6: an error
+# names the column and the rows, and never echoes the request back).
+_PREDICT_PREFIX = re.compile(r"^Failed to predict data '.*'\. \nError: ", re.DOTALL)
+_QUOTED_VALUE = re.compile(
+    r"(could not convert string to float|invalid literal for int\(\) with base \d+|"
+    r"could not convert [^:'\"]{1,40} to [^:'\"]{1,40}): .*",
+    re.DOTALL,
+)
+
+
+def without_values(message: str) -> str:
+    """``message`` without the request values MLflow and pandas quote in their errors."""
+    message = _PREDICT_PREFIX.sub("", message, count=1)
+    return _QUOTED_VALUE.sub(r"\1 (the value is not shown)", message)
+
+
+def guard_scoring_server() -> None:
+    """Make ``mlflow models serve`` refuse, before parsing, what it should not parse.
+
+    In the scoring server's process (MLflow 3.17; a no-op elsewhere), around MLflow's
+    ``invocations`` (which gets the body already read by FastAPI):
+
+    * no ``Content-Type`` header: 415 with what to send;
+    * a body over ``max_body_bytes`` (:func:`serving_limits`): 413, before it is parsed;
+    * any failure of the JSON stage (``_parse_json_data``: huge integers, deep nesting, a wrong
+      ``dataframe_split`` shape) is a 400 naming the error;
+    * after parsing, before MLflow's schema enforcement (which drops unknown columns and quotes
+      values in its errors): more than ``max_rows`` rows, an unknown column (a misspelt
+      ``eventid``), an unknown param or a non-numeric feature is a 400 naming them;
+    * no error message quotes request values (:func:`without_values`).
     """
     import sys
 
@@ -95,9 +161,10 @@ def guard_scoring_server() -> None:
     original = getattr(server, "_parse_json_data", None)
     if original is None or getattr(original, "_poem_guard", False):
         return
+    max_rows, max_bytes = serving_limits()
     invocations = server.invocations
 
-    def invocations_with_type(data: Any, content_type: Any, *args: Any) -> Any:
+    def invocations_guarded(data: Any, content_type: Any, *args: Any) -> Any:
         if not content_type:  # MLflow would call None.split(";"): HTTP 500
             return server.InvocationsResponse(
                 response="the request has no Content-Type header; send "
@@ -105,20 +172,47 @@ def guard_scoring_server() -> None:
                 status=415,
                 mimetype="text/plain",
             )
-        return invocations(data, content_type, *args)
+        try:
+            check_body_size(len(data or b""), max_bytes)
+        except RequestTooLargeError as exc:
+            body = {"error_code": "INVALID_PARAMETER_VALUE", "message": str(exc)}
+            return server.InvocationsResponse(
+                response=json.dumps(body), status=413, mimetype="application/json"
+            )
+        try:
+            return invocations(data, content_type, *args)
+        except MlflowException as exc:
+            exc.message = without_values(exc.message)
+            raise
 
-    server.invocations = invocations_with_type
+    server.invocations = invocations_guarded
 
     def parse_json_data(data: Any, metadata: Any, input_schema: Any) -> Any:
         try:
-            return original(data, metadata, input_schema)
-        except MlflowException:
+            parsed = original(data, metadata, input_schema)
+        except MlflowException as exc:
+            exc.message = without_values(exc.message)
             raise
         except (ValueError, TypeError, KeyError, IndexError, RecursionError, OverflowError) as exc:
             raise invalid_request(
                 f"the request body is not a valid scoring request ({type(exc).__name__}: "
-                f"{str(exc)[:200]})"
+                f"{without_values(str(exc))[:200]})"
             ) from None
+        try:  # MLflow drops params its schema does not list: refuse them, named
+            parse_params({k: None for k in (parsed.params or {}) if k != "return_distribution"})
+        except InvalidRequestError as exc:
+            raise invalid_request(str(exc)) from None
+        frame = parsed.data
+        if isinstance(frame, pd.DataFrame) and input_schema is not None:
+            features = [n for n in input_schema.input_names() if n != EVENT_ID]
+            try:
+                check_row_count(len(frame), max_rows)
+                check_columns(frame.columns, features)
+                if frame.columns.is_unique and set(features) <= set(frame.columns):
+                    parse_features(frame, features)  # MLflow names missing ones
+            except InvalidRequestError as exc:
+                raise invalid_request(str(exc)) from None
+        return parsed
 
     parse_json_data._poem_guard = True  # type: ignore[attr-defined]
     server._parse_json_data = parse_json_data
@@ -175,11 +269,18 @@ class StochasticPolicyModel(mlflow.pyfunc.PythonModel):
         the artifact ``context.artifacts["policy"]``.
     model_version : str, default="unregistered"
         Version reported with each decision when ``policy`` is given directly.
+
+    Notes
+    -----
+    A model loaded by MLflow (``load_context``: ``mlflow models serve``,
+    ``mlflow.pyfunc.load_model``) refuses requests of more than ``max_rows`` rows
+    (:func:`serving_limits`); a policy given directly has no row limit.
     """
 
     def __init__(self, policy: StochasticPolicy | None = None, model_version: str = "unregistered"):
         self.policy = policy
         self.model_version = model_version
+        self.max_rows: int | None = None  # no row limit for a policy served in-process
         if policy is not None:
             self._configure(policy)
 
@@ -210,6 +311,7 @@ class StochasticPolicyModel(mlflow.pyfunc.PythonModel):
         if version is None:
             version = _yaml_value(model_dir / "MLmodel", "model_id", unquote=False)
         self.model_version = "unregistered" if version is None else version
+        self.max_rows = serving_limits()[0]
         self._configure(self.policy)
 
     # -- prediction ----------------------------------------------------------------------------
@@ -255,6 +357,9 @@ class StochasticPolicyModel(mlflow.pyfunc.PythonModel):
                 )
             if model_input.shape[0] == 0:
                 raise InvalidRequestError("the request has no rows")
+            if self.max_rows is not None:
+                check_row_count(model_input.shape[0], self.max_rows)
+            check_columns(model_input.columns, self.feature_names)
             X = parse_features(model_input, self.feature_names)
             check_score_range(X, self.policy.coef, self.policy.temperature)
             if self.family_name == "candidates":

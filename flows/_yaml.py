@@ -1,11 +1,15 @@
 """The text layer of :mod:`flows.config`: strict YAML of ``mlflow.yml`` and ``--set`` values.
 
 Refused: YAML aliases ("billion laughs" bombs), duplicate keys (instead of "last one wins"),
-non-UTF-8 text and files over :data:`MAX_CONFIG_BYTES`.
+non-UTF-8 text, files over :data:`MAX_CONFIG_BYTES`, anything but a regular file, nesting deeper
+than :data:`MAX_DEPTH` and integers of more than :data:`MAX_INT_DIGITS` digits — each in one line
+naming the place.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,9 +18,13 @@ import yaml
 
 __all__ = [
     "MAX_CONFIG_BYTES",
+    "MAX_DEPTH",
+    "MAX_INT_DIGITS",
     "MAX_INPUT_CHARS",
     "ConfigError",
     "YamlError",
+    "check_config_file",
+    "file_kind",
     "apply_overrides",
     "parse_overrides",
     "parse_yaml",
@@ -25,6 +33,8 @@ __all__ = [
 ]
 
 MAX_CONFIG_BYTES = 1 << 20  # 1 MiB: a config is a few kB
+MAX_DEPTH = 50  # nested mappings/lists; the config is 4 deep (training.params.grid...)
+MAX_INT_DIGITS = 4300  # Python's own limit for int(str) (sys.get_int_max_str_digits)
 
 
 class ConfigError(ValueError):
@@ -40,7 +50,9 @@ def _where(mark: Any) -> str:
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """``SafeLoader`` without aliases and with duplicate keys as errors."""
+    """``SafeLoader`` without aliases; duplicate keys, deep nesting and huge integers are errors."""
+
+    _depth = 0
 
     def compose_node(self, parent: Any, index: Any) -> Any:  # noqa: D102
         if self.check_event(yaml.AliasEvent):
@@ -49,7 +61,25 @@ class _StrictLoader(yaml.SafeLoader):
                 f"YAML alias *{event.anchor} at {_where(event.start_mark)}: aliases and anchors "
                 "are not allowed in the config; write the value out"
             )
-        return super().compose_node(parent, index)
+        if self._depth >= MAX_DEPTH:  # before Python's recursion limit (a RecursionError)
+            raise YamlError(
+                f"nested more than {MAX_DEPTH} levels deep at "
+                f"{_where(self.peek_event().start_mark)}; a config is a few levels deep"
+            )
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_yaml_int(self, node: Any) -> Any:  # noqa: D102
+        digits = sum(c.isalnum() for c in str(node.value))  # any base: 0x…, 0o…
+        if digits > MAX_INT_DIGITS:
+            raise YamlError(
+                f"an integer of {digits:,} digits at {_where(node.start_mark)}; at most "
+                f"{MAX_INT_DIGITS:,} digits are read"
+            )
+        return super().construct_yaml_int(node)
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:  # noqa: D102
         seen: set[Any] = set()
@@ -66,6 +96,9 @@ class _StrictLoader(yaml.SafeLoader):
                     "each key may appear once"
                 )
         return super().construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
 
 
 def parse_yaml(text: str, what: str) -> Any:
@@ -96,6 +129,9 @@ def parse_yaml(text: str, what: str) -> Any:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         mark = getattr(exc, "problem_mark", None)
         raise YamlError(f"{what} is not valid YAML: {problem} at {_where(mark)}") from None
+    except (ValueError, OverflowError, RecursionError) as exc:  # a value SafeLoader cannot build
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        raise YamlError(f"{what} holds a value that cannot be read: {first}") from None
 
 
 def read_yaml_file(path: Path) -> Any:
@@ -104,10 +140,12 @@ def read_yaml_file(path: Path) -> Any:
     Raises
     ------
     YamlError
-        If the file is too large, not UTF-8 or not acceptable YAML.
+        If the file is not a regular file (a device such as ``/dev/zero``, a named pipe, a
+        folder), too large, not UTF-8 or not acceptable YAML.
     OSError
         If the file cannot be read.
     """
+    check_config_file(path)
     with open(path, "rb") as f:
         data = f.read(MAX_CONFIG_BYTES + 1)
     if len(data) > MAX_CONFIG_BYTES:
@@ -120,6 +158,44 @@ def read_yaml_file(path: Path) -> Any:
             f"{exc.start}); save it as UTF-8"
         ) from None
     return parse_yaml(text, f"config file {path}")
+
+
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def file_kind(path: str | os.PathLike[str]) -> str:
+    """What ``path`` is (symlinks followed), e.g. ``"a regular file"`` or ``"a named pipe"``.
+
+    Raises
+    ------
+    OSError
+        When it cannot be examined (e.g. it does not exist).
+    """
+    mode = os.stat(path).st_mode
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    return next((kind for test, kind in _KINDS if test(mode)), "not a regular file")
+
+
+def check_config_file(path: Path) -> None:
+    """Refuse a config path that is not a regular file (symlinks followed), naming what it is.
+
+    Raises
+    ------
+    YamlError
+        ``config file /dev/zero is a character device, not a regular file``.
+    FileNotFoundError
+        When nothing is there.
+    """
+    kind = file_kind(path)
+    if kind != "a regular file":
+        raise YamlError(f"config file {path} is {kind}, not a regular file; give a YAML file")
 
 
 MAX_INPUT_CHARS = 60

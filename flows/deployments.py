@@ -109,7 +109,7 @@ def newest_partitions(
         if problem is not None and child.is_dir():
             logger.warning("skipping %s: %s", child, problem)
             continue
-        if not (day and child.is_dir() and scan_log_folder(child).files):
+        if not (day and child.is_dir() and scan_log_folder(child, within=root).files):
             continue
         if include_today or day < today:
             found.append((day, child))

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 from mlflow import MlflowClient
 from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunStatus
@@ -93,7 +95,7 @@ def store_lock(uri: str, timeout: float = 300.0) -> Iterator[None]:
     else:
         path = database.with_name(database.name + ".lock")
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+b") as fh:
+    with open(os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600), "a+b") as fh:
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -121,6 +123,9 @@ def _initialise_store(uri: str) -> None:
     """
     check_store(uri)
     with store_lock(uri):
+        database = sqlite_path(uri)
+        if database is not None and not database.exists():  # owner only, whatever the umask
+            os.close(os.open(database, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         client = MlflowClient(tracking_uri=uri, registry_uri=uri)
         client.search_experiments(max_results=1)  # tracking tables
         client.search_registered_models(max_results=1)  # registry tables (same database)
@@ -223,6 +228,9 @@ def ensure_experiment(client: MlflowClient, tracking: TrackingConfig) -> str:
             if key not in experiment.tags:
                 client.set_experiment_tag(experiment.experiment_id, key, value)
         return experiment.experiment_id
+    local = urlparse(tracking.artifact_location)
+    if local.scheme in ("", "file") and not Path(url2pathname(local.path)).exists():
+        Path(url2pathname(local.path)).mkdir(mode=0o700, parents=True, exist_ok=True)  # 0700
     try:
         return client.create_experiment(
             tracking.experiment, artifact_location=tracking.artifact_location, tags=tags

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from flows._yaml import file_kind
 from flows.commands import Deferred, add_bounds_arguments, command_parser
 from flows.commands._console import (
     EXIT_CONFIG,
@@ -185,9 +186,11 @@ def _checked_run(
     except ConfigError as exc:
         return fail(str(exc), EXIT_CONFIG)
     path = Path(logs) if logs is not None else Path(cfg.data.path)
+    where = "--logs" if logs is not None else f"data.path of {config}"
     if not path.exists():
-        where = "--logs" if logs is not None else f"data.path of {config}"
         return fail(f"{where}: {path} does not exist", EXIT_CONFIG)
+    if (kind := file_kind(path)) not in ("a regular file", "a folder"):  # before Prefect starts
+        return fail(f"{where}: {path} is {kind}: give a log file or folder", EXIT_CONFIG)
     try:
         check_store(cfg.tracking.uri)  # a corrupt store: refused before anything is written
     except StoreError as exc:

@@ -16,8 +16,7 @@ import json
 import shutil
 from pathlib import Path
 
-import yaml
-
+from flows._yaml import YamlError, parse_yaml
 from flows.commands import Deferred, command_parser
 from flows.commands._console import EXIT_CONFIG, fail
 
@@ -87,7 +86,10 @@ def run(args: argparse.Namespace) -> int:
         section, dot, name = key.partition(".")
         if not (sep and dot and section and name):
             return fail(f"--set expects SECTION.KEY=VALUE, got {item!r}", EXIT_CONFIG)
-        overrides.setdefault(section, {})[name] = yaml.safe_load(value)
+        try:
+            overrides.setdefault(section, {})[name] = parse_yaml(value, f"--set {key}")
+        except YamlError as exc:  # invalid, deeply nested, a huge integer: one line
+            return fail(str(exc), EXIT_CONFIG)
     out = args.output
     if out.exists() and any(out.iterdir()):
         if not args.overwrite:

@@ -168,7 +168,7 @@ def ids_on_disk(folder: Path, cache: dict[str, frozenset]) -> frozenset:
     if not folder.is_dir():
         return frozenset()
     ids: set = set()
-    for file in scan_log_folder(folder).files:
+    for file in scan_log_folder(folder, within=folder.parent).files:
         key = str(file)
         if key not in cache:
             try:

@@ -5,8 +5,10 @@ convention of Spark, Hive and Arrow's dataset discovery): a regular file whose n
 ``.parquet`` in any case, unless its name or a folder between it and the log root starts with
 ``.`` or ``_`` (``_temporary/``, ``_SUCCESS``, the decision log's ``.part-….tmp`` files) or a
 folder on its way is a ``date=`` partition whose name is not a calendar date. A named pipe or a
-device is never opened (reading it would hang). :func:`scan_log_folder` returns every file that
-looks like data but is not read, with the reason, and the checks name it.
+device is never opened (reading it would hang). A symbolic link (to a folder or a file) is
+followed only when its target lies inside the log folder; a link leading outside it (e.g.
+``date=2026-01-03 → /``) is not followed and is named as skipped. :func:`scan_log_folder`
+returns every file that looks like data but is not read, with the reason, and the checks name it.
 
 **Writing** (:func:`write_parquet_atomic`) is atomic and stores Parquet page checksums;
 **reading** (:data:`READ_OPTIONS`) verifies them: a flipped bit is an error naming the file.
@@ -32,7 +34,9 @@ __all__ = [
     "SkippedFile",
     "check_regular_file",
     "is_hidden",
+    "link_outside",
     "looks_like_data",
+    "make_private_folder",
     "partition_date",
     "remove_stale_temporaries",
     "scan_log_folder",
@@ -132,7 +136,33 @@ def check_regular_file(path: str | Path) -> Path:
     return path
 
 
-def _data_looking(folder: Path, reason: str, seen: set[str]) -> list[SkippedFile]:
+def _outside(path: Path, base: str) -> str | None:
+    """The reason a symbolic link at ``path`` is not followed (its target is outside ``base``)."""
+    if not os.path.islink(path):
+        return None  # inside: its folder was (every link on the way is checked)
+    real = os.path.realpath(path)
+    if real == base or real.startswith(base.rstrip(os.sep) + os.sep):
+        return None
+    try:
+        target = os.readlink(path)
+    except OSError:
+        target = real
+    return f"a symbolic link to {target}, outside the log folder {base}: not followed"
+
+
+def link_outside(path: str | Path, root: str | Path) -> str | None:
+    """Why ``path`` is not followed: a symbolic link whose target is outside the folder ``root``.
+
+    Returns
+    -------
+    str or None
+        ``"a symbolic link to <target>, outside the log folder <root>: not followed"``; None
+        when ``path`` is not a link or its target is inside ``root``.
+    """
+    return _outside(Path(path), os.path.realpath(root))
+
+
+def _data_looking(folder: Path, reason: str, seen: set[str], base: str) -> list[SkippedFile]:
     """Every data-looking file below a folder that is skipped as a whole."""
     out = []
     for sub, dirs, names in os.walk(folder, followlinks=True):
@@ -141,22 +171,28 @@ def _data_looking(folder: Path, reason: str, seen: set[str]) -> list[SkippedFile
             dirs[:] = []
             continue
         seen.add(real)
-        dirs.sort()
+        dirs[:] = sorted(d for d in dirs if _outside(Path(sub) / d, base) is None)
         out += [
-            SkippedFile(str(Path(sub) / n), reason) for n in sorted(names) if looks_like_data(n)
+            SkippedFile(str(Path(sub) / n), reason)
+            for n in sorted(names)
+            if looks_like_data(n) and _outside(Path(sub) / n, base) is None
         ]
     return out
 
 
-def scan_log_folder(root: str | Path) -> LogFolder:
+def scan_log_folder(root: str | Path, *, within: str | Path | None = None) -> LogFolder:
     """Apply the data-file rule (module docstring) to a folder.
 
-    Symlinked folders are followed, each real folder once (a symlink loop ends there).
+    Symlinked folders and files are followed when their target is inside the log folder, each
+    real folder once (a symlink loop ends there); a link leading outside is skipped, named.
 
     Parameters
     ----------
     root : str or Path
         The log folder.
+    within : str or Path or None, default=None
+        The log folder whose inside links may lead to, when ``root`` is one of its partitions;
+        default ``root`` itself.
 
     Returns
     -------
@@ -164,8 +200,11 @@ def scan_log_folder(root: str | Path) -> LogFolder:
         Data files sorted by their path relative to ``root``, and the skipped data-looking files.
     """
     root = Path(root)
+    base = os.path.realpath(root if within is None else within)
     files: list[Path] = []
     skipped: list[SkippedFile] = []
+    if within is not None and (reason := _outside(root, base)) is not None:
+        return LogFolder((), (SkippedFile(str(root), reason),))
     seen: set[str] = set()
     for sub, dirs, names in os.walk(root, followlinks=True):
         real = os.path.realpath(sub)
@@ -176,6 +215,9 @@ def scan_log_folder(root: str | Path) -> LogFolder:
         keep = []
         for d in sorted(dirs):
             _, problem = partition_date(d)
+            if (outside := _outside(Path(sub) / d, base)) is not None:
+                skipped.append(SkippedFile(str(Path(sub) / d), outside))
+                continue
             if is_hidden(d):
                 reason = f"inside {d}/: folders starting with '.' or '_' are not data"
             elif problem is not None:
@@ -183,12 +225,15 @@ def scan_log_folder(root: str | Path) -> LogFolder:
             else:
                 keep.append(d)
                 continue
-            skipped += _data_looking(Path(sub) / d, reason, set(seen))
+            skipped += _data_looking(Path(sub) / d, reason, set(seen), base)
         dirs[:] = keep
         for name in sorted(names):
             if not looks_like_data(name):
                 continue
             path = Path(sub) / name
+            if (outside := _outside(path, base)) is not None:
+                skipped.append(SkippedFile(str(path), outside))
+                continue
             if is_hidden(name):
                 skipped.append(
                     SkippedFile(str(path), "names starting with '.' or '_' are not data")
@@ -208,7 +253,26 @@ def scan_log_folder(root: str | Path) -> LogFolder:
     return LogFolder(tuple(files), tuple(skipped))
 
 
-def write_parquet_atomic(table: pa.Table, target: str | Path) -> Path:
+def make_private_folder(path: str | Path) -> Path:
+    """Create ``path`` and its missing parents as ``0700`` folders (owner only; umask ignored).
+
+    Folders that already exist keep their mode.
+    """
+    target = path = Path(path)
+    missing = []
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    for folder in reversed(missing):
+        try:
+            folder.mkdir(mode=0o700)
+        except FileExistsError:  # created concurrently
+            continue
+        os.chmod(folder, 0o700)
+    return target
+
+
+def write_parquet_atomic(table: pa.Table, target: str | Path, *, mode: int | None = None) -> Path:
     """Write a Parquet file with page checksums, atomically (temp file, fsync, rename, fsync).
 
     The temporary file is ``.<name>.<random>.tmp`` in the target's folder (hidden: never
@@ -221,6 +285,9 @@ def write_parquet_atomic(table: pa.Table, target: str | Path) -> Path:
         The rows (schema metadata included).
     target : str or Path
         The final file name.
+    mode : int or None, default=None
+        Permission bits of the file, exactly (e.g. ``0o600``: the decision log holds request
+        features); None follows the umask.
 
     Returns
     -------
@@ -230,7 +297,11 @@ def write_parquet_atomic(table: pa.Table, target: str | Path) -> Path:
     target = Path(target)
     temp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}{TEMP_SUFFIX}")
     try:
-        with open(temp, "wb") as fh:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+        fd = os.open(temp, flags, 0o666 if mode is None else mode)
+        if mode is not None:
+            os.fchmod(fd, mode)  # the umask may only remove bits; this is exact
+        with open(fd, "wb") as fh:
             pq.write_table(table, fh, write_page_checksum=True)
             fh.flush()
             os.fsync(fh.fileno())

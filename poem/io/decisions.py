@@ -18,6 +18,10 @@ folder are never written again (``n_already_logged``), and a flush that fails cl
 dates already written, so a retried flush or a replay after a crash never duplicates a row.
 Bad decisions are refused by :meth:`DecisionLog.add_decisions` before they enter the buffer.
 Timestamps with a UTC offset are converted to UTC; naive values are UTC.
+
+Private by default: the log holds request features, so its files are created ``0600`` and the
+folders it creates (the log folder, ``date=`` folders) ``0700``, whatever the umask; folders
+that already exist keep their mode.
 """
 
 from __future__ import annotations
@@ -43,7 +47,12 @@ from poem.io._decision_rows import (
     served_min_propensity,
     utc_naive,
 )
-from poem.io._folder import remove_stale_temporaries, write_parquet_atomic
+from poem.io._folder import (
+    link_outside,
+    make_private_folder,
+    remove_stale_temporaries,
+    write_parquet_atomic,
+)
 from poem.io.parquet import METADATA_KEY, log_to_frame
 
 __all__ = ["DecisionLog", "FlushReport", "served_min_propensity"]
@@ -126,6 +135,7 @@ class DecisionLog:
     reward_bounds: tuple[float, float] | None = None
     action_ids: tuple[str, ...] | None = None
     _pending: list[pd.DataFrame] = field(default_factory=list, init=False, repr=False)
+    _pending_ids: set[str] = field(default_factory=set, init=False, repr=False)
     _feedback: dict[str, float] = field(default_factory=dict, init=False, repr=False)
     _closed: set[str] = field(default_factory=set, init=False, repr=False)
     _counts: dict[str, int] = field(default_factory=dict, init=False, repr=False)
@@ -251,9 +261,10 @@ class DecisionLog:
             frame["timestamp"] if timestamps is None else timestamps, frame["event_id"]
         )
         check_future(frame, self.max_future)
-        dup = frame["event_id"].duplicated() | frame["event_id"].isin(self._closed)
-        for f in self._pending:
-            dup |= frame["event_id"].isin(f["event_id"])
+        # membership in two sets: the cost of a call does not grow with the pending batches
+        seen = self._pending_ids, self._closed
+        known = [any(event_id in ids for ids in seen) for event_id in frame["event_id"]]
+        dup = frame["event_id"].duplicated() | np.asarray(known, dtype=bool)
         if dup.any():
             raise ValueError(
                 f"decision log: {int(dup.sum())} event id(s) already recorded, e.g. "
@@ -264,6 +275,7 @@ class DecisionLog:
         except ValueError as exc:
             raise ValueError(f"decision log: decisions refused, nothing added: {exc}") from None
         self._pending.append(frame)
+        self._pending_ids.update(frame["event_id"].tolist())
         return len(frame)
 
     def add_feedback(self, event_ids: Any, losses: Any = None, *, rewards: Any = None) -> int:
@@ -296,9 +308,7 @@ class DecisionLog:
                 f"add_feedback: {int(bad.sum())} loss(es) are not finite or outside the bounds "
                 f"[{lo}, {hi}], e.g. event ids {ids[bad][:5].tolist()}"
             )
-        pending = set()
-        for f in self._pending:
-            pending.update(f["event_id"].tolist())
+        pending = self._pending_ids
         accepted = 0
         for event_id, loss in zip(ids.tolist(), values.tolist(), strict=True):
             if event_id in self._closed:
@@ -335,9 +345,13 @@ class DecisionLog:
             If a write fails. Decisions of the dates already written are closed (their files
             are complete), every other decision stays pending and the next flush tries again;
             no decision is ever written twice.
+        ValueError
+            If a ``date=`` folder is a symbolic link leading outside the log folder (nothing is
+            written through it; its decisions stay pending, as for a failed write).
         """
         now64 = utc_naive([pd.Timestamp.now(tz="UTC") if now is None else now])[0]
         frame = pd.concat(self._pending, ignore_index=True) if self._pending else None
+        self._pending = [frame] if frame is not None and len(frame) else []  # closing: one pass
         counts = dict(self._counts)
         if frame is None or frame.empty:
             self._reset_counts()
@@ -407,6 +421,7 @@ class DecisionLog:
             return
         kept = [f[~f["event_id"].isin(event_ids)].reset_index(drop=True) for f in self._pending]
         self._pending = [f for f in kept if len(f)]
+        self._pending_ids.difference_update(event_ids)
         self._closed.update(event_ids)
         for event_id in event_ids:
             self._feedback.pop(event_id, None)
@@ -444,11 +459,13 @@ class DecisionLog:
         table = pa.Table.from_pandas(frame, preserve_index=False)
         table = table.replace_schema_metadata({METADATA_KEY: json.dumps(meta, sort_keys=True)})
         folder = self.path / f"date={day}"
-        folder.mkdir(parents=True, exist_ok=True)
+        if (outside := link_outside(folder, self.path)) is not None:
+            raise ValueError(f"decision log: {folder} is {outside}; remove the link")
+        make_private_folder(folder)  # request features: owner only (0700 / 0600)
         for stale in remove_stale_temporaries(folder):  # left by a writer killed mid-write
             logger.warning("decision log: removed %s, left by a killed write", stale)
         stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S%f")
         target = folder / f"part-{stamp}-{uuid.uuid4().hex[:8]}.parquet"
-        write_parquet_atomic(table, target)
+        write_parquet_atomic(table, target, mode=0o600)
         self._on_disk[str(target)] = frozenset(rows["event_id"].tolist())
         return str(target)

@@ -18,8 +18,14 @@ from poem.data import CandidateSets
 
 __all__ = [
     "EVENT_ID",
+    "MAX_REQUEST_BYTES",
+    "MAX_REQUEST_ROWS",
     "UNSEEDED",
     "InvalidRequestError",
+    "RequestTooLargeError",
+    "check_body_size",
+    "check_columns",
+    "check_row_count",
     "check_score_range",
     "check_served_propensities",
     "group_candidates",
@@ -31,10 +37,72 @@ __all__ = [
 EVENT_ID = "event_id"
 UNSEEDED = -1  # the ``seed`` param's default: a fresh OS-entropy generator per request
 _N_EXAMPLES = 5
+MAX_REQUEST_ROWS = 10_000
+"""Default most rows of one request (``POEM_SERVING_MAX_ROWS`` in the served model)."""
+MAX_REQUEST_BYTES = 8 << 20
+"""Default largest request body, 8 MiB (``POEM_SERVING_MAX_BODY_BYTES``): parsing JSON costs
+~0.4 s per MB, so a 60 MB body held the server 24 s."""
 
 
 class InvalidRequestError(ValueError):
-    """A malformed serving request; the message names the column, count and rows."""
+    """A malformed serving request; the message names the column, count and rows, never values."""
+
+
+class RequestTooLargeError(InvalidRequestError):
+    """A request over the row or body limit (HTTP 413 for the body)."""
+
+
+def check_body_size(n_bytes: int, limit: int) -> None:
+    """Refuse a body of more than ``limit`` bytes, before it is parsed.
+
+    Raises
+    ------
+    RequestTooLargeError
+        Naming both sizes and what to do.
+    """
+    if n_bytes > limit:
+        raise RequestTooLargeError(
+            f"the request body has {n_bytes:,} bytes, more than the {limit:,} this server "
+            "accepts (POEM_SERVING_MAX_BODY_BYTES); send fewer rows per request"
+        )
+
+
+def check_row_count(n_rows: int, limit: int) -> None:
+    """Refuse a request of more than ``limit`` rows.
+
+    Raises
+    ------
+    RequestTooLargeError
+        Naming both counts and what to do.
+    """
+    if n_rows > limit:
+        raise RequestTooLargeError(
+            f"the request has {n_rows:,} rows, more than the {limit:,} this server accepts "
+            "per request (POEM_SERVING_MAX_ROWS); split it"
+        )
+
+
+def check_columns(columns: Sequence[Any], feature_names: Sequence[str]) -> None:
+    """Refuse request columns that are neither a feature nor ``event_id``.
+
+    A misspelt ``eventid`` would otherwise be dropped and a fresh id returned: the client's ids
+    would be lost.
+
+    Raises
+    ------
+    InvalidRequestError
+        Naming the unknown columns (up to 10) and the expected ones.
+    """
+    expected = [EVENT_ID, *feature_names]
+    allowed = set(expected)
+    unknown = [str(c) for c in columns if str(c) not in allowed]
+    if unknown:
+        shown = expected if len(expected) <= 12 else [*expected[:12], "…"]
+        raise InvalidRequestError(
+            f"{len(unknown)} unknown request column(s): {unknown[:10]}"
+            f"{' …' if len(unknown) > 10 else ''}; expected {shown} (event_id optional, "
+            "except for candidate sets)"
+        )
 
 
 def _rows(mask: np.ndarray) -> str:
@@ -121,9 +189,8 @@ def check_score_range(X: np.ndarray, coef: np.ndarray, temperature: float) -> No
     if bad.any():
         raise InvalidRequestError(
             f"{int(bad.sum())} of {X.shape[0]} request row(s) have feature values so large that "
-            f"the policy's scores overflow (rows {_rows(bad)}, largest |value| "
-            f"{float(np.abs(X[bad]).max()):.3g}); scale the features to the range the policy was "
-            "trained on"
+            f"the policy's scores overflow (rows {_rows(bad)}); scale the features to the range "
+            "the policy was trained on"
         )
 
 

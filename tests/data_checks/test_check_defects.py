@@ -220,7 +220,7 @@ def test_window_without_timestamps_fails_with_a_report(tmp_path, clean_logs):
 def test_symlinked_partition_is_checked(tmp_path, gx_context, clean_logs):
     path = write_log(clean_logs["discrete"], tmp_path / "log")
     last = sorted(p for p in path.iterdir())[-1]
-    moved = tmp_path / "archive" / last.name
+    moved = path / "archive" / last.name  # inside the log folder (issue 37 item 7)
     moved.parent.mkdir()
     last.rename(moved)
     last.symlink_to(moved, target_is_directory=True)

@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -230,3 +231,67 @@ def test_the_future_timestamps_key_of_mlflow_yml_reaches_the_check():
     assert settings.future_timestamps == "quarantine"
     with pytest.raises(ValueError, match="future_timestamps"):
         ChecksConfig(future_timestamps="ignore")
+
+
+def test_symlinks_are_followed_only_inside_the_log_folder(tmp_path, clean_logs):
+    """Issue 37 item 7: ``date=2026-01-03 → /`` made check and retrain walk the file system.
+
+    Links inside the log folder are followed; a folder or file link leading outside is not
+    followed (never walked, never read) and is named, one line, by the check, the readers,
+    the scheduled-retrain picker and the decision log.
+    """
+    root, parts = _partitioned(tmp_path, clean_logs["discrete"])
+    other = tmp_path / "other-job" / "decisions"  # another job's log: its rows must not be read
+    other.mkdir(parents=True)
+    shutil.copy(parts[0], other / "part-00000.parquet")
+    (root / "date=2026-01-03").symlink_to("/", target_is_directory=True)
+    (root / "date=2026-01-04").symlink_to(other, target_is_directory=True)
+    (root / "date=2026-11-02" / "part-00007.parquet").symlink_to(other / "part-00000.parquet")
+    (root / "_hidden").mkdir()
+    (root / "_hidden" / "escape").symlink_to("/", target_is_directory=True)
+    moved = root / "archive" / "date=2026-11-03"  # a link inside the folder is followed
+    moved.parent.mkdir()
+    parts[2].parent.rename(moved)
+    (root / "date=2026-11-03").symlink_to(moved, target_is_directory=True)
+
+    assert sorted(str(f.relative_to(root)) for f in log_files(root)) == [
+        "archive/date=2026-11-03/part-00000.parquet",  # each real folder once
+        "date=2026-11-01/part-00000.parquet",
+        "date=2026-11-02/part-00000.parquet",
+    ]
+    real = os.path.realpath(root)
+    skipped = [str(s) for s in skipped_log_files(root)]
+    assert skipped == [
+        f"{root / 'date=2026-01-03'} (a symbolic link to /, outside the log folder "
+        f"{real}: not followed)",
+        f"{root / 'date=2026-01-04'} (a symbolic link to {other}, outside the log folder "
+        f"{real}: not followed)",
+        f"{root / 'date=2026-11-02' / 'part-00007.parquet'} (a symbolic link to "
+        f"{other / 'part-00000.parquet'}, outside the log folder {real}: not followed)",
+    ]
+    outcome = _check(root)
+    assert outcome.passed and outcome.report.n_rows == N  # no row of the other job
+    assert any("date=2026-01-03 (a symbolic link to" in s for s in outcome.report.skipped_files)
+    picked = newest_partitions(root, 5, today=dt.date(2026, 12, 1))
+    assert [p.name for p in picked] == ["date=2026-11-01", "date=2026-11-02", "date=2026-11-03"]
+
+
+def test_the_decision_log_never_writes_through_a_link_leading_outside(tmp_path):
+    from deploy.pyfunc import StochasticPolicyModel
+    from poem.io.decisions import DecisionLog
+    from poem.policies import StochasticPolicy
+
+    family = make_family("discrete", 3, 4, True)
+    policy = StochasticPolicy(family, np.ones(family.coef_shape), 1.0, 0.05, {})
+    model = StochasticPolicyModel(policy, "1")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    root = tmp_path / "decisions"
+    root.mkdir()
+    (root / "date=2026-01-03").symlink_to(elsewhere, target_is_directory=True)
+    log = DecisionLog(root, "discrete", ["x_0", "x_1", "x_2"], (0.0, 1.0), n_actions=4)
+    request = pd.DataFrame(np.zeros((2, 3)), columns=["x_0", "x_1", "x_2"])
+    log.add_decisions(request, model.predict(None, request), timestamps=["2026-01-03T10:00"] * 2)
+    with pytest.raises(ValueError, match=r"date=2026-01-03 is a symbolic link to .*elsewhere, "):
+        log.flush(now="2026-01-03T10:00", force=True)
+    assert list(elsewhere.iterdir()) == [] and log.flush(now="2026-01-03T10:00").n_pending == 2

@@ -12,7 +12,13 @@ import pytest
 from mlflow.exceptions import MlflowException
 from scipy import stats
 
-from deploy.pyfunc import OUTPUT_COLUMNS, StochasticPolicyModel, feature_names_of, log_policy_model
+from deploy.pyfunc import (
+    OUTPUT_COLUMNS,
+    StochasticPolicyModel,
+    feature_names_of,
+    log_policy_model,
+    serving_limits,
+)
 
 FEATURES = ["f_a", "f_b", "f_c"]
 
@@ -267,3 +273,35 @@ def test_a_csv_log_without_metadata_is_served_under_its_own_column_names(store, 
     assert out["action"].between(0, 3).all() and len(out) == 3
     with pytest.raises(MlflowException, match="x_0"):  # the old positional names are refused
         model.predict(frame[names].head(3).set_axis([f"x{j}" for j in range(d)], axis=1))
+
+
+def test_unknown_columns_and_too_many_rows_are_refused_in_process(make_policy, store, monkeypatch):
+    """Issue 37 item 6: the limits and the column rule of the served model, without a server."""
+    model = StochasticPolicyModel(make_policy("discrete"))
+    good = request_for("discrete", 4)
+    msg = _error(model, good.assign(eventid="x", extra=1.0))
+    assert msg.startswith(
+        "2 unknown request column(s): ['eventid', 'extra']; expected ['event_id', 'f_a', 'f_b', "
+        "'f_c']"
+    )
+    # a model loaded by MLflow has the row limit, read from the environment at load
+    monkeypatch.setenv("POEM_SERVING_MAX_ROWS", "3")
+    loaded = mlflow.pyfunc.load_model(f"models:/pyfunc-discrete/{store['versions']['discrete']}")
+    with pytest.raises(MlflowException, match="the request has 4 rows, more than the 3 this"):
+        loaded.predict(good, params={"seed": 0})
+    assert len(loaded.predict(good.iloc[:3], params={"seed": 0})) == 3
+    monkeypatch.setenv("POEM_SERVING_MAX_ROWS", "lots")
+    with pytest.raises(MlflowException, match="POEM_SERVING_MAX_ROWS='lots' must be a positive"):
+        serving_limits()
+
+
+def test_error_messages_lose_the_request_values_mlflow_quotes():
+    from deploy.pyfunc import without_values
+
+    frame = "Failed to predict data '     f_a\n0  secret  1e308'. \nError: 1 of 1 request row(s)"
+    assert without_values(frame) == "1 of 1 request row(s)"
+    quoted = "Invalid input. could not convert string to float: 'secret-in'"
+    assert without_values(quoted) == (
+        "Invalid input. could not convert string to float (the value is not shown)"
+    )
+    assert without_values("missing inputs ['f_c']") == "missing inputs ['f_c']"

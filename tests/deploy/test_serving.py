@@ -154,6 +154,76 @@ def test_bodies_the_json_parser_rejects_are_400_not_500(champion, body, message)
     assert champion["server"].invoke(_request(1))[0] == 200  # and the server is still fine
 
 
+def test_an_unknown_column_is_a_400_naming_it_and_the_expected_ones(champion):
+    """Issue 37 item 6: a misspelt ``eventid`` was dropped and a fresh uuid returned."""
+    request = _request(2).assign(eventid=["client-1", "client-2"])
+    status, answer = champion["server"].invoke(request)
+    assert status == 400, answer
+    assert answer["message"].startswith(
+        "1 unknown request column(s): ['eventid']; expected ['event_id', 'f_a', 'f_b', 'f_c']"
+    )
+    assert "client-1" not in json.dumps(answer)
+    status, answer = champion["server"].invoke(_request(1), {"temperature": 9})  # was dropped
+    assert status == 400, answer
+    assert (
+        answer["message"]
+        == "unknown params ['temperature']; allowed: ['return_distribution', 'seed']"
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        (
+            {"dataframe_split": {"columns": FEATURES, "data": [[0.1, "secret-7731", 0.3]]}},
+            "Failed to convert column f_b",
+        ),
+        (
+            {"dataframe_records": [{"f_a": 0.1, "f_b": "secret-7731", "f_c": 0.3}]},
+            "Failed to convert column f_b",
+        ),
+        (
+            {"inputs": {"f_a": [0.1], "f_b": ["secret-7731"], "f_c": [0.3]}},
+            "could not convert string to float (the value is not shown)",
+        ),
+        (
+            {
+                "dataframe_split": {
+                    "columns": ["event_id", *FEATURES],
+                    "data": [["secret-7731", 0.5, 0.25, 0.125], ["e2", 6.54321e307, 0.25, 0.125]],
+                }
+            },
+            "have feature values so large that the policy's scores overflow (rows 1)",
+        ),
+    ],
+    ids=["split-string", "records-string", "inputs-string", "overflow"],
+)
+def test_error_bodies_do_not_echo_request_values(champion, body, named):
+    """Issue 37 item 6: MLflow's errors quoted the values, or the whole request frame."""
+    status, answer = champion["server"].request("POST", "/invocations", json.dumps(body).encode())
+    assert status == 400, answer
+    text = json.dumps(answer)
+    assert "secret-7731" not in text and "6.54321" not in text and "0.125" not in text, text
+    assert named in answer["message"], answer
+
+
+def test_a_body_over_the_limit_is_413_and_too_many_rows_a_400(champion):
+    """Issue 37 item 6: a 60 MB body was parsed and answered after 24 s (8 MiB limit now)."""
+    row = b"[0.123456789,0.223456789,0.323456789],"
+    body = b'{"dataframe_split":{"columns":["f_a","f_b","f_c"],"data":['
+    body += row * (9_000_000 // len(row)) + b"[0,0,0]]}}"
+    status, answer = champion["server"].request("POST", "/invocations", body)
+    assert status == 413, answer
+    assert answer["message"].startswith(f"the request body has {len(body):,} bytes, more than ")
+    assert "8,388,608" in answer["message"] and "POEM_SERVING_MAX_BODY_BYTES" in answer["message"]
+    status, answer = champion["server"].invoke(_request(10_001))
+    assert status == 400, answer
+    assert answer["message"].startswith(
+        "the request has 10,001 rows, more than the 10,000 this server accepts per request"
+    )
+    assert champion["server"].invoke(_request(10_000))[0] == 200
+
+
 def test_empty_body_is_a_4xx(champion):
     status, answer = champion["server"].request("POST", "/invocations", b"")
     assert status == 400 and "valid JSON" in answer["message"]

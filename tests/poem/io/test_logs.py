@@ -48,10 +48,11 @@ def _write(frame, meta, path):
 
 
 def test_symlinked_partition_is_read_and_fingerprinted(tmp_path):
+    """A link to a partition inside the log folder (issue 37 item 7: never outside it)."""
     log = _discrete()
     path = write_log(log, tmp_path / "log")  # 30 rows over four days
     days = sorted(p.name for p in path.iterdir())
-    moved = tmp_path / "elsewhere" / days[-1]
+    moved = path / "archive" / days[-1]
     moved.parent.mkdir()
     (path / days[-1]).rename(moved)
     (path / days[-1]).symlink_to(moved, target_is_directory=True)
@@ -267,7 +268,8 @@ def test_overwrite_unlinks_symlinked_partitions_without_emptying_them(tmp_path):
     moved.parent.mkdir()
     last.rename(moved)
     last.symlink_to(moved, target_is_directory=True)
-    with pytest.raises(FileExistsError, match=r"already holds a log \(4 Parquet file\(s\)\)"):
+    # the link leads outside the log folder: not followed (issue 37 item 7), its file not counted
+    with pytest.raises(FileExistsError, match=r"already holds a log \(3 Parquet file\(s\)\)"):
         write_log(_discrete(5), path)
     write_log(_discrete(5), path, overwrite=True)
     assert read_log(path).n_rows == 5 and not last.exists()
