@@ -24,6 +24,7 @@ __all__ = [
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
+    "EXIT_UNKNOWN",
     "StageProgress",
     "drain_prefect",
     "exit_now",
@@ -33,6 +34,9 @@ __all__ = [
 ]
 
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 130
+# a run that failed once promote-policy had started, with the registry unreadable (server down):
+# whether the champion moved is unknown; the last line says how to check the alias
+EXIT_UNKNOWN = 3
 
 # Quiet, offline defaults for a direct `poem-pipeline retrain|demo` (.ci/env.sh sets the same).
 _QUIET_ENV = {

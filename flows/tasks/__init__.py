@@ -8,6 +8,7 @@ and only on transient I/O errors; only the search trials are cached.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from flows.store_faults import is_permanent_store_error
@@ -34,6 +35,9 @@ def stage_done(task: Any, task_run: Any, state: Any) -> None:
     PROGRESS.info("%s%s", task.name, suffix)
 
 
+# urllib3's words when a server answered 5xx to every HTTP retry (MLflow's "failed with exception")
+SERVER_OUTAGE = re.compile(r"too many 5\d\d error responses")
+
 _PERMANENT_MLFLOW_ERRORS = {
     "RESOURCE_DOES_NOT_EXIST",
     "RESOURCE_ALREADY_EXISTS",
@@ -59,7 +63,9 @@ def is_transient_io_error(task: Any, task_run: Any, state: Any) -> bool:
         return False  # full disk (ENOSPC, sqlite's "database or disk is full"), read-only
     if isinstance(exc, MlflowException):
         if "failed with exception" in exc.message and exc.message.startswith("API request to"):
-            return False  # MLflow's HTTP client already retried (flows.tracking.HTTP_DEFAULTS)
+            # MLflow's HTTP client already retried (flows.tracking.HTTP_DEFAULTS); a server that
+            # answered 5xx to each is up with its database down (a PostgreSQL restart): again
+            return SERVER_OUTAGE.search(exc.message) is not None
         return exc.error_code not in _PERMANENT_MLFLOW_ERRORS
     return isinstance(exc, OSError)
 
