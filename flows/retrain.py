@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -28,6 +27,7 @@ from flows.config import load_config
 from flows.learners import same_fits
 from flows.registry import version_tags
 from flows.store_faults import discard_unfinished_models
+from flows.tasks import RETRAIN_STATE
 from flows.tasks.gate import (
     declared_floor,
     gate_candidate,
@@ -192,6 +192,10 @@ class RetrainProgress:
         The outcome the gate decided, once the challenger is registered.
     promoting : bool
         ``promote-policy`` was called: the champion may have moved.
+    started : set of str
+        Tasks whose body started (``register-policy``, ``promote-policy``): with
+        ``register-policy`` in it and ``promote-policy`` not, Prefect failed before the
+        promotion's body ran and the champion did not move.
     result : RetrainResult or None
         Set when the outcome is complete in the registry (registered, and promoted if the
         gate said so); only closing the run is left.
@@ -204,9 +208,18 @@ class RetrainProgress:
     planned: RetrainResult | None = None
     promoting: bool = False
     result: RetrainResult | None = None
+    started: set[str] = field(default_factory=set)
+
+    @property
+    def champion_may_have_moved(self) -> bool:
+        """``promote-policy`` was called and its body started (or that cannot be told)."""
+        if not self.promoting:
+            return False
+        seen = "register-policy" in self.started  # task bodies do record themselves
+        return "promote-policy" in self.started or not seen
 
 
-_PROGRESS: ContextVar[RetrainProgress | None] = ContextVar("retrain_progress", default=None)
+_PROGRESS = RETRAIN_STATE  # flows.tasks.body_started records into it
 
 
 @contextlib.contextmanager

@@ -343,14 +343,15 @@ def _registry_after(cfg: PipelineConfig, state: Any) -> tuple[int, list[str]]:
     """After a failed flow: the exit code and the stdout lines that say what the registry holds.
 
     The outcome is complete (registered, promoted if the gate said so): 0, the headline. Before
-    ``promote-policy`` the champion cannot have moved: 1. Once it started, the ``champion``
-    alias is read (retried through an outage): this run's version 0, another 1, unreadable 3.
+    ``promote-policy``'s body started the champion cannot have moved: 1. Once it started, the
+    ``champion`` alias is read (retried through an outage): this run's version 0, another 1,
+    unreadable 3.
     """
     if state.result is not None:
         return EXIT_OK, [*state.result.headline(), state.result.summary_line()]
     run = tracking.TrackedRun(cfg.tracking, "", state.run_id or "")
     alias = cfg.tracking.champion_alias
-    if state.promoting and state.planned is not None:
+    if state.champion_may_have_moved and state.planned is not None:
         read, champion = track.read_alias(run, alias)
         if not read:
             return EXIT_UNKNOWN, [

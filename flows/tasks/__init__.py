@@ -9,13 +9,37 @@ from __future__ import annotations
 
 import logging
 import re
+from contextvars import ContextVar
 from typing import Any
 
 from flows.store_faults import is_permanent_store_error
 
-__all__ = ["IO_RETRIES", "PROGRESS", "is_transient_io_error", "stage_done", "task_logger"]
+__all__ = [
+    "IO_RETRIES",
+    "PROGRESS",
+    "RETRAIN_STATE",
+    "body_started",
+    "is_transient_io_error",
+    "stage_done",
+    "task_logger",
+]
 
 PROGRESS = logging.getLogger("flows.progress")  # one INFO record per finished stage (CLI progress)
+
+
+# the running retrain's flows.retrain.RetrainProgress (None outside a command's retrain)
+RETRAIN_STATE: ContextVar[Any] = ContextVar("retrain_state", default=None)
+
+
+def body_started(name: str) -> None:
+    """Record in the running retrain's progress that task ``name``'s body started.
+
+    Prefect can fail before a task's body runs (its API down): then nothing the body would
+    have done happened (``promote-policy``: the champion did not move).
+    """
+    state = RETRAIN_STATE.get()
+    if state is not None:
+        state.started.add(name)
 
 
 def task_logger() -> Any:

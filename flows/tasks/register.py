@@ -10,7 +10,7 @@ from prefect.cache_policies import NO_CACHE
 from flows.config import TrackingConfig
 from flows.integrity import check_model_files
 from flows.registry import check_champion_compatible, log_policy_model, promote, register_version
-from flows.tasks import IO_RETRIES, stage_done, task_logger
+from flows.tasks import IO_RETRIES, body_started, stage_done, task_logger
 from flows.tracking import TrackedRun, client_for
 
 
@@ -27,6 +27,7 @@ def check_champion(log: Any, tracking: TrackingConfig) -> str | None:
 @task(name="register-policy", cache_policy=NO_CACHE, **IO_RETRIES)
 def register_policy(policy: Any, run: TrackedRun, tags: dict[str, Any]) -> str:
     """Log the policy model, create a version with ``tags`` and move ``challenger`` onto it."""
+    body_started("register-policy")
     client = run.client()
     logged = log_policy_model(client, run.tracking, run.experiment_id, run.run_id, policy)
     version = register_version(client, run.tracking, logged, run.run_id, tags)
@@ -41,6 +42,7 @@ def promote_policy(version: str, run: TrackedRun) -> str | None:
     Raises :class:`flows.registry.PromotionConflict` (not retried) when another run promoted
     first; ``version`` then stays registered with ``promotion=superseded``.
     """
+    body_started("promote-policy")  # from here the champion may move
     previous = promote(run.client(), run.tracking, version)
     task_logger().info("promoted version %s (previous champion: %s)", version, previous)
     return previous

@@ -93,7 +93,7 @@ def close_run(
     outcome: dict[str, str] | None = None,
     data_path: str = "",
     reason: str | None = None,
-    delays: tuple[float, ...] = CLOSE_DELAYS,
+    delays: tuple[float, ...] | None = None,
 ) -> Exception | None:
     """Close the run without Prefect (:func:`finish_tracking`'s body), retrying a server outage.
 
@@ -102,6 +102,7 @@ def close_run(
     caught; ~35 s in all with MLflow's own HTTP retries); a local store one attempt, and a full
     or read-only store is never retried. Returns None once closed, else the last error.
     """
+    delays = CLOSE_DELAYS if delays is None else delays
     remote = run.tracking.uri.startswith(("http://", "https://"))
     error: Exception | None = None
     for delay in (0.0, *(delays if remote else ())):
@@ -117,7 +118,7 @@ def close_run(
 
 
 def read_alias(
-    run: Any, alias: str, delays: tuple[float, ...] = CLOSE_DELAYS
+    run: Any, alias: str, delays: tuple[float, ...] | None = None
 ) -> tuple[bool, str | None]:
     """``(read, version)`` of ``alias`` of the run's model (``read`` False: the store is down).
 
@@ -125,6 +126,7 @@ def read_alias(
     """
     from mlflow.exceptions import MlflowException
 
+    delays = CLOSE_DELAYS if delays is None else delays
     remote = run.tracking.uri.startswith(("http://", "https://"))
     for delay in (0.0, *(delays if remote else ())):
         time.sleep(delay)
