@@ -26,12 +26,11 @@ _spec.loader.exec_module(team_servers)
 
 
 @pytest.fixture(scope="module")
-def servers(tmp_path_factory):
+def servers():
     missing = team_servers.missing_tools()
     if missing:
         pytest.skip(f"the team servers need {', '.join(missing)}")
-    root = tmp_path_factory.mktemp("outages")
-    servers = team_servers.TeamServers(root / "team")
+    servers = team_servers.TeamServers()  # under TMPDIR, open to the `postgres` user
     try:
         servers.start()
         work = servers.root / "work"
