@@ -279,7 +279,8 @@ def _run_flow(
             print("\n".join(out[:-1]), flush=True)
             lines[0] = lines[0].replace("error: retrain failed:", "warning: after the outcome:", 1)
         print("\n".join(lines), file=sys.stderr, flush=True)
-        print(out[-1])
+        if out:
+            print(out[-1])
         return code
     for line in result.headline():
         print(line)
@@ -329,8 +330,8 @@ def _failure(
     run_id = getattr(exc, "mlflow_run_id", None) or state.run_id
     if run_id:
         lines += _run_lines(cfg, run_id, report=isinstance(exc, exceptions.InvalidLogError))
-    if code == EXIT_CONFIG:
-        return code, lines[:5], ["decision=failed champion=unchanged (not promoted)"]
+    if code == EXIT_CONFIG:  # as the mistakes found before the flow: stderr only
+        return code, lines[:5], []
     code, out = _registry_after(cfg, state)
     return code, lines[:5], out
 
