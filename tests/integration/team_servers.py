@@ -188,7 +188,7 @@ class TeamServers:
 
     def kill_command(self, name: str) -> str:
         """A shell command that SIGKILLs server ``name`` and every process of its group."""
-        return f"kill -9 -- -{self.processes[name].pid}"
+        return f"kill -9 -{self.processes[name].pid}"  # dash: no "--" before a process group
 
     def kill(self, name: str) -> None:
         process = self.processes.get(name)
