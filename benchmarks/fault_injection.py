@@ -386,6 +386,11 @@ def outages(workdir: Path, trials: list[str], n_events: int) -> list[dict]:
     team_servers = _team_servers()
     servers = team_servers.TeamServers(workdir / "team")
     rows = []
+
+    def terminated(signum, frame):  # a SIGTERM still stops the servers (the finally below)
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, terminated)
     try:
         started = time.monotonic()
         servers.start()
