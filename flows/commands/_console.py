@@ -49,7 +49,16 @@ _QUIET_ENV = {
     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90",
     "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
 }
-_NOISY = ("mlflow", "great_expectations", "alembic", "py.warnings", "prefect", "httpx", "uvicorn")
+_NOISY = (
+    "mlflow",
+    "great_expectations",
+    "alembic",
+    "py.warnings",
+    "prefect",
+    "httpx",
+    "uvicorn",
+    "urllib3",  # "Retrying (Retry(total=1, …))": MLflow's HTTP client, a server that is down
+)
 
 
 def fail(message: str, code: int) -> int:
