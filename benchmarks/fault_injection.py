@@ -22,10 +22,26 @@ Concurrency: N commands start together on a fresh store (first-time creation) an
 existing store whose champion is the uniform policy (every challenger beats it, so all N pass
 the gate and race to promote).
 
+Team-topology outages (``--outages``): PostgreSQL, ``mlflow server`` and a Prefect server on it
+(``tests/integration/team_servers.py``, no Dask or work pool), and the real ``retrain`` command
+against them; when a stage finishes one server is stopped (PostgreSQL, ``pg_ctl -m fast``; or
+stopped for 20 s then started again: ``postgres-20s``) or killed (``mlflow``, ``prefect``: SIGKILL
+of its process group), and stays down until the command exits. Each trial has a model and an
+experiment of its own; after it every server is brought back and the table reports the exit
+code, the last line, the ``champion`` alias, whether they agree (``promoted`` ⇔ the alias is
+this run's version; ``failed``/``rejected`` ⇔ it is not; ``unknown`` is reported as such) and
+how many runs were left RUNNING.
+
 Usage::
 
     source .ci/env.sh
     .venv/bin/python benchmarks/fault_injection.py --workdir /tmp/fault-injection
+    # only the team-topology outages (every server at every stage; ~1 h on a loaded machine):
+    .venv/bin/python benchmarks/fault_injection.py --points --concurrency --decision-log-kills 0 \
+        --outages
+    # a few of them: SERVER@STAGE, SERVER one of postgres, postgres-20s, mlflow, prefect
+    .venv/bin/python benchmarks/fault_injection.py --points --concurrency --decision-log-kills 0 \
+        --outages postgres-20s@search-trial mlflow@promote-policy
     # only the decision-log kills (a few minutes):
     .venv/bin/python benchmarks/fault_injection.py --points --concurrency --decision-log-kills 24
 
@@ -60,6 +76,8 @@ STAGES = (
     "promote-policy",
 )
 INSIDE = ("register:before-alias", "promote:before-commit", "promote:after-commit")
+OUTAGE_SERVERS = ("postgres", "postgres-20s", "mlflow", "prefect")
+OUTAGE_STAGES = ("start-tracking", "search-trial", "register-policy", "promote-policy")
 
 DRIVER = r"""
 import logging, os, signal, sys
@@ -332,6 +350,105 @@ def concurrency(
     return rows
 
 
+def _team_servers():
+    """``tests/integration/team_servers.py``, loaded by path (the tests are not a package)."""
+    import importlib.util
+
+    path = ROOT / "tests" / "integration" / "team_servers.py"
+    spec = importlib.util.spec_from_file_location("team_servers", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _outage_command(servers, server: str) -> str:
+    if server == "postgres":
+        return servers.pg_shell("stop")
+    if server == "postgres-20s":
+        return f"{servers.pg_shell('stop')} && (sleep 20; {servers.pg_shell('start')}) &"
+    return servers.kill_command(server)
+
+
+def _agrees(last: str, champion: str | None) -> str:
+    """Whether the last line says what the ``champion`` alias of the trial's fresh model holds."""
+    fields = dict(f.split("=", 1) for f in last.split(" ")[:2] if "=" in f)
+    decision = fields.get("decision")
+    if decision == "promoted":
+        return str(fields.get("champion") == champion)
+    if decision in ("rejected", "failed"):
+        return str(champion is None)  # a fresh model: its first champion would be this run's
+    return "unknown" if decision == "unknown" else "no last line"
+
+
+def outages(workdir: Path, trials: list[str], n_events: int) -> list[dict]:
+    import yaml
+
+    team_servers = _team_servers()
+    servers = team_servers.TeamServers(workdir / "team")
+    rows = []
+
+    def terminated(signum, frame):  # a SIGTERM still stops the servers (the finally below)
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, terminated)
+    try:
+        started = time.monotonic()
+        servers.start()
+        print(json.dumps({"team_servers_started_s": round(time.monotonic() - started)}))
+        work = servers.root / "work"
+        work.mkdir(exist_ok=True)
+        logs = work / "logs"
+        if not logs.exists():
+            subprocess.run(
+                [sys.executable, "-m", "flows.cli", "make-logs", "--dataset", "digits"]
+                + ["--out", str(logs), "--n-events", str(n_events)],
+                env=servers.env,
+                cwd=work,
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
+        for i, trial in enumerate(trials):
+            server, stage = trial.split("@", 1)
+            name = f"outage-{i}-{server}-{stage}"
+            cfg = yaml.safe_load(_config(work / name, logs).read_text())
+            cfg["tracking"] = {
+                "uri": servers.mlflow_url,
+                "artifact_location": f"mlflow-artifacts:/{name}",
+                "experiment": name,
+                "registered_model": name,
+            }
+            config = work / name / "mlflow.yml"
+            config.write_text(yaml.safe_dump(cfg))
+            t0 = time.monotonic()
+            done = servers.retrain(work, config, stage, _outage_command(servers, server))
+            seconds = time.monotonic() - t0
+            servers.ensure_running()
+            lines = done.stdout.strip().splitlines()
+            last = lines[-1] if lines else ""
+            champion = servers.aliases(name).get("champion")
+            statuses = Counter(r["status"] for r in servers.runs(name))
+            errors = [ln for ln in done.stderr.splitlines() if ln.startswith(("error", "warning"))]
+            rows.append(
+                {
+                    "server": server,
+                    "stage": stage,
+                    "exit": done.returncode,
+                    "last_line": last if len(last) <= 90 else last[:89] + "…",
+                    "champion_alias": champion or "-",
+                    "agrees": _agrees(last, champion),
+                    "running": statuses.get("RUNNING", 0),
+                    "run_status": dict(statuses),
+                    "error": (errors[0][:160] if errors else "-"),
+                    "traceback": "Traceback (most recent call last)" in done.stderr,
+                    "seconds": round(seconds),
+                }
+            )
+            print(json.dumps(rows[-1]), flush=True)
+    finally:
+        servers.stop()
+    return rows
+
+
 def _table(rows: list[dict], columns: list[str]) -> str:
     cells = [columns] + [[str(r.get(c, "-")) for c in columns] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
@@ -359,6 +476,14 @@ def main() -> None:
         "--code", type=Path, default=ROOT, help="checkout whose poem the decision-log children run"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--outages",
+        nargs="*",
+        default=None,
+        metavar="SERVER@STAGE",
+        help="team-topology server outages (no value: every server of "
+        f"{', '.join(OUTAGE_SERVERS)} at every stage of {', '.join(OUTAGE_STAGES)})",
+    )
     args = parser.parse_args()
     workdir = args.workdir.resolve()
     if args.decision_log_kills > 0:
@@ -386,6 +511,17 @@ def main() -> None:
             )
         )
         print("\n" + json.dumps(summary(rows)), flush=True)
+    if args.outages is not None:
+        trials = args.outages or [f"{s}@{t}" for s in OUTAGE_SERVERS for t in OUTAGE_STAGES]
+        rows = outages(workdir, trials, args.n_events)
+        print("\nA server of the team topology down from the end of a stage, then restored:\n")
+        print(
+            _table(
+                rows,
+                ["server", "stage", "exit", "last_line", "champion_alias", "agrees", "running"],
+            )
+        )
+        print("\n" + _table(rows, ["server", "stage", "error", "traceback", "seconds"]))
     logs = workdir / "logs"
     if not logs.exists() and (args.points or args.concurrency):
         subprocess.run(

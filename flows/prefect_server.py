@@ -37,6 +37,7 @@ from pathlib import Path
 from deploy.serve import free_port
 
 __all__ = [
+    "OUTAGE_CODES",
     "PrefectServerDied",
     "PrefectServerError",
     "TemporaryServer",
@@ -44,6 +45,7 @@ __all__ = [
     "prefect_api",
 ]
 
+OUTAGE_CODES = (500,)  # a persistent Prefect server's answers retried besides 408/429/502/503
 _PR_SET_PDEATHSIG = 1
 _DEFAULT_TIMEOUT = 90.0  # PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS when unset here
 _LOCK_NAME = ".poem-server-start.lock"
@@ -378,12 +380,21 @@ def prefect_api(
     PrefectServerDied
         In the main thread, if the server dies while the block runs.
     """
-    from prefect.settings import PREFECT_API_URL, PREFECT_CLIENT_MAX_RETRIES, temporary_settings
+    from prefect.settings import (
+        PREFECT_API_URL,
+        PREFECT_CLIENT_MAX_RETRIES,
+        PREFECT_CLIENT_RETRY_EXTRA_CODES,
+        temporary_settings,
+    )
 
     if PREFECT_API_URL.value():
         if server is not None:
             server.stop()
-        yield None
+        # a team's server answers 500 while its database is down (a PostgreSQL restart):
+        # retried like 502/503, within PREFECT_CLIENT_MAX_RETRIES (5: 2 + 4 + … + 32 ≈ 62 s)
+        codes = set(PREFECT_CLIENT_RETRY_EXTRA_CODES.value()) | set(OUTAGE_CODES)
+        with temporary_settings(updates={PREFECT_CLIENT_RETRY_EXTRA_CODES: codes}):
+            yield None
         return
     server = server or TemporaryServer(log_file).start()
     try:

@@ -10,6 +10,8 @@ Promotion is the last step, so a failure anywhere before it leaves production un
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -25,6 +27,7 @@ from flows.config import load_config
 from flows.learners import same_fits
 from flows.registry import version_tags
 from flows.store_faults import discard_unfinished_models
+from flows.tasks import RETRAIN_STATE
 from flows.tasks.gate import (
     declared_floor,
     gate_candidate,
@@ -55,13 +58,20 @@ from flows.tasks.search import (
     serving_choice,
 )
 from flows.tasks.split import gate_inputs, split_logs
-from flows.tasks.track import finish_tracking, start_tracking
+from flows.tasks.track import close_run, finish_tracking, start_tracking
 from flows.tasks.train import prepare_rows, train_policy
 from flows.tasks.validate import enforce_checks, record_check_report
 from poem.learners.champion_candidates import KIND_KEY, LEARNED, RETEMPERED, challenger_kind
 from poem.learners.search import expand_grid
 
-__all__ = ["RetrainInterrupted", "RetrainResult", "retrain", "run_retrain"]
+__all__ = [
+    "RetrainInterrupted",
+    "RetrainProgress",
+    "RetrainResult",
+    "retrain",
+    "retrain_progress",
+    "run_retrain",
+]
 
 
 class RetrainInterrupted(KeyboardInterrupt):
@@ -184,6 +194,74 @@ class RetrainResult:
         )
 
 
+@dataclass
+class RetrainProgress:
+    """How far a ``retrain`` got: what the registry may hold when the run ends in an error.
+
+    Filled in by the flow as it goes (:func:`retrain_progress`), read by the command when the
+    flow raises, also when Prefect failed after the flow's body returned.
+
+    Attributes
+    ----------
+    tracking : TrackingConfig or None
+        The run's tracking section (None: the config was not loaded yet).
+    run_id : str or None
+        The parent MLflow run (None: none was started).
+    champion_before : str or None
+        The champion the gate compared against (None: the logging policy, or not read yet).
+    version : str or None
+        The registered challenger (None: nothing was registered).
+    planned : RetrainResult or None
+        The outcome the gate decided, once the challenger is registered.
+    promoting : bool
+        ``promote-policy`` was called: the champion may have moved.
+    started : set of str
+        Tasks whose body started (``register-policy``, ``promote-policy``): with
+        ``register-policy`` in it and ``promote-policy`` not, Prefect failed before the
+        promotion's body ran and the champion did not move.
+    result : RetrainResult or None
+        Set when the outcome is complete in the registry (registered, and promoted if the
+        gate said so); only closing the run is left.
+    """
+
+    tracking: Any = None
+    run_id: str | None = None
+    champion_before: str | None = None
+    version: str | None = None
+    planned: RetrainResult | None = None
+    promoting: bool = False
+    result: RetrainResult | None = None
+    started: set[str] = field(default_factory=set)
+
+    @property
+    def champion_may_have_moved(self) -> bool:
+        """``promote-policy`` was called and its body started (or that cannot be told)."""
+        if not self.promoting:
+            return False
+        seen = "register-policy" in self.started  # task bodies do record themselves
+        return "promote-policy" in self.started or not seen
+
+
+_PROGRESS = RETRAIN_STATE  # flows.tasks.body_started records into it
+
+
+@contextlib.contextmanager
+def retrain_progress() -> Iterator[RetrainProgress]:
+    """A :class:`RetrainProgress` that the ``retrain`` flows started in the block fill in."""
+    progress = RetrainProgress()
+    token = _PROGRESS.set(progress)
+    try:
+        yield progress
+    finally:
+        _PROGRESS.reset(token)
+
+
+def _reason(exc: BaseException) -> str:
+    """One line for the run's ``poem.end_reason`` tag: the error's type and first line."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}"[:500]
+
+
 def _search(training: Any, parts: Any, header: Any, cfg: Any, keys: tuple, champion: Any):
     """Submit every distinct fit of the grid, at most ``search.max_workers`` at a time.
 
@@ -278,16 +356,18 @@ def _stages(cfg: Any, run: Any, fingerprint: str, client: Any = None) -> tuple:
 def _close_failed_run(run: Any, data_path: str, exc: BaseException) -> None:
     """Discard half-written models, mark the run FAILED, attach its id to ``exc``.
 
-    When marking it FAILED fails (a full disk), a note on ``exc`` says so.
+    Closed without Prefect (whose API may be what failed), retried through a tracking server's
+    outage (:func:`flows.tasks.track.close_run`), with the error as the tag ``poem.end_reason``.
+    When marking it FAILED fails (a full disk, a server still down), a note on ``exc`` says so.
     """
     exc.mlflow_run_id = run.run_id  # type: ignore[attr-defined]
-    discard_unfinished_models(run.client(), run.experiment_id, run.run_id)
-    try:
-        finish_tracking(run, "FAILED", None, data_path)
-    except Exception as finish_error:  # noqa: BLE001 - the run's own error is the one to report
+    with contextlib.suppress(Exception):  # best effort: a server that is down answers nothing
+        discard_unfinished_models(run.client(), run.experiment_id, run.run_id)
+    finish_error = close_run(run, "FAILED", None, data_path, _reason(exc))
+    if finish_error is not None:
         exc.add_note(
-            f"MLflow run {run.run_id} could not be marked FAILED ({finish_error}); the next "
-            "run on this host closes it"
+            f"MLflow run {run.run_id} could not be marked FAILED ({_reason(finish_error)}); "
+            "the next run on this host closes it"
         )
 
 
@@ -320,12 +400,15 @@ def retrain(
     flows.config.ConfigError
         When ``mlflow.yml`` is invalid.
     """
+    progress = _PROGRESS.get() or RetrainProgress()
     cfg = load_config(config_path, overrides)
     if logs is not None:
         cfg = cfg.with_data_path(logs)
+    progress.tracking = cfg.tracking
     flow_run_id = str(flow_run.get_id() or "local")
     fingerprint = fingerprint_logs(cfg.data)
     run = start_tracking(cfg, fingerprint, flow_run_id)
+    progress.run_id = run.run_id
     try:
         if use_partitions(cfg.dask, cfg.data.path):  # the log's partitions on a Dask cluster
             with data_client(cfg.dask, run) as client:  # its log lines: the run's logs/dask.log
@@ -334,6 +417,7 @@ def retrain(
             outcome = _stages(cfg, run, fingerprint)
         comparison, trials, best, policy, n_rows, champion_version = outcome
         policy = with_action_ids(policy, cfg.data.action_ids)  # served with the log's own ids
+        progress.champion_before = champion_version
         kind = challenger_kind(trials[best].params)
         tags = version_tags(
             comparison,
@@ -344,39 +428,55 @@ def retrain(
         )
         tags[KIND_KEY] = kind  # learned, or the champion re-tempered (no learning)
         version = register_policy(policy, run, tags)
+        progress.version = version
+        champion_after = version if comparison.promote else champion_version
+        result = RetrainResult(
+            decision=comparison.decision,
+            challenger_version=version,
+            champion_version=champion_after,
+            previous_champion_version=champion_version,
+            reasons=tuple(comparison.reasons),
+            metrics=gate_metrics(comparison),
+            best_params=dict(trials[best].params),
+            mlflow_run_id=run.run_id,
+            experiment_id=run.experiment_id,
+            flow_run_id=flow_run_id,
+            data_fingerprint=fingerprint,
+            n_rows=n_rows,
+            estimator=comparison.estimator,
+            challenger_kind=kind,
+            rewards=cfg.data.reward_bounds is not None,
+        )
+        progress.planned = result
         if comparison.promote:
+            progress.promoting = True  # from here the champion may have moved
             promote_policy(version, run)  # the last step: champion moves only here
     except KeyboardInterrupt as exc:
-        finish_tracking.fn(run, "KILLED")  # directly: the task machinery may be shutting down
+        # directly, one attempt: the task machinery may be shutting down
+        close_run(run, "KILLED", None, cfg.data.path, _reason(exc) or "interrupted", ())
         raise RetrainInterrupted(run.run_id) from exc
     except BaseException as exc:
         _close_failed_run(run, cfg.data.path, exc)
         raise
-    champion_after = version if comparison.promote else champion_version
+    progress.result = result  # the registry holds the outcome; only closing the run is left
     outcome = {
         "decision": comparison.decision,
         "challenger": version,
         "champion": champion_after or "logging-policy",
         "summary": "; ".join([comparison.decision, *comparison.reasons, f"{KIND_KEY}={kind}"]),
     }
-    finish_tracking(run, "FINISHED", outcome, cfg.data.path)
-    return RetrainResult(
-        decision=comparison.decision,
-        challenger_version=version,
-        champion_version=champion_after,
-        previous_champion_version=champion_version,
-        reasons=tuple(comparison.reasons),
-        metrics=gate_metrics(comparison),
-        best_params=dict(trials[best].params),
-        mlflow_run_id=run.run_id,
-        experiment_id=run.experiment_id,
-        flow_run_id=flow_run_id,
-        data_fingerprint=fingerprint,
-        n_rows=n_rows,
-        estimator=comparison.estimator,
-        challenger_kind=kind,
-        rewards=cfg.data.reward_bounds is not None,
-    )
+    try:
+        finish_tracking(run, "FINISHED", outcome, cfg.data.path)
+    except Exception as exc:  # Prefect's API (or the tracking server) failed: close directly
+        if close_run(run, "FINISHED", outcome, cfg.data.path) is None:
+            return result
+        exc.mlflow_run_id = run.run_id  # type: ignore[attr-defined]
+        exc.add_note(
+            f"MLflow run {run.run_id} could not be marked FINISHED; the next run on this host "
+            "closes it"
+        )
+        raise
+    return result
 
 
 def run_retrain(

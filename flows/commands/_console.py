@@ -25,6 +25,7 @@ __all__ = [
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
+    "EXIT_UNKNOWN",
     "StageProgress",
     "drain_prefect",
     "exit_now",
@@ -34,6 +35,9 @@ __all__ = [
 ]
 
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 130
+# a run that failed once promote-policy had started, with the registry unreadable (server down):
+# whether the champion moved is unknown; the last line says how to check the alias
+EXIT_UNKNOWN = 3
 
 # Quiet, offline defaults for a direct `poem-pipeline retrain|demo` (.ci/env.sh sets the same).
 _QUIET_ENV = {
@@ -46,7 +50,16 @@ _QUIET_ENV = {
     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90",
     "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
 }
-_NOISY = ("mlflow", "great_expectations", "alembic", "py.warnings", "prefect", "httpx", "uvicorn")
+_NOISY = (
+    "mlflow",
+    "great_expectations",
+    "alembic",
+    "py.warnings",
+    "prefect",
+    "httpx",
+    "uvicorn",
+    "urllib3",  # "Retrying (Retry(total=1, …))": MLflow's HTTP client, a server that is down
+)
 
 
 def fail(message: str, code: int) -> int:

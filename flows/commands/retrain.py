@@ -6,19 +6,28 @@ when its database exists (and is stopped at once on a mistake). Prints one line 
 stage, then a headline: both risks, the difference with its interval and upper bound, the
 decision and the versions.
 
-Exit codes (the same for every command): 0 when the flow completes (decision ``promoted`` or
-``rejected``), 1 when the logs fail their checks or the run fails (a corrupt, full or read-only
-store included), 2 for an invalid config, a bad ``--set`` or a missing file, 130 when interrupted
-(Ctrl-C; the MLflow run is marked KILLED, ``champion`` does not move). The last line printed is
-``decision=<promoted|rejected> champion=<version>``; a failure prints at most five lines on
-stderr: the error, the report's path and the failed MLflow run.
+Exit codes say what the registry holds: 0 when this run's outcome is in the registry (decision
+``promoted`` or ``rejected``; also when only closing the run failed afterwards: a warning on
+stderr), 1 when it failed and promoted nothing (the logs failed their checks, a store or server
+failed before ``promote-policy``, or the champion alias, read after the failure, is not this
+run's version), 2 for an invalid config, a bad ``--set`` or a missing file, 3 when it failed
+after ``promote-policy`` started and the registry cannot be read (a tracking server down: the
+champion may have moved; the last line says how to check the alias), 130 when interrupted
+(Ctrl-C; the MLflow run is marked KILLED, ``champion`` does not move). The last line on stdout
+is ``decision=<promoted|rejected> champion=<version>``, ``decision=failed champion=<version>
+(not promoted)`` or ``decision=unknown champion=unknown: …``; a failure prints at most five
+lines on stderr before it: the error, the report's path and the failed MLflow run.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +38,7 @@ from flows.commands._console import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_UNKNOWN,
     StageProgress,
     drain_prefect,
     exit_now,
@@ -57,6 +67,7 @@ from flows.store_faults import StoreError, check_store
 exceptions = Deferred("poem.exceptions")
 retrain_flow = Deferred("flows.retrain")
 tracking = Deferred("flows.tracking")
+track = Deferred("flows.tasks.track")
 
 __all__ = ["add_log_arguments", "add_parser", "log_overrides", "run", "run_retrain"]
 
@@ -258,8 +269,12 @@ def _run_flow(
         print(f"    (Prefect API {configured_api_url()})", flush=True)
     else:
         print("    (starting Prefect's temporary API server)", flush=True)
-    failure: tuple[int, list[str]] | None = None
-    with prefect_api(server=server), StageProgress().attached() as progress:
+    failure: tuple[int, list[str], list[str]] | None = None
+    with (
+        prefect_api(server=server),
+        StageProgress().attached() as progress,
+        retrain_flow.retrain_progress() as state,
+    ):
         quiet(libraries=not verbose)  # again: Prefect configures its loggers when it starts
         progress.start = t0
         try:
@@ -267,11 +282,16 @@ def _run_flow(
         except Exception as exc:  # noqa: BLE001 - the CLI reports any failure as an exit code
             if server is not None and server.died:  # Prefect's calls to the dead API failed
                 raise PrefectServerDied(server.died) from exc
-            failure = _failure(exc, cfg)
+            failure = _failure(exc, cfg, state)
         drain_prefect()  # before the server stops, not at exit (not after Ctrl-C: exit at once)
     if failure is not None:
-        code, lines = failure
-        print(redact("\n".join(lines)), file=sys.stderr)  # the store's URI: no password
+        code, lines, out = failure
+        if code == EXIT_OK:  # the outcome is in the registry: the headline, then the warning
+            print(redact("\n".join(out[:-1])), flush=True)
+            lines[0] = lines[0].replace("error: retrain failed:", "warning: after the outcome:", 1)
+        print(redact("\n".join(lines)), file=sys.stderr, flush=True)  # the store URI: no password
+        if out:
+            print(redact(out[-1]))
         return code
     for line in result.headline():
         print(line)
@@ -293,8 +313,13 @@ def _first_line(text: str) -> str:
     return line if len(line) <= _MAX_LINE else line[: _MAX_LINE - 1] + "…"
 
 
-def _failure(exc: BaseException, cfg: PipelineConfig) -> tuple[int, list[str]]:
-    """Exit code and at most five stderr lines: the error(s), the report, the failed MLflow run."""
+def _failure(
+    exc: BaseException, cfg: PipelineConfig, state: Any
+) -> tuple[int, list[str], list[str]]:
+    """Exit code, at most five stderr lines and the stdout lines (the last one last).
+
+    The code and the last line say what the registry holds (:func:`_registry_after`).
+    """
     lines: list[str] = []
     if isinstance(exc, exceptions.InvalidLogError):
         code = EXIT_FAILED
@@ -311,12 +336,148 @@ def _failure(exc: BaseException, cfg: PipelineConfig) -> tuple[int, list[str]]:
         lines.append(f"error: {_first_line(exc)}")
     else:
         code = EXIT_FAILED
-        lines.append(f"error: retrain failed: {type(exc).__name__}: {_first_line(exc)}")
+        lines.append(f"error: retrain failed: {_outage(exc) or _described(exc)}")
     lines += [f"  {_first_line(note)}" for note in getattr(exc, "__notes__", [])[:1]]
-    run_id = getattr(exc, "mlflow_run_id", None)
+    run_id = getattr(exc, "mlflow_run_id", None) or state.run_id
     if run_id:
         lines += _run_lines(cfg, run_id, report=isinstance(exc, exceptions.InvalidLogError))
-    return code, lines
+    if code == EXIT_CONFIG:  # as the mistakes found before the flow: stderr only
+        return code, lines[:5], []
+    code, out = _registry_after(cfg, state)
+    return code, lines[:5], out
+
+
+def _described(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {_first_line(exc)}"
+
+
+def _registry_after(cfg: PipelineConfig, state: Any) -> tuple[int, list[str]]:
+    """After a failed flow: the exit code and the stdout lines that say what the registry holds.
+
+    The outcome is complete (registered, promoted if the gate said so): 0, the headline. Before
+    ``promote-policy``'s body started the champion cannot have moved: 1. Once it started, the
+    ``champion`` alias is read (retried through an outage): this run's version 0, another 1,
+    unreadable 3.
+    """
+    if state.result is not None:
+        return EXIT_OK, [*state.result.headline(), state.result.summary_line()]
+    run = tracking.TrackedRun(cfg.tracking, "", state.run_id or "")
+    alias = cfg.tracking.champion_alias
+    if state.champion_may_have_moved and state.planned is not None:
+        read, champion = track.read_alias(run, alias)
+        if not read:
+            return EXIT_UNKNOWN, [
+                f"decision=unknown champion=unknown: the registry could not be read after "
+                f"promote-policy of v{state.version} started; check the alias with "
+                f"{_alias_command(cfg)}"
+            ]
+        if champion == state.version:
+            return EXIT_OK, [*state.planned.headline(), state.planned.summary_line()]
+        return EXIT_FAILED, [_not_promoted(champion)]
+    read, champion = track.read_alias(run, alias, ()) if state.run_id else (False, None)
+    if not read:  # nothing this run did can have moved it
+        known = state.planned is not None  # the gate read it: champion_before
+        champion = (state.champion_before or "logging-policy") if known else "unchanged"
+    return EXIT_FAILED, [_not_promoted(champion)]
+
+
+def _not_promoted(champion: str | None) -> str:
+    return f"decision=failed champion={champion or 'logging-policy'} (not promoted)"
+
+
+def _without_password(uri: str) -> str:
+    """``uri`` with a password in its user part replaced by ``***``."""
+    parts = urllib.parse.urlsplit(uri)
+    if parts.password is None:
+        return uri
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
+def _alias_command(cfg: PipelineConfig) -> str:
+    """A command that prints the champion alias of the configured model (server or store)."""
+    uri = _without_password(cfg.tracking.uri)
+    name, alias = cfg.tracking.registered_model, cfg.tracking.champion_alias
+    if uri.startswith(("http://", "https://")):
+        query = urllib.parse.urlencode({"name": name, "alias": alias})
+        return f"curl -s '{uri.rstrip('/')}/api/2.0/mlflow/registered-models/alias?{query}'"
+    return (
+        f"python -c \"from mlflow import MlflowClient; print(MlflowClient('{uri}')"
+        f".get_model_version_by_alias('{name}', '{alias}').version)\""
+    )
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    found, current = [], exc
+    while current is not None and len(found) < 20:  # bounded against cycles
+        found.append(current)
+        current = current.__cause__ or current.__context__
+    return found
+
+
+def _outage(exc: BaseException) -> str | None:
+    """One line for a failed server (Prefect's API, the tracking server), naming its database.
+
+    A Prefect server that answers 5xx is asked ``GET /api/ready`` (503: its database is down).
+    """
+    import httpx
+    from mlflow.exceptions import MlflowException
+
+    for error in _chain(exc):
+        if isinstance(error, httpx.HTTPStatusError) and error.response.status_code >= 500:
+            api = str(error.request.url).split("/api/", 1)[0] + "/api"
+            status = f"{error.response.status_code} {error.response.reason_phrase}"
+            return (
+                f"the Prefect server at {api} answered {status} to "
+                f"{error.request.method} {error.request.url.path} after its retries: "
+                f"{_prefect_ready(api)}"
+            )
+        if isinstance(error, httpx.TransportError) and error.request is not None:
+            api = str(error.request.url).split("/api/", 1)[0] + "/api"
+            return f"the Prefect server at {api} is unreachable ({_described(error)})"
+        if isinstance(error, MlflowException) and "API request to" in error.message:
+            text = error.message
+            down = _DATABASE_DOWN.search(text)
+            if "failed with error code 5" in text and down is not None:
+                return (
+                    f"the tracking server's database is not available ({down.group(0)}); check "
+                    "the PostgreSQL server of its --backend-store-uri. "
+                    f"{_first_line(text)[:150]}"
+                )
+            many = re.search(r"too many (5\d\d) error responses", text)
+            where = re.match(r"API request to (\S+) failed", text)
+            url = _without_password(where.group(1)) if where else "the tracking server"
+            if many is not None:
+                return (
+                    f"the tracking server answered {many.group(1)} to every retry of {url}: its "
+                    "database is not available; check the PostgreSQL server of its "
+                    "--backend-store-uri"
+                )
+            if "failed with exception" in text:
+                return f"the tracking server is unreachable: {_first_line(text)}"
+    return None
+
+
+_DATABASE_DOWN = re.compile(
+    r"psycopg2?\.\w*Error|OperationalError|could not connect to server|"
+    r"the database system is (?:shutting down|starting up)",
+    re.IGNORECASE,
+)
+
+
+def _prefect_ready(api: str) -> str:
+    """What ``GET <api>/ready`` says now (Prefect checks its database there)."""
+    try:
+        with urllib.request.urlopen(f"{api}/ready", timeout=5) as response:
+            return f"its database answers now (GET /api/ready: {response.status}); retry"
+    except urllib.error.HTTPError as error:
+        body = error.read().decode(errors="replace")[:100]
+        return (
+            f"its database is not available (GET /api/ready: {error.code} {body}); check the "
+            "PostgreSQL server of its PREFECT_API_DATABASE_CONNECTION_URL"
+        )
+    except OSError as error:
+        return f"it does not answer now (GET /api/ready: {error}); check that it runs"
 
 
 def _run_lines(cfg: PipelineConfig, run_id: str, *, report: bool) -> list[str]:

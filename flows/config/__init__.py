@@ -146,7 +146,7 @@ def load_config(
         inconsistent combination; one bounded message naming the file and the key path.
     """
     path = resolve_config_path(path)
-    if not path.is_file():
+    if not path.exists():  # a device, pipe or folder: named by read_yaml_file
         raise ConfigError(f"config file not found: {path} (`poem-pipeline init` writes one)")
     try:
         raw = read_yaml_file(path)

@@ -8,13 +8,38 @@ and only on transient I/O errors; only the search trials are cached.
 from __future__ import annotations
 
 import logging
+import re
+from contextvars import ContextVar
 from typing import Any
 
 from flows.store_faults import is_permanent_store_error
 
-__all__ = ["IO_RETRIES", "PROGRESS", "is_transient_io_error", "stage_done", "task_logger"]
+__all__ = [
+    "IO_RETRIES",
+    "PROGRESS",
+    "RETRAIN_STATE",
+    "body_started",
+    "is_transient_io_error",
+    "stage_done",
+    "task_logger",
+]
 
 PROGRESS = logging.getLogger("flows.progress")  # one INFO record per finished stage (CLI progress)
+
+
+# the running retrain's flows.retrain.RetrainProgress (None outside a command's retrain)
+RETRAIN_STATE: ContextVar[Any] = ContextVar("retrain_state", default=None)
+
+
+def body_started(name: str) -> None:
+    """Record in the running retrain's progress that task ``name``'s body started.
+
+    Prefect can fail before a task's body runs (its API down): then nothing the body would
+    have done happened (``promote-policy``: the champion did not move).
+    """
+    state = RETRAIN_STATE.get()
+    if state is not None:
+        state.started.add(name)
 
 
 def task_logger() -> Any:
@@ -33,6 +58,9 @@ def stage_done(task: Any, task_run: Any, state: Any) -> None:
     suffix = " (cached)" if getattr(state, "name", "") == "Cached" else ""
     PROGRESS.info("%s%s", task.name, suffix)
 
+
+# urllib3's words when a server answered 5xx to every HTTP retry (MLflow's "failed with exception")
+SERVER_OUTAGE = re.compile(r"too many 5\d\d error responses")
 
 _PERMANENT_MLFLOW_ERRORS = {
     "RESOURCE_DOES_NOT_EXIST",
@@ -59,7 +87,9 @@ def is_transient_io_error(task: Any, task_run: Any, state: Any) -> bool:
         return False  # full disk (ENOSPC, sqlite's "database or disk is full"), read-only
     if isinstance(exc, MlflowException):
         if "failed with exception" in exc.message and exc.message.startswith("API request to"):
-            return False  # MLflow's HTTP client already retried (flows.tracking.HTTP_DEFAULTS)
+            # MLflow's HTTP client already retried (flows.tracking.HTTP_DEFAULTS); a server that
+            # answered 5xx to each is up with its database down (a PostgreSQL restart): again
+            return SERVER_OUTAGE.search(exc.message) is not None
         return exc.error_code not in _PERMANENT_MLFLOW_ERRORS
     return isinstance(exc, OSError)
 

@@ -20,7 +20,7 @@ from flows.registry import (
     promote,
     register_version,
 )
-from flows.tasks import IO_RETRIES, stage_done, task_logger
+from flows.tasks import IO_RETRIES, body_started, stage_done, task_logger
 from flows.tracking import TrackedRun, client_for
 
 
@@ -51,6 +51,7 @@ def register_policy(policy: Any, run: TrackedRun, tags: dict[str, Any]) -> str:
     A version gated against the logging policy although the model had a champion
     (``tracking.start_over_from_logger``) also gets the tag ``started_over_from_logger``.
     """
+    body_started("register-policy")
     client = run.client()
     if run.tracking.start_over_from_logger and tags.get(GATED_AGAINST_TAG) == LOGGING_POLICY:
         history = champion_history(client, run.tracking)
@@ -69,6 +70,7 @@ def promote_policy(version: str, run: TrackedRun) -> str | None:
     Raises :class:`flows.registry.PromotionConflict` (not retried) when another run promoted
     first; ``version`` then stays registered with ``promotion=superseded``.
     """
+    body_started("promote-policy")  # from here the champion may move
     previous = promote(run.client(), run.tracking, version)
     task_logger().info("promoted version %s (previous champion: %s)", version, previous)
     return previous

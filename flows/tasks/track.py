@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from flows.config import PipelineConfig
 from flows.registry import repair_promotions
+from flows.store_faults import is_permanent_store_error
 from flows.tasks import IO_RETRIES, task_logger
 from flows.tracking import (
     TrackedRun,
@@ -50,22 +54,89 @@ def start_tracking(cfg: PipelineConfig, fingerprint: str, flow_run_id: str) -> T
     return TrackedRun(cfg.tracking, experiment_id, run_id)
 
 
+END_REASON_TAG = "poem.end_reason"  # why a run ended FAILED or KILLED (one line)
+CLOSE_DELAYS = (3.0, 10.0, 20.0)  # seconds between attempts to close a run on a tracking server
+
+
 @task(name="finish-tracking", cache_policy=NO_CACHE, **IO_RETRIES)
 def finish_tracking(
-    run: TrackedRun, status: str, outcome: dict[str, str] | None = None, data_path: str = ""
+    run: TrackedRun,
+    status: str,
+    outcome: dict[str, str] | None = None,
+    data_path: str = "",
+    reason: str | None = None,
 ) -> None:
-    """Name and describe the parent run by its outcome, then mark it FINISHED or FAILED.
+    """Name and describe the parent run by its outcome, then mark it FINISHED, FAILED or KILLED.
 
-    ``outcome`` holds ``decision``, ``champion``, ``challenger`` and ``summary`` (markdown).
+    ``outcome`` holds ``decision``, ``champion``, ``challenger`` and ``summary`` (markdown);
+    ``reason`` (why it failed or was killed) becomes the tag :data:`END_REASON_TAG`.
     """
-    outcome = outcome or {"decision": "failed", "summary": "the run failed; see its logs"}
+    outcome = outcome or {"decision": status.lower(), "summary": "the run failed; see its logs"}
     client = run.client()
     version = f" v{outcome['challenger']}" if outcome.get("challenger") else ""
+    tags = {k: v for k, v in outcome.items() if k in ("decision", "champion", "challenger")}
+    if reason:
+        tags[END_REASON_TAG] = reason
     describe_run(
         client,
         run.run_id,
         name=run_name(data_path, f"{outcome['decision']}{version}") if data_path else None,
-        description=f"retrain on `{data_path}`: {outcome.get('summary', '')}",
-        tags={k: v for k, v in outcome.items() if k in ("decision", "champion", "challenger")},
+        description=f"retrain on `{data_path}`: {outcome.get('summary', reason or '')}",
+        tags=tags,
     )
     finish_run(client, run.run_id, status)
+
+
+def close_run(
+    run: TrackedRun,
+    status: str,
+    outcome: dict[str, str] | None = None,
+    data_path: str = "",
+    reason: str | None = None,
+    delays: tuple[float, ...] | None = None,
+) -> Exception | None:
+    """Close the run without Prefect (:func:`finish_tracking`'s body), retrying a server outage.
+
+    For when the flow is ending and Prefect's API may be the failure. A tracking server
+    (``http(s)://``) gets an attempt after each of ``delays`` (a restarted server or database is
+    caught; ~35 s in all with MLflow's own HTTP retries); a local store one attempt, and a full
+    or read-only store is never retried. Returns None once closed, else the last error.
+    """
+    delays = CLOSE_DELAYS if delays is None else delays
+    remote = run.tracking.uri.startswith(("http://", "https://"))
+    error: Exception | None = None
+    for delay in (0.0, *(delays if remote else ())):
+        time.sleep(delay)
+        try:
+            finish_tracking.fn(run, status, outcome, data_path, reason)
+            return None
+        except Exception as exc:  # noqa: BLE001 - reported by the caller, with the run's error
+            error = exc
+            if is_permanent_store_error(exc):
+                break
+    return error
+
+
+def read_alias(
+    run: Any, alias: str, delays: tuple[float, ...] | None = None
+) -> tuple[bool, str | None]:
+    """``(read, version)`` of ``alias`` of the run's model (``read`` False: the store is down).
+
+    Retried like :func:`close_run`; a missing alias reads as ``(True, None)``.
+    """
+    from mlflow.exceptions import MlflowException
+
+    delays = CLOSE_DELAYS if delays is None else delays
+    remote = run.tracking.uri.startswith(("http://", "https://"))
+    for delay in (0.0, *(delays if remote else ())):
+        time.sleep(delay)
+        try:
+            client = run.client()
+            found = client.get_model_version_by_alias(run.tracking.registered_model, alias)
+            return True, str(found.version)
+        except MlflowException as exc:
+            if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+                return True, None
+        except Exception:  # noqa: BLE001, S112 - the server is down: try again, then say so
+            continue
+    return False, None

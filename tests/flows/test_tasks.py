@@ -238,6 +238,16 @@ def test_validate_and_quarantine_reconcile(logs_dir, run):
         (OSError(errno.ENOSPC, "No space left on device"), False),
         (OSError(errno.EIO, "I/O error"), True),
         (MlflowException("API request to http://x failed with exception Max retries"), False),
+        # issue 37.5: a tracking server answering 503 to every HTTP retry (its PostgreSQL down)
+        (
+            MlflowException(
+                "API request to http://x/api/2.0/mlflow/runs/log-batch failed with exception "
+                "HTTPConnectionPool(host='x', port=5000): Max retries exceeded with url: "
+                "/api/2.0/mlflow/runs/log-batch (Caused by ResponseError('too many 503 error "
+                "responses'))"
+            ),
+            True,
+        ),
         (MlflowException("no", error_code=RESOURCE_DOES_NOT_EXIST), False),
         # issue 24.14: sqlite's form of a full disk (wrapped by MLflow) was retried for minutes
         (MlflowException("(sqlite3.OperationalError) database or disk is full\n[SQL: …]"), False),

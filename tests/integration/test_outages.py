@@ -1,0 +1,168 @@
+"""Team-topology server outages (issue 37 item 5): exit codes that agree with the registry.
+
+One topology per module (PostgreSQL, ``mlflow server`` and a Prefect server on it:
+``team_servers.TeamServers``); each test runs the real ``retrain`` command and stops or kills a
+server when a stage finishes (``team_servers.DRIVER``), then checks the exit code, the last line,
+the ``champion`` alias and that no run is left RUNNING, through the tracking server's REST API.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("outages")]
+
+_spec = importlib.util.spec_from_file_location(
+    "team_servers", Path(__file__).with_name("team_servers.py")
+)
+team_servers = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(team_servers)
+
+
+@pytest.fixture(scope="module")
+def servers():
+    missing = team_servers.missing_tools()
+    if missing:
+        pytest.skip(f"the team servers need {', '.join(missing)}")
+    servers = team_servers.TeamServers()  # under TMPDIR, open to the `postgres` user
+    try:
+        servers.start()
+        work = servers.root / "work"
+        work.mkdir()
+        subprocess.run(
+            [sys.executable, "-m", "flows.cli", "make-logs", "--dataset", "digits"]
+            + ["--out", str(work / "logs"), "--n-events", "800"],
+            env=servers.env,
+            cwd=work,
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
+        yield servers
+    finally:
+        servers.stop()
+
+
+def _config(servers, name: str) -> Path:
+    """A config of its own model and experiment on the tracking server (one grid point)."""
+    work = servers.root / "work"
+    cfg = {
+        "tracking": {
+            "uri": servers.mlflow_url,
+            "artifact_location": f"mlflow-artifacts:/{name}",
+            "experiment": name,
+            "registered_model": name,
+        },
+        "data": {"path": str(work / "logs"), "family": "discrete"},
+        "checks": {"min_rows": 50},
+        "search": {"grid": {"variance_scale": [0.1]}, "max_workers": 1},
+        "training": {"params": {"solver": "lbfgs", "max_iter": 20, "random_state": 0}},
+        "gate": {"min_ess": 20},
+    }
+    path = work / f"{name}.yml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _last(done: subprocess.CompletedProcess) -> str:
+    lines = done.stdout.strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+def _outcome(done) -> str:
+    return f"exit {done.returncode}\n--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr}"
+
+
+def test_postgres_restarted_mid_search_is_retried_and_the_run_completes(servers):
+    """Old code: exit 1, "PrefectHTTPStatusError: Server error '500 Internal Server Error'",
+    the MLflow run left RUNNING. Now: the 500s are retried within the bound, the run ends."""
+    config = _config(servers, "pg-mid-search")
+    restart = f"{servers.pg_shell('stop')} && (sleep 10; {servers.pg_shell('start')}) &"
+    done = servers.retrain(servers.root / "work", config, "search-trial", restart)
+    servers.ensure_running()
+    assert done.returncode == 0, _outcome(done)
+    assert _last(done) in (
+        "decision=promoted champion=1",
+        "decision=rejected champion=logging-policy",
+    )
+    assert [r["status"] for r in servers.runs("pg-mid-search")] == ["FINISHED"]
+
+
+def test_postgres_restarted_after_registering_is_retried_and_the_version_promoted(servers):
+    """Old code: exit 1 "retrain failed" (Prefect's 500) though the version was gated, so a
+    scheduler's retry spent another gate attempt. Now the outage is retried: exit 0, promoted,
+    one version, the run FINISHED."""
+    name = "pg-after-register"
+    config = _config(servers, name)
+    restart = f"{servers.pg_shell('stop')} && (sleep 10; {servers.pg_shell('start')}) &"
+    done = servers.retrain(servers.root / "work", config, "register-policy", restart)
+    servers.ensure_running()
+    assert done.returncode == 0, _outcome(done)
+    assert _last(done) == "decision=promoted champion=1", _outcome(done)
+    assert servers.aliases(name) == {"challenger": "1", "champion": "1"}
+    assert [r["status"] for r in servers.runs(name)] == ["FINISHED"]
+
+
+def test_a_prefect_server_whose_database_is_down_is_named_in_the_error(servers):
+    """Old code: "PrefectHTTPStatusError: Server error '500 Internal Server Error' …", never
+    naming PostgreSQL. Now the server's readiness check is asked, and the line says so."""
+    import httpx
+
+    from flows.commands.retrain import _outage
+
+    servers.stop_postgres()
+    try:
+        response = httpx.post(f"{servers.prefect_api}/flows/filter", json={}, timeout=30)
+        with pytest.raises(httpx.HTTPStatusError) as info:
+            response.raise_for_status()
+        line = _outage(info.value)
+    finally:
+        servers.ensure_running()
+    assert line == (
+        f"the Prefect server at {servers.prefect_api} answered 500 Internal Server Error to "
+        "POST /api/flows/filter after its retries: its database is not available (GET "
+        '/api/ready: 503 {"message":"Database is not available"}); check the PostgreSQL server '
+        "of its PREFECT_API_DATABASE_CONNECTION_URL"
+    )
+
+
+def test_mlflow_server_killed_after_the_promotion_exits_0_with_the_promotion(servers):
+    """The champion moved, then the tracking server died. Old code: exit 1 "retrain failed".
+    Now: exit 0, the headline and ``decision=promoted champion=1``, one warning line."""
+    config = _config(servers, "mlflow-after-promote")
+    done = servers.retrain(
+        servers.root / "work", config, "promote-policy", servers.kill_command("mlflow")
+    )
+    servers.ensure_running()
+    assert done.returncode == 0, _outcome(done)
+    assert _last(done) == "decision=promoted champion=1", _outcome(done)
+    assert "PROMOTED: challenger v1" in done.stdout
+    assert done.stderr.strip().splitlines()[0].startswith("warning: after the outcome: ")
+    assert servers.aliases("mlflow-after-promote")["champion"] == "1"
+
+
+def test_mlflow_server_killed_before_the_promotion_is_unknown_with_the_command_to_check(
+    servers,
+):
+    """The tracking server dies once the challenger is registered: whether the champion moved
+    cannot be read. Old code: exit 1 "retrain failed". Now: exit 3 and the command to check."""
+    config = _config(servers, "mlflow-at-promote")
+    done = servers.retrain(
+        servers.root / "work", config, "register-policy", servers.kill_command("mlflow")
+    )
+    servers.ensure_running()
+    assert done.returncode == 3, _outcome(done)
+    last = _last(done)
+    assert last.startswith("decision=unknown champion=unknown: the registry could not be read")
+    command = last.split("check the alias with ", 1)[1]
+    assert command.startswith(f"curl -s '{servers.mlflow_url}/api/2.0/mlflow/")
+    answer = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=60)
+    assert (
+        answer.returncode == 0 and "alias" in answer.stdout.lower() or "error_code" in answer.stdout
+    )
