@@ -10,6 +10,7 @@ from prefect.cache_policies import NO_CACHE
 from flows.config import TrackingConfig
 from flows.integrity import check_model_files
 from flows.registry import check_champion_compatible, log_policy_model, promote, register_version
+from flows.story import describe_registry
 from flows.tasks import IO_RETRIES, stage_done, task_logger
 from flows.tracking import TrackedRun, client_for
 
@@ -30,6 +31,7 @@ def register_policy(policy: Any, run: TrackedRun, tags: dict[str, Any]) -> str:
     client = run.client()
     logged = log_policy_model(client, run.tracking, run.experiment_id, run.run_id, policy)
     version = register_version(client, run.tracking, logged, run.run_id, tags)
+    describe_registry(client, run.tracking, version)  # the version's and the model's description
     task_logger().info("registered %s version %s", run.tracking.registered_model, version)
     return version
 
@@ -41,6 +43,8 @@ def promote_policy(version: str, run: TrackedRun) -> str | None:
     Raises :class:`flows.registry.PromotionConflict` (not retried) when another run promoted
     first; ``version`` then stays registered with ``promotion=superseded``.
     """
-    previous = promote(run.client(), run.tracking, version)
+    client = run.client()
+    previous = promote(client, run.tracking, version)
+    describe_registry(client, run.tracking, version)  # now: which champion it replaced
     task_logger().info("promoted version %s (previous champion: %s)", version, previous)
     return previous
