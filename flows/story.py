@@ -75,8 +75,9 @@ def _outcome(tags: Mapping[str, str]) -> str:
 def version_description(tags: Mapping[str, str]) -> str:
     """Markdown description of a model version, from the tags the flow gave it.
 
-    The first line (shown in the versions table) is the decision, both risks, the gate's
-    bound and the champion replaced; then a table of the estimates and the gate's reasons.
+    The first line (plain text: the versions table shows it unrendered) is the decision, both
+    risks, the gate's bound and the champion replaced; then a table of the estimates, the
+    rows trained on and the gate's reasons.
     """
     decision = tags.get("gate_decision", "not gated")
     gated = tags.get("gated_against")
@@ -87,7 +88,7 @@ def version_description(tags: Mapping[str, str]) -> str:
     risk = f"{estimator} risk" if estimator else "risk"
     bound = _number(tags.get("gate_upper_bound", "n/a"))
     lines = [
-        f"**{decision}**: {risk} {challenger[0]} vs {champion[0]} of {_champion_name(gated)}; "
+        f"{decision.upper()}: {risk} {challenger[0]} vs {champion[0]} of {_champion_name(gated)}; "
         f"gate bound {bound}; {_outcome(tags)}",
         "",
         "| | risk | interval |",
@@ -123,10 +124,15 @@ def _field(entry: Any, *names: str) -> Any:
     return None
 
 
+def _seconds(timestamp: str | None) -> str:
+    """An ISO timestamp to the second (``…T00:29:57.000000000`` → ``…T00:29:57``)."""
+    return "?" if not timestamp else re.sub(r"\.\d+$", "", timestamp)
+
+
 def _window(window: Any) -> str:
     start, end, rows = (getattr(window, k, None) for k in ("start", "end", "rows"))
     if start or end:
-        return f"test rows {start or '?'} to {end or '?'}"
+        return f"test rows {_seconds(start)} to {_seconds(end)}"
     return f"test rows `{rows}`" if rows else "test rows (unrecorded)"
 
 
