@@ -269,3 +269,53 @@ def test_a_scheduled_run_prints_its_decision_and_describes_the_version_and_the_m
     assert "retrain on date=2026-01-01: skipped, already trained as version 1\n" in (
         capfd.readouterr().out
     )
+
+
+@pytest.fixture
+def logger_state():
+    """Restore every logger's level and propagation after a test that calls ``quiet()``."""
+    loggers = [logging.getLogger(n) for n in list(logging.root.manager.loggerDict)]
+    saved = [(lg, lg.level, lg.propagate) for lg in loggers if isinstance(lg, logging.Logger)]
+    yield
+    for lg, level, propagate in saved:
+        lg.setLevel(level)
+        lg.propagate = propagate
+
+
+@pytest.mark.slow
+def test_the_cli_sends_run_logs_to_a_persistent_prefect_server_not_the_terminal(
+    prefect_harness, monkeypatch, capfd, logger_state
+):
+    """``retrain``/``demo`` silenced Prefect's run loggers: flow-run pages showed no logs."""
+    from prefect import flow, get_run_logger
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.logging.handlers import APILogWorker
+    from prefect.runtime import flow_run
+    from prefect.settings import PREFECT_API_URL
+
+    from flows.commands._console import quiet
+
+    monkeypatch.setenv("PREFECT_API_URL", PREFECT_API_URL.value())  # exported, as the README
+    quiet()
+
+    @flow
+    def story_cli() -> str:
+        get_run_logger().info("a line for the flow-run page")
+        return str(flow_run.get_id())
+
+    flow_run_id = story_cli()
+    APILogWorker.drain_all(timeout=10)
+    out, err = capfd.readouterr()
+    assert "a line for the flow-run page" not in out + err
+
+    import anyio
+
+    async def read() -> list[str]:
+        async with get_client() as client:
+            logs = await client.read_logs(
+                LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id]))
+            )
+        return [log.message for log in logs]
+
+    assert "a line for the flow-run page" in anyio.run(read)
