@@ -10,6 +10,7 @@ scheduled run prints for the worker's console.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -27,6 +28,7 @@ __all__ = [
 ]
 
 LOGGING_POLICY = "logging-policy"
+logger = logging.getLogger(__name__)
 _ESTIMATE = re.compile(r"^\s*(\S+)\s*\[\s*(\S+),\s*(\S+)\s*\]\s*\((.+)\)\s*$")
 
 
@@ -175,7 +177,7 @@ def describe_registry(client: MlflowClient, tracking: TrackingConfig, version: s
     """Write the descriptions of ``version`` and of the registered model from what is recorded.
 
     Called after a version is registered and again after it is promoted. A failure is not the
-    run's failure: the descriptions are a view of the tags, which stay the record.
+    run's failure (one warning): the descriptions are a view of the tags, which stay the record.
     """
     from flows.ledger import read_ledger  # flows.ledger imports flows.registry
 
@@ -189,8 +191,8 @@ def describe_registry(client: MlflowClient, tracking: TrackingConfig, version: s
             champion = None
         text = model_description(tracking, champion, read_ledger(client, tracking))
         client.update_registered_model(name, description=text)
-    except MlflowException:
-        return
+    except Exception as exc:  # noqa: BLE001 - never fail (and retry) a registration for a view
+        logger.warning("could not write the descriptions of version %s: %s", version, exc)
 
 
 def decision_line(result: Any, partitions: Sequence[str]) -> str:

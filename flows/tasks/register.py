@@ -44,7 +44,9 @@ def promote_policy(version: str, run: TrackedRun) -> str | None:
     first; ``version`` then stays registered with ``promotion=superseded``.
     """
     client = run.client()
-    previous = promote(client, run.tracking, version)
-    describe_registry(client, run.tracking, version)  # now: which champion it replaced
+    try:
+        previous = promote(client, run.tracking, version)
+    finally:  # now: which champion it replaced (or that it was superseded)
+        describe_registry(client, run.tracking, version)
     task_logger().info("promoted version %s (previous champion: %s)", version, previous)
     return previous
