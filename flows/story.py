@@ -19,6 +19,7 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
 from flows.config import TrackingConfig
+from flows.ledger import read_ledger
 
 __all__ = [
     "decision_line",
@@ -179,8 +180,6 @@ def describe_registry(client: MlflowClient, tracking: TrackingConfig, version: s
     Called after a version is registered and again after it is promoted. A failure is not the
     run's failure (one warning): the descriptions are a view of the tags, which stay the record.
     """
-    from flows.ledger import read_ledger  # flows.ledger imports flows.registry
-
     name = tracking.registered_model
     try:
         tags = dict(client.get_model_version(name, version).tags)
