@@ -16,7 +16,7 @@ import pytest
 
 from flows.config import TrackingConfig
 from flows.story import decision_line, model_description, version_description
-from flows.tracking import client_for, store_lock, store_lock_path
+from flows.tracking import client_for, store_lock
 from poem.ledger import LedgerEntry, TestWindow
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -115,6 +115,8 @@ def test_a_scheduled_run_names_its_decision_in_one_line():
 
 def test_no_lock_file_is_left_beside_the_store(tmp_path):
     """``mlflow.db.lock`` was left untracked in the repo after the Quick start."""
+    from flows.tracking import store_lock_path
+
     uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
     client_for(TrackingConfig(uri=uri)).search_experiments()
     assert sorted(p.name for p in (tmp_path / "store").iterdir()) == ["mlflow.db"]
