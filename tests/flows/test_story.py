@@ -115,11 +115,11 @@ def test_a_scheduled_run_names_its_decision_in_one_line():
 
 def test_no_lock_file_is_left_beside_the_store(tmp_path):
     """``mlflow.db.lock`` was left untracked in the repo after the Quick start."""
-    from flows.tracking import store_lock_path
-
     uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
     client_for(TrackingConfig(uri=uri)).search_experiments()
     assert sorted(p.name for p in (tmp_path / "store").iterdir()) == ["mlflow.db"]
+    from flows.tracking import store_lock_path
+
     path = store_lock_path(uri)
     assert path.parent == Path(os.environ.get("TMPDIR", "/tmp")).resolve() or path.is_file()
     # the same store through another spelling of its path: the same lock
