@@ -218,7 +218,10 @@ def scheduled_retrain(
         done = None if force else _already_trained(config_path, fingerprint)
         if done is not None:
             logger.info("partitions %s were already trained on (version %s); skipping", names, done)
-            print(f"retrain on {', '.join(names)}: skipped, already trained as version {done}")
+            print(
+                f"retrain on {', '.join(names)}: skipped, already trained as version {done}",
+                flush=True,
+            )
             return {
                 "status": "skipped",
                 "reason": f"already trained as version {done}",

@@ -149,8 +149,8 @@ HTTP_DEFAULTS = {
 def quiet_run_links() -> None:
     """Stop MLflow printing "View run … at: …" for every run it ends on a tracking server.
 
-    A retrain ends one nested run per search trial: forty such lines in a worker's output.
-    The experiment's address is printed once by the commands instead. An explicit
+    A retrain ends one nested run per search trial: forty such lines in a worker's output (the
+    runs table is one address, :func:`headline_view_url`). An explicit
     ``MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT`` wins.
     """
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
