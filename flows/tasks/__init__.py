@@ -8,6 +8,7 @@ and only on transient I/O errors; only the search trials are cached.
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import Any
 
 from flows.store_faults import is_permanent_store_error
@@ -15,6 +16,12 @@ from flows.store_faults import is_permanent_store_error
 __all__ = ["IO_RETRIES", "PROGRESS", "is_transient_io_error", "stage_done", "task_logger"]
 
 PROGRESS = logging.getLogger("flows.progress")  # one INFO record per finished stage (CLI progress)
+
+# A fit's non-convergence is recorded (the trials' ``converged``, the refit's
+# ``train_converged``); the learners' ConvergenceWarning is not printed in every run's output.
+# Process-wide: the search's per-trial ``warnings.catch_warnings`` is not thread-safe
+# (concurrent trials restore each other's filters, and the warning got through).
+warnings.filterwarnings("ignore", message=r"\w+(\(.*\))? did not converge", module=r"poem\.")
 
 
 def task_logger() -> Any:
