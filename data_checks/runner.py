@@ -32,6 +32,9 @@ def make_context() -> Any:
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
+    # GX sets this module's logger to INFO at import: "Created temporary directory ... for
+    # ephemeral docs site" on every console; back to the level of the great_expectations logger
+    logging.getLogger("great_expectations.data_context.types.base").setLevel(logging.NOTSET)
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
     return context

@@ -52,6 +52,7 @@ from prefect import flow, get_run_logger
 from flows.commands import plain_text
 from flows.config import ConfigError, TrackingConfig, load_config
 from flows.retrain import retrain
+from flows.story import decision_line
 from flows.tracking import client_for, data_fingerprint
 from poem.io.parquet import partition_date, scan_log_folder
 
@@ -238,6 +239,10 @@ def scheduled_retrain(
         done = None if force else _already_trained(cfg.tracking, fingerprint)
         if done is not None:
             logger.info("partitions %s were already trained on (version %s); skipping", names, done)
+            print(
+                f"retrain on {', '.join(names)}: skipped, already trained as version {done}",
+                flush=True,
+            )
             return {
                 "status": "skipped",
                 "reason": f"already trained as version {done}",
@@ -245,6 +250,9 @@ def scheduled_retrain(
             }
         logger.info("retraining on %s", names)
         result = retrain(config_path, logs=staged)
+    line = decision_line(result, names)
+    logger.info(line)
+    print(line, flush=True)  # the worker's console: one line per run, naming the decision
     return {
         "status": "retrained",
         "partitions": names,

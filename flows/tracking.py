@@ -62,6 +62,7 @@ __all__ = [
     "run_name",
     "start_run",
     "store_lock",
+    "store_lock_path",
     "tracking_uri_scope",
 ]
 
@@ -76,6 +77,19 @@ class StoreLockTimeout(TimeoutError):
     """Another process held the tracking store's lock for longer than the timeout."""
 
 
+def store_lock_path(uri: str) -> Path:
+    """The lock file of :func:`store_lock`: in the temporary folder, one per store.
+
+    Keyed by the sqlite database's resolved path (else by the URI), so every process of this
+    machine that opens the store agrees on it, and no ``mlflow.db.lock`` is left beside the
+    database (in a project's working tree).
+    """
+    database = sqlite_path(uri)
+    key = uri if database is None else str(database.resolve())
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"poem-pipeline-store-{digest}.lock"
+
+
 @contextlib.contextmanager
 def store_lock(uri: str, timeout: float = 300.0) -> Iterator[None]:
     """Hold an exclusive lock on the tracking store ``uri`` (``fcntl.flock`` on a lock file).
@@ -88,14 +102,15 @@ def store_lock(uri: str, timeout: float = 300.0) -> Iterator[None]:
     StoreLockTimeout
         If the lock is not free within ``timeout`` seconds (the message names the lock file).
     """
-    database = sqlite_path(uri)  # the lock file: beside a sqlite database, else one per URI
-    if database is None:
-        key = hashlib.sha256(uri.encode()).hexdigest()[:16]
-        path = Path(tempfile.gettempdir()) / f"poem-pipeline-store-{key}.lock"
-    else:
-        path = database.with_name(database.name + ".lock")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600), "a+b") as fh:
+    path = store_lock_path(uri)
+    database = sqlite_path(uri)
+    if database is not None and not database.parent.is_dir():
+        database.parent.mkdir(parents=True, exist_ok=True)  # where sqlite creates the store
+    try:
+        fh = open(os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600), "a+b")  # noqa: SIM115
+    except PermissionError:  # another user's lock file: flock needs no write access
+        fh = open(path, "rb")  # noqa: SIM115
+    with fh:
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -146,6 +161,16 @@ HTTP_DEFAULTS = {
 }
 
 
+def quiet_run_links() -> None:
+    """Stop MLflow printing "View run … at: …" for every run it ends on a tracking server.
+
+    A retrain ends one nested run per search trial: forty such lines in a worker's output (the
+    runs table is one address, :func:`headline_view_url`). An explicit
+    ``MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT`` wins.
+    """
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+
+
 def client_for(tracking: TrackingConfig, *, read_only: bool = False) -> MlflowClient:
     """Return a client for the configured tracking store and model registry.
 
@@ -165,6 +190,7 @@ def client_for(tracking: TrackingConfig, *, read_only: bool = False) -> MlflowCl
     elif tracking.uri.startswith(("http://", "https://")):
         for key, value in HTTP_DEFAULTS.items():
             os.environ.setdefault(key, value)
+        quiet_run_links()
     return MlflowClient(tracking_uri=tracking.uri, registry_uri=tracking.uri)
 
 

@@ -81,6 +81,24 @@ def quiet(*, libraries: bool = True) -> None:
     for name in (*_NOISY, *names):
         level = logging.CRITICAL if libraries and name.startswith("prefect") else logging.ERROR
         logging.getLogger(name).setLevel(level)
+    if libraries and os.environ.get("PREFECT_API_URL"):
+        run_logs_to_api_only()
+
+
+RUN_LOGGERS = ("prefect.flow_runs", "prefect.task_runs")  # get_run_logger()'s
+
+
+def run_logs_to_api_only() -> None:
+    """Send the runs' INFO lines to the Prefect API only: its flow-run pages show them.
+
+    For a server that outlives the command (an exported ``PREFECT_API_URL``); the terminal
+    keeps its one line per stage (the loggers' handler is Prefect's API handler; they no longer
+    propagate to the console).
+    """
+    for name in RUN_LOGGERS:
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
 
 
 class StageProgress(logging.Handler):

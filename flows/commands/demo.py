@@ -7,7 +7,8 @@
 2. Runs the ``retrain`` flow on day 1: checks, search (nested MLflow runs), training, the
    counterfactual A/B gate against the logging policy, registration and promotion.
 3. Runs ``retrain`` on day 2: the new challenger is gated against day 1's champion.
-4. Prints where to look: ``mlflow ui --backend-store-uri ...`` and ``poem-pipeline compare``.
+4. Prints where to look: ``mlflow ui --backend-store-uri ...``, the address of the experiment's
+   runs table with the headline columns, and ``poem-pipeline compare``.
 
 Exit codes: 0 when both runs complete, 1 when a run fails, 2 for an invalid config.
 """
@@ -39,6 +40,9 @@ exceptions = Deferred("poem.exceptions")
 parquet = Deferred("poem.io.parquet")
 retrain_flow = Deferred("flows.retrain")
 simulate = Deferred("poem.simulate")
+tracking = Deferred("flows.tracking")
+
+LOCAL_UI = "http://127.0.0.1:5000"  # where `mlflow ui` listens by default
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -116,11 +120,27 @@ def run(args: argparse.Namespace) -> int:
         f"{results[-1].champion_version} of {cfg.tracking.registered_model!r}"
     )
     print("see the runs, nested trials, reports and registered versions with:")
-    print(f"  mlflow ui --backend-store-uri {cfg.tracking.uri}")
+    for line in ui_lines(cfg.tracking.uri, results[-1].experiment_id):
+        print(f"  {line}")
     own = "" if Path(args.config) == default_config_path() else f" --config {args.config}"
     print(f"  poem-pipeline compare{own}")
     print(results[-1].summary_line())
     return 0
+
+
+def ui_lines(uri: str, experiment_id: str) -> list[str]:
+    """How to open the experiment's runs table with the headline columns in MLflow's UI.
+
+    MLflow 3.17 opens an experiment in its GenAI overview unless the address asks for the
+    "Model training" mode (the mode is the browser's, not the experiment's), so the address
+    printed is the saved view :func:`flows.tracking.headline_view_url`.
+    """
+    if uri.startswith(("http://", "https://")):  # a tracking server serves its UI
+        return [f"open {tracking.headline_view_url(uri, experiment_id)}"]
+    return [
+        f"mlflow ui --backend-store-uri {uri}",
+        f"then open {tracking.headline_view_url(LOCAL_UI, experiment_id)}",
+    ]
 
 
 def _run_days(config: Path, days: list[tuple[Path, int]]) -> list | int:

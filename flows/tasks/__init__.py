@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+import warnings
 from contextvars import ContextVar
 from typing import Any
 
@@ -25,6 +26,12 @@ __all__ = [
 ]
 
 PROGRESS = logging.getLogger("flows.progress")  # one INFO record per finished stage (CLI progress)
+
+# A fit's non-convergence is recorded (the trials' ``converged``, the refit's
+# ``train_converged``); the learners' ConvergenceWarning is not printed in every run's output.
+# Process-wide: the search's per-trial ``warnings.catch_warnings`` is not thread-safe
+# (concurrent trials restore each other's filters, and the warning got through).
+warnings.filterwarnings("ignore", message=r"\w+(\(.*\))? did not converge", module=r"poem\.")
 
 
 # the running retrain's flows.retrain.RetrainProgress (None outside a command's retrain)

@@ -20,6 +20,7 @@ from flows.registry import (
     promote,
     register_version,
 )
+from flows.story import describe_registry
 from flows.tasks import IO_RETRIES, body_started, stage_done, task_logger
 from flows.tracking import TrackedRun, client_for
 
@@ -59,6 +60,7 @@ def register_policy(policy: Any, run: TrackedRun, tags: dict[str, Any]) -> str:
             tags = {**tags, START_OVER_TAG: f"tracking.start_over_from_logger: {history}"}
     logged = log_policy_model(client, run.tracking, run.experiment_id, run.run_id, policy)
     version = register_version(client, run.tracking, logged, run.run_id, tags)
+    describe_registry(client, run.tracking, version)  # the version's and the model's description
     task_logger().info("registered %s version %s", run.tracking.registered_model, version)
     return version
 
@@ -71,6 +73,10 @@ def promote_policy(version: str, run: TrackedRun) -> str | None:
     first; ``version`` then stays registered with ``promotion=superseded``.
     """
     body_started("promote-policy")  # from here the champion may move
-    previous = promote(run.client(), run.tracking, version)
+    client = run.client()
+    try:
+        previous = promote(client, run.tracking, version)
+    finally:  # now: which champion it replaced (or that it was superseded)
+        describe_registry(client, run.tracking, version)
     task_logger().info("promoted version %s (previous champion: %s)", version, previous)
     return previous

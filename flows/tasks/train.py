@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from prefect import task
@@ -34,7 +35,16 @@ def fit_learner(
     estimator = build_learner(
         training.learner, training.params, params, champion=champion, log=header
     )
-    fit_on_rows(estimator, rows)
+    with warnings.catch_warnings(record=True) as caught:  # the fit records ``converged_``
+        warnings.simplefilter("always")
+        fit_on_rows(estimator, rows)
+    for warning in caught:  # to the run's log (Prefect API), not the console of every run
+        if warning.category.__name__ == "ConvergenceWarning":  # scikit-learn's
+            task_logger().info("%s", warning.message)
+        else:
+            warnings.warn_explicit(
+                warning.message, warning.category, warning.filename, warning.lineno
+            )
     return estimator
 
 

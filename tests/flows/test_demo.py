@@ -28,6 +28,7 @@ def test_demo_runs_retrain_twice_and_prints_where_to_look(tmp_path, monkeypatch,
             previous_champion_version=None if first else "1",
             reasons=("passed: x",),
             estimator="ips",
+            experiment_id="7",
             metrics={
                 "challenger_risk": 0.2,
                 "champion_risk": 0.4,
@@ -61,6 +62,12 @@ def test_demo_runs_retrain_twice_and_prints_where_to_look(tmp_path, monkeypatch,
         == 1
     )
     assert f"  mlflow ui --backend-store-uri sqlite:///{tmp_path / 'store.db'}" in out
+    # issue 36.7: MLflow 3.17 opens an experiment in its GenAI overview; the runs table with
+    # the headline columns is this address (tests/integration/test_story_ui.py renders it)
+    assert (
+        "  then open http://127.0.0.1:5000/#/experiments/7/runs?workflowType=machine_learning"
+        "&viewStateShareKey=poem-headline" in out
+    )
     assert out[-1] == "decision=rejected champion=1"
 
 

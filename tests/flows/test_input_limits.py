@@ -122,7 +122,7 @@ def _mode(path: Path) -> int:
 
 
 def test_the_store_is_created_owner_only_whatever_the_umask(tmp_path):
-    from flows.tracking import client_for, ensure_experiment
+    from flows.tracking import client_for, ensure_experiment, store_lock_path
 
     tracking = TrackingConfig(
         uri=f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}",
@@ -137,5 +137,5 @@ def test_the_store_is_created_owner_only_whatever_the_umask(tmp_path):
     finally:
         os.umask(old)
     assert _mode(tmp_path / "store" / "mlflow.db") == 0o600
-    assert _mode(tmp_path / "store" / "mlflow.db.lock") == 0o600
+    assert _mode(store_lock_path(tracking.uri)) == 0o600  # in the temporary folder
     assert _mode(tmp_path / "store" / "mlartifacts") == 0o700
