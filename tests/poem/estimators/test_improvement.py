@@ -88,6 +88,11 @@ def test_terms_never_fall_below_their_lower_bound(data, estimator, logger):
                 np.testing.assert_array_equal(c.lower, -1.0)
 
 
+def _seeds(reps, seed=0):
+    """One order seed per log, independent of the logs (what fresh entropy gives each attempt)."""
+    return np.random.default_rng([seed, 99]).integers(2**63, size=reps).tolist()
+
+
 def _draw(rng, reps, n):
     actions = (rng.random((reps, n, 1)) > np.cumsum(LOGGER)).sum(axis=2)
     losses = (rng.random((reps, n)) < MU[actions]).astype(float)
@@ -117,6 +122,7 @@ def test_a_a_false_promotion_at_n_50_with_heavy_weights(estimator, champion):
         loss_bounds=(0.0, 1.0),
         clip=20.0 if estimator == "clipped_ips" else None,
         max_weight=100.0,  # the logger's declared floor 0.01
+        order_seed=_seeds(reps),
     )
     limit = 0.05 + 2 * np.sqrt(0.05 * 0.95 / reps)
     assert np.mean(lcb > 0) <= limit
@@ -142,6 +148,7 @@ def test_randomized_decision_keeps_the_level_at_n_50_with_heavy_weights(estimato
         "loss_bounds": (0.0, 1.0),
         "clip": 20.0 if estimator == "clipped_ips" else None,
         "max_weight": 100.0,
+        "order_seed": _seeds(reps),
     }
     plain = improvement_lower_bound(losses, rc, rh, **kwargs)
     coin = improvement_lower_bound(losses, rc, rh, randomization=1.0 - rng.random(reps), **kwargs)
@@ -184,7 +191,7 @@ def test_clipped_ips_keeps_the_power_of_the_unclipped_terms():
     challenger = np.array([0.1, 0.3, 0.6])
     actions, losses = _draw(rng, 1, 20_000)
     rc, rh = challenger[actions] / LOGGER[actions], np.ones((1, 20_000))
-    kwargs = {"loss_bounds": (0.0, 1.0), "confidence_level": 0.95}
+    kwargs = {"loss_bounds": (0.0, 1.0), "confidence_level": 0.95, "order_seed": 0}
     exact = improvement_lower_bound(losses, rc, rh, estimator="ips", **kwargs)
     clipped = improvement_lower_bound(losses, rc, rh, estimator="clipped_ips", clip=1.0, **kwargs)
     alone = improvement_lower_bound(
@@ -207,7 +214,7 @@ def test_snips_bets_near_the_cap_where_losses_are_rare():
     kwargs = {"estimator": "snips", "loss_bounds": (0.0, 1.0), "max_weight": 100.0}
     capitals = improvement_capitals(*shuffle_rows(0, losses, rc, rh), **kwargs)
     assert [c.max_bet_fraction for c in capitals] == [0.99, 0.5]
-    bound = improvement_lower_bound(losses, rc, rh, **kwargs)
+    bound = improvement_lower_bound(losses, rc, rh, order_seed=0, **kwargs)
     terms = np.stack([c.terms for c in capitals])
     lower = np.stack([np.broadcast_to(c.lower, c.terms.shape) for c in capitals])
     assert bound == pytest.approx(
@@ -237,7 +244,14 @@ def test_drift_inside_the_window_does_not_promote_an_equal_challenger(estimator)
     rc, rh = challenger[actions] / 0.2, np.ones((reps, n))
     clip = 10.0 if estimator == "clipped_ips" else None
     lcb = improvement_lower_bound(
-        losses, rc, rh, estimator=estimator, loss_bounds=(0.0, 1.0), clip=clip, max_weight=5.0
+        losses,
+        rc,
+        rh,
+        estimator=estimator,
+        loss_bounds=(0.0, 1.0),
+        clip=clip,
+        max_weight=5.0,
+        order_seed=_seeds(reps),
     )
     assert np.mean(lcb > 0) <= _limit(reps)
 
@@ -248,12 +262,25 @@ def test_the_bound_does_not_depend_on_the_order_of_the_rows():
     ones = np.ones(2000)
     kwargs = {"loss_bounds": (0.0, 1.0), "max_weight": 5.0, "min_ess": 0.0}
     for estimator in ("ips", "snips"):
-        forward = compare_policies(losses[0], rc, ones, estimator=estimator, **kwargs)
-        backward = compare_policies(losses[0][::-1], rc[::-1], ones, estimator=estimator, **kwargs)
-        assert forward.upper_bound == backward.upper_bound
-        assert forward.order_seed == 0
+        forward = compare_policies(losses[0], rc, ones, estimator=estimator, order_seed=0, **kwargs)
+        backward = compare_policies(
+            losses[0][::-1], rc[::-1], ones, estimator=estimator, order_seed=0, **kwargs
+        )
+        assert forward.upper_bound == backward.upper_bound  # a replay, in any row order
+        assert forward.order_seed == 0 and forward.seed_given
         other = compare_policies(losses[0], rc, ones, estimator=estimator, order_seed=1, **kwargs)
         assert other.upper_bound != forward.upper_bound  # the seed is what the order depends on
+        fresh = compare_policies(losses[0], rc, ones, estimator=estimator, **kwargs)
+        assert not fresh.seed_given and fresh.order_seed >= 2**64  # 128 fresh bits (almost surely)
+        replay = compare_policies(
+            losses[0][::-1],
+            rc[::-1],
+            ones,
+            estimator=estimator,
+            order_seed=fresh.order_seed,
+            **kwargs,
+        )
+        assert replay.upper_bound == fresh.upper_bound  # the recorded entropy replays it
 
 
 def _rare_action_logs(rng, reps, n, floor, mu):
@@ -285,6 +312,7 @@ def test_policy_champion_with_a_rarely_logged_action_is_not_beaten_by_an_equal_c
             loss_bounds=(0.0, 1.0),
             clip=10.0 if estimator == "clipped_ips" else None,
             max_weight=max_weight,
+            order_seed=_seeds(reps),
         )
         assert np.mean(lcb > 0) <= _limit(reps), estimator
 
@@ -308,5 +336,6 @@ def test_snips_against_the_logger_with_a_challenger_on_a_rarely_logged_bad_actio
         estimator="snips",
         loss_bounds=(0.0, 1.0),
         max_weight=max_weight,
+        order_seed=_seeds(reps),
     )
     assert np.mean(lcb > 0) <= _limit(reps)
