@@ -7,9 +7,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from poem.data import CandidateSets, LoggedBandit
 from poem.diagnostics.gate_plot import plot_gate
 from poem.diagnostics.search_plot import plot_search
-from poem.data import CandidateSets, LoggedBandit
 from poem.estimators.improvement import decision_coin
 from poem.gate import (
     GateRows,
@@ -217,7 +217,7 @@ def test_the_coin_is_drawn_from_the_attempts_entropy(synthetic_problem):
 def test_the_library_gate_needs_an_attempt_or_says_it_spent_the_full_alpha(synthetic_problem):
     rows = gate_rows(_oracle(synthetic_problem, 8.0), None, synthetic_problem.log)
     with pytest.raises(TypeError, match="attempt"):
-        gate_decision(rows, min_ess=10)  # noqa: the keyword is required
+        gate_decision(rows, min_ess=10)  # the keyword is required
     outside = gate_decision(rows, attempt=None, min_ess=10)
     assert (
         outside.family_alpha is None
