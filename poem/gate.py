@@ -28,6 +28,7 @@ from poem.ledger import Attempt, TestWindow, window_of
 __all__ = [
     "GateRows",
     "counterfactual_ab_test",
+    "floor_violations",
     "gate_decision",
     "gate_rows",
     "policy_total_variation",
@@ -180,14 +181,31 @@ def weight_bound(propensities: Any, min_propensity: float | None) -> float | Non
     return 1.0 / value
 
 
+def floor_violations(propensities: Any, min_propensity: float | None) -> np.ndarray | int:
+    """How many rows (per log, last axis) have a propensity below the declared floor.
+
+    Any such row is a failed gate precondition (:func:`gate_decision` blocks): the bound
+    that trusts B = 1/floor is not valid on such a log, and dropping the rows would leave a
+    sample conditioned on the well-logged actions. 0 when no floor is declared.
+
+    Raises
+    ------
+    ValueError
+        If ``min_propensity`` is not in (0, 1].
+    """
+    p = np.asarray(propensities, dtype=np.float64)
+    if min_propensity is None:
+        return np.zeros(p.shape[:-1], dtype=np.int64) if p.ndim > 1 else 0
+    weight_bound(np.ones(1), min_propensity)  # the value itself must be in (0, 1]
+    below = np.sum(p < float(min_propensity) * (1 - 1e-12), axis=-1)
+    return below if p.ndim > 1 else int(below)
+
+
 def _below_floor(propensities: np.ndarray, min_propensity: float | None) -> str | None:
     """The failed-precondition line when rows are below the declared floor (None: none are)."""
-    if min_propensity is None:
+    if not floor_violations(propensities, min_propensity):
         return None
-    weight_bound(np.ones(1), min_propensity)  # the value itself must be in (0, 1]
     below = propensities < float(min_propensity) * (1 - 1e-12)
-    if not below.any():
-        return None
     return (
         f"failed: precondition: {int(below.sum()):,} of {below.size:,} test rows have a "
         f"propensity below the declared min_propensity {float(min_propensity):g} (smallest "

@@ -130,7 +130,7 @@ def test_the_weight_bound_is_declared_never_read_off_the_log(synthetic_problem):
     snips = counterfactual_ab_test(
         challenger, champion, log, attempt=None, min_ess=10, estimator="snips"
     )
-    assert "not the snips terms (they need one)" in snips.reasons[2]
+    assert "the ips terms (the snips baseline terms need every action" in snips.reasons[2]
     assert weight_bound(log.propensities, None) is None
     floor = float(log.propensities.min())
     with pytest.raises(ValueError, match=r"propensity: 1 of .* below the declared min_propensity"):
