@@ -16,13 +16,17 @@ and two that no option was tuned on, run with ``--settings no-floor,very-rare``:
 
 Champion = the logging policy or another policy H. Challengers are mixtures of two policies
 that differ from the champion, with true risk equal to the champion's, 2 % above it, or 5 %
-below it. Each replicate draws a fresh test log; the gate's decision is computed for every
-option by :func:`poem.estimators.improvement.improvement_lower_bound` — the function
-:func:`poem.estimators.compare.compare_policies` calls — vectorised over the replicates,
-with ``min_ess`` = 100, the declared weight bound B = 1 / the logger's smallest propensity
-(its floor, as log metadata ``min_propensity`` declares it), the rows in a seeded random
-order and the α₁ = α·(1 − q) of a first attempt (q = ``gate.retry_fraction`` = 0.2), as
-:func:`poem.gate.counterfactual_ab_test` runs it. Production settings (issue 20,
+below it. Each replicate draws a fresh test log and is one gate attempt as the flow makes
+it: its entropy is drawn fresh (:func:`poem.estimators.improvement.draw_entropy`, what
+:func:`poem.ledger.next_attempt` calls), the rows' order and the coin are drawn from it inside
+:func:`poem.estimators.improvement.improvement_lower_bound` (the function
+:func:`poem.estimators.compare.compare_policies` calls), a log with a row below the declared
+floor is blocked (:func:`poem.gate.floor_violations`, the gate's precondition), with
+``min_ess`` = 100, the declared weight bound B = 1 / the declared floor (the logger's
+smallest propensity unless a setting declares a wrong one) and the α₁ = α·(1 − q) of a first
+attempt (q = ``gate.retry_fraction`` = 0.2), vectorised over the replicates. The cells
+``equal/s0`` pin every attempt's seed to 0 (``--pinned-seed``; ``gate.seed: 0``): a replay of
+one draw, which shows what a fixed seed does to the level. Production settings (issue 20,
 ``--production``; equal-risk challengers, rows in time order): drift of the losses inside the
 test window, policy champions with mass on a rarely logged action, a challenger on a rarely
 logged bad action (:func:`make_production_settings`). The repeated-attempts table
@@ -53,12 +57,12 @@ bounded below by L could at most reach 44–56 % / 43–52 % (NP bound against t
 favourable null, which puts mass ≈ μ/|L| = 1e-4 on L — about 2 rows in 20,000, so a log
 without such a row cannot tell the null from the alternative): 25 % is not excluded for
 such a test, but it needs a fixed-n calibration (unknown for this nonparametric class) or a
-randomized decision. The ``snips`` option bets at 0.99/|L|, the oracle's bet, and promotes
-18.4 / 11.4 %. The ``+coin`` columns are each option with ``gate.randomized: true``: the
+randomized decision. The ``snips`` option bet at 0.99/|L|, the oracle's bet, and promoted
+18.4 / 11.4 % (it now bets on the ``ips`` capitals: its own terms need every action logged,
+issue 34). The ``+coin`` columns are each option with ``gate.randomized: true``: the
 same bound with the randomized Ville threshold (also promote when Kₙ ≥ U/α; Ramdas & Manole
-2023), valid over U ~ U(0, 1]. Here U is drawn fresh per log; the gate takes it from the
-challenger (:func:`poem.gate.decision_coin`, a hash of its coefficients, fitted on other
-rows), so a re-run of a rejected gate cannot draw again.
+2023), valid over U ~ U(0, 1]; U is :func:`poem.estimators.improvement.decision_coin` of
+the attempt's fresh entropy, as in the flow (every draw is an attempt on the ledger).
 
 Against a policy champion the gate is given the policies' total variation at each row's
 context (``total_variation``, as :func:`poem.gate.gate_rows` computes it for discrete-action
