@@ -66,23 +66,25 @@ def _bits(values: Any) -> np.ndarray:
 
 def _matrix_keys(matrix: Any, salt: int, offsets: np.ndarray | None = None) -> np.ndarray:
     """Σ over a row's non-zero entries (j, v) of mix(bits(v) ⊕ mix(salt·2³² + j)), per row."""
-    m = sp.csr_matrix(matrix) if sp.issparse(matrix) else None
-    if m is None:
-        dense = np.asarray(matrix, dtype=np.float64)
-        dense = dense.reshape(dense.shape[0], -1)
-        rows, cols = np.nonzero(dense)
-        values, n = dense[rows, cols], dense.shape[0]
-    else:
-        m.sum_duplicates()
-        m.eliminate_zeros()
-        n = m.shape[0]
-        rows = np.repeat(np.arange(n), np.diff(m.indptr))
-        cols, values = m.indices, m.data
     with np.errstate(over="ignore"):
-        salt_j = _mix(np.uint64(salt << 32) + cols.astype(np.uint64))
-        terms = _mix(_bits(values) ^ salt_j)
-        out = np.zeros(n, dtype=np.uint64)
-        np.add.at(out, rows, terms)
+        if sp.issparse(matrix):
+            m = sp.csr_matrix(matrix)
+            m.sum_duplicates()
+            m.eliminate_zeros()
+            n = m.shape[0]
+            rows = np.repeat(np.arange(n), np.diff(m.indptr))
+            salt_j = _mix(np.uint64(salt << 32) + m.indices.astype(np.uint64))
+            out = np.zeros(n, dtype=np.uint64)
+            np.add.at(out, rows, _mix(_bits(m.data) ^ salt_j))
+        else:  # one column at a time: O(n) extra memory
+            dense = np.asarray(matrix, dtype=np.float64)
+            dense = dense.reshape(dense.shape[0], -1)
+            out = np.zeros(dense.shape[0], dtype=np.uint64)
+            for j in range(dense.shape[1]):
+                column = dense[:, j]
+                nz = column != 0
+                salt_j = _mix(np.uint64((salt << 32) + j))
+                out[nz] += _mix(_bits(column[nz]) ^ salt_j)
         if offsets is not None:  # stacked candidate rows → one key per log row
             seg = np.repeat(np.arange(offsets.size - 1), np.diff(offsets))
             per_row = np.zeros(offsets.size - 1, dtype=np.uint64)

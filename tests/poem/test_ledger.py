@@ -146,3 +146,24 @@ def test_the_window_is_the_rows_content_in_any_order_and_partial_overlaps_count(
     keys = row_keys(ids)
     assert keys.dtype == np.uint64 and np.unique(keys).size == n
     assert window_of(ids.take(np.arange(n)[::-1])) == window_of(ids)
+
+
+def test_row_keys_are_the_same_for_dense_and_sparse_contexts(tiny_log):
+    import scipy.sparse as sp
+
+    sparse = LoggedBandit(
+        sp.csr_matrix(tiny_log.contexts),
+        tiny_log.actions,
+        tiny_log.losses,
+        tiny_log.propensities,
+        tiny_log.loss_bounds,
+    )
+    np.testing.assert_array_equal(row_keys(sparse), row_keys(tiny_log))
+    other = LoggedBandit(
+        tiny_log.contexts,
+        tiny_log.actions,
+        tiny_log.losses,
+        np.minimum(1.0, tiny_log.propensities * 1.01),
+        tiny_log.loss_bounds,
+    )
+    assert not np.any(row_keys(other) == row_keys(tiny_log))  # any value changes the key
