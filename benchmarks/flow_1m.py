@@ -73,7 +73,7 @@ def bare_compute(log) -> dict[str, float]:
     trials = [run_trial(POEM(**PARAMS), p, train, validation) for p in expand_grid(GRID)]
     best = trials[select_trial(trials)].params
     policy = POEM(**PARAMS).set_params(**best).fit(train).policy_
-    counterfactual_ab_test(policy, None, test, min_ess=100)
+    counterfactual_ab_test(policy, None, test, attempt=None, min_ess=100)
     times["split_search_train_gate"] = time.perf_counter() - t
     times["trial_fit_seconds"] = [tr.seconds for tr in trials]
     return times

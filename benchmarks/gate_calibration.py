@@ -16,13 +16,17 @@ and two that no option was tuned on, run with ``--settings no-floor,very-rare``:
 
 Champion = the logging policy or another policy H. Challengers are mixtures of two policies
 that differ from the champion, with true risk equal to the champion's, 2 % above it, or 5 %
-below it. Each replicate draws a fresh test log; the gate's decision is computed for every
-option by :func:`poem.estimators.improvement.improvement_lower_bound` — the function
-:func:`poem.estimators.compare.compare_policies` calls — vectorised over the replicates,
-with ``min_ess`` = 100, the declared weight bound B = 1 / the logger's smallest propensity
-(its floor, as log metadata ``min_propensity`` declares it), the rows in a seeded random
-order and the α₁ = α·(1 − q) of a first attempt (q = ``gate.retry_fraction`` = 0.2), as
-:func:`poem.gate.counterfactual_ab_test` runs it. Production settings (issue 20,
+below it. Each replicate draws a fresh test log and is one gate attempt as the flow makes
+it: its entropy is drawn fresh (:func:`poem.estimators.improvement.draw_entropy`, what
+:func:`poem.ledger.next_attempt` calls), the rows' order and the coin are drawn from it inside
+:func:`poem.estimators.improvement.improvement_lower_bound` (the function
+:func:`poem.estimators.compare.compare_policies` calls), a log with a row below the declared
+floor is blocked (:func:`poem.gate.floor_violations`, the gate's precondition), with
+``min_ess`` = 100, the declared weight bound B = 1 / the declared floor (the logger's
+smallest propensity unless a setting declares a wrong one) and the α₁ = α·(1 − q) of a first
+attempt (q = ``gate.retry_fraction`` = 0.2), vectorised over the replicates. The cells
+``equal/s0`` pin every attempt's seed to 0 (``--pinned-seed``; ``gate.seed: 0``): a replay of
+one draw, which shows what a fixed seed does to the level. Production settings (issue 20,
 ``--production``; equal-risk challengers, rows in time order): drift of the losses inside the
 test window, policy champions with mass on a rarely logged action, a challenger on a rarely
 logged bad action (:func:`make_production_settings`). The repeated-attempts table
@@ -53,12 +57,12 @@ bounded below by L could at most reach 44–56 % / 43–52 % (NP bound against t
 favourable null, which puts mass ≈ μ/|L| = 1e-4 on L — about 2 rows in 20,000, so a log
 without such a row cannot tell the null from the alternative): 25 % is not excluded for
 such a test, but it needs a fixed-n calibration (unknown for this nonparametric class) or a
-randomized decision. The ``snips`` option bets at 0.99/|L|, the oracle's bet, and promotes
-18.4 / 11.4 %. The ``+coin`` columns are each option with ``gate.randomized: true``: the
+randomized decision. The ``snips`` option bet at 0.99/|L|, the oracle's bet, and promoted
+18.4 / 11.4 % (it now bets on the ``ips`` capitals: its own terms need every action logged,
+issue 34). The ``+coin`` columns are each option with ``gate.randomized: true``: the
 same bound with the randomized Ville threshold (also promote when Kₙ ≥ U/α; Ramdas & Manole
-2023), valid over U ~ U(0, 1]. Here U is drawn fresh per log; the gate takes it from the
-challenger (:func:`poem.gate.decision_coin`, a hash of its coefficients, fitted on other
-rows), so a re-run of a rejected gate cannot draw again.
+2023), valid over U ~ U(0, 1]; U is :func:`poem.estimators.improvement.decision_coin` of
+the attempt's fresh entropy, as in the flow (every draw is an attempt on the ledger).
 
 Against a policy champion the gate is given the policies' total variation at each row's
 context (``total_variation``, as :func:`poem.gate.gate_rows` computes it for discrete-action
@@ -88,9 +92,16 @@ from poem.estimators import clipped_ips, ips, snips
 from poem.estimators.betting import betting_lower_bound
 from poem.estimators.compare import compare_policies
 from poem.estimators.gate_options import bound_free_terms, paired_terms, total_variation_terms
-from poem.estimators.improvement import GATE_ESTIMATORS, improvement_lower_bound, shuffle_rows
+from poem.estimators.improvement import (
+    GATE_ESTIMATORS,
+    decision_coin,
+    draw_entropy,
+    improvement_lower_bound,
+    shuffle_rows,
+)
 from poem.estimators.weights import suggested_clip
-from poem.ledger import attempt_alpha
+from poem.gate import floor_violations
+from poem.ledger import attempt_alpha, next_attempt, test_window
 
 K, D, N_CONTEXTS = 5, 5, 2_000
 ALPHA = 0.05
@@ -139,11 +150,21 @@ class Setting:
         return t * good + (1.0 - t) * bad
 
     later_mu: np.ndarray | None = None  # drift: the expected losses of the window's 2nd half
+    declared: float | None = None  # a declared floor other than the true one (wrong floors)
+
+    @property
+    def floor(self) -> float:
+        """The declared min_propensity: the logger's smallest positive propensity, or ``declared``."""
+        return (
+            self.declared
+            if self.declared is not None
+            else float(self.logger[self.logger > 0].min())
+        )
 
     @property
     def max_weight(self) -> float:
-        """The declared weight bound B = 1 / the logger's smallest propensity (its floor)."""
-        return float(1.0 / self.logger.min())
+        """The declared weight bound B = 1 / the declared floor."""
+        return float(1.0 / self.floor)
 
     def draw(self, rng: np.random.Generator, reps: int, n: int):
         """``reps`` logs of n rows in time order: context ids, actions, losses, propensities."""
@@ -302,13 +323,23 @@ def _sample(rng, p, shape):
     return np.minimum(np.searchsorted(cdf, rng.random(shape) * cdf[-1]), p.size - 1)
 
 
-def _decisions(setting, rng, reps, n, challenger, champion, clip, alpha=FIRST_ALPHA, draw=None):
+def _decisions(
+    setting, rng, reps, n, challenger, champion, clip, alpha=FIRST_ALPHA, draw=None, pinned=None
+):
     """Promotion indicator per replicate and gate option (vectorised in chunks of logs).
 
-    The gate's bound as :func:`poem.gate.counterfactual_ab_test` runs it: the declared weight
-    bound B of the setting, the rows in a random order, level 1 − ``alpha`` (a first
-    attempt's α₁ by default). ``draw``: the logs (context, action, loss, propensity), else
-    drawn here; ``challenger`` may be a list (one decision per challenger on the same logs).
+    The gate as :func:`poem.gate.gate_decision` runs it in the flow: every simulated log is
+    one attempt, whose entropy is drawn fresh by :func:`~poem.estimators.improvement.draw_entropy`
+    (what :func:`poem.ledger.next_attempt` calls); the rows' order is
+    :func:`~poem.estimators.improvement.shuffle_rows` of that entropy and the ``+coin``
+    options' U is :func:`~poem.estimators.improvement.decision_coin` of it, both inside
+    :func:`poem.estimators.improvement.improvement_lower_bound` (what
+    :func:`~poem.estimators.compare.compare_policies` calls); a log with a row below the
+    declared floor is blocked (:func:`poem.gate.floor_violations`, the gate's precondition);
+    the declared weight bound B of the setting, level 1 − ``alpha`` (a first attempt's α₁
+    by default). ``pinned``: every log gets this seed instead (``gate.seed`` pinned: a
+    replay, the cell that shows what a fixed seed does). ``draw``: the logs (context,
+    action, loss, propensity), else drawn here.
     """
     out = {e: [] for e in (*GATE_ESTIMATORS, *RANDOMIZED, OLD_RULE)}
     per_chunk = max(1, CHUNK // n) if draw is None else reps  # given logs: one chunk
@@ -324,24 +355,31 @@ def _decisions(setting, rng, reps, n, challenger, champion, clip, alpha=FIRST_AL
             else None
         )
         ess = wc.sum(1) ** 2 / (wc**2).sum(1)
-        coin = 1.0 - rng.random(m)  # U in (0, 1], one per log (as decision_coin per challenger)
-        order = int(rng.integers(2**31))  # the gate's order_seed (one permutation per log)
+        entropy = [draw_entropy() if pinned is None else pinned for _ in range(m)]
+        coin = decision_coin(entropy)  # U in (0, 1], one per log, from its attempt's entropy
+        # the gate's precondition: no test row below the declared floor
+        clear = floor_violations(p, setting.floor if INPUTS["floor"] else None) == 0
+        keep = np.flatnonzero(clear)  # blocked logs are not decided (never promoted)
+        seeds = [entropy[i] for i in keep]
         for randomized, estimator in itertools.product((False, True), GATE_ESTIMATORS):
-            lcb = improvement_lower_bound(
-                losses,
-                wc,
-                wh,
-                estimator=estimator,
-                loss_bounds=(0.0, 1.0),
-                max_weight=setting.max_weight if INPUTS["floor"] else None,
-                clip=clip if estimator == "clipped_ips" else None,
-                total_variation=tv,
-                confidence_level=1 - alpha,
-                randomization=coin if randomized else None,
-                order_seed=order,
-            )
+            promoted = np.zeros(m, dtype=bool)
+            if keep.size:
+                lcb = improvement_lower_bound(
+                    losses[keep],
+                    wc[keep],
+                    wh[keep],
+                    estimator=estimator,
+                    loss_bounds=(0.0, 1.0),
+                    max_weight=setting.max_weight if INPUTS["floor"] else None,
+                    clip=clip if estimator == "clipped_ips" else None,
+                    total_variation=None if tv is None else tv[keep],
+                    confidence_level=1 - alpha,
+                    randomization=coin[keep] if randomized else None,
+                    order_seed=seeds,
+                )
+                promoted[keep] = (lcb > 0) & (ess[keep] >= MIN_ESS)
             key = f"{estimator}+coin" if randomized else estimator
-            out[key].append((lcb > 0) & (ess >= MIN_ESS))
+            out[key].append(promoted)
         x = (1.0 - losses) * (wc - wh)
         t_lcb = x.mean(1) - stdtrit(n - 1, 1 - ALPHA) * x.std(1, ddof=1) / np.sqrt(n)
         out[OLD_RULE].append((t_lcb > 0) & (ess >= MIN_ESS))
@@ -397,6 +435,24 @@ def make_production_settings() -> dict[str, tuple]:
     bad = setting("rare-bad-action", [0.6, 0.5, 0.4, 0.5, 1.0], [(1 - floor) / 4] * 4 + [floor])
     x = (1 - bad.risk(bad.logger)) / 0.6  # 0.4 x + (1 − x) = the logger's risk
     out["rare-bad-action/logger"] = (bad, None, ones * np.array([0.0, 0.0, x, 0.0, 1 - x]))
+    # wrong declared floors (issue 34): the logger takes action 4 with 1e-3, the log declares
+    # min_propensity 0.01; and actions the logger never takes (declared floor 0.01)
+    rare_mu = [0.6, 0.5, 0.4, 0.5, 0.0]
+    champ_4 = ones * np.array([0.175, 0.175, 0.175, 0.175, 0.3])  # risk 0.35
+    equal_4 = ones * np.array([0.0, 0.05, 0.75, 0.05, 0.15])  # risk 0.35
+    wrong = setting("wrong-floor", rare_mu, [(1 - floor) / 4] * 4 + [floor])
+    wrong.declared = 0.01
+    out["wrong-floor/policy"] = (wrong, champ_4, equal_4)
+    wrong_bad = setting("wrong-floor", [0.6, 0.5, 0.4, 0.5, 1.0], [(1 - floor) / 4] * 4 + [floor])
+    wrong_bad.declared = 0.01
+    out["wrong-floor/logger"] = (wrong_bad, None, out["rare-bad-action/logger"][2])
+    unlogged = setting("unlogged", rare_mu, [0.25] * 4 + [0.0])
+    unlogged.declared = 0.01
+    out["unlogged/policy"] = (unlogged, champ_4, equal_4)
+    unlogged_bad = setting("unlogged", [0.6, 0.5, 0.4, 0.5, 1.0], [0.25] * 4 + [0.0])
+    unlogged_bad.declared = 0.01
+    y = (1 - unlogged_bad.risk(unlogged_bad.logger)) / 0.6
+    out["unlogged/logger"] = (unlogged_bad, None, ones * np.array([0.0, 0.0, y, 0.0, 1 - y]))
     return out
 
 
@@ -416,18 +472,50 @@ def _attempt_challengers(setting, rng, count, champion_name):
     return out
 
 
+def _reset_alphas(count: int, n: int) -> list[float]:
+    """The αⱼ :func:`poem.ledger.next_attempt` gives attempts that each try to reset the ledger.
+
+    Attempt j's window is the same n rows read in another order, with one row dropped, with
+    a test fraction of 0.24 instead of 0.25 (96 % of the rows), or the same rows, in turn,
+    each against a new champion version string (the ledger's windows are
+    :func:`poem.ledger.test_window` of the rows' keys; stand-in event ids here).
+    """
+    rng = np.random.default_rng(0)
+    keys = rng.integers(0, 2**63, size=n, dtype=np.int64).astype(np.uint64)
+    entries, alphas = [], []
+    for j in range(count):
+        kind = j % 4
+        rows = (
+            keys[rng.permutation(n)]
+            if kind == 0
+            else np.delete(keys, j % n)
+            if kind == 1
+            else keys[: int(0.96 * n)]
+            if kind == 2
+            else keys
+        )
+        attempt = next_attempt(
+            entries, test_window(rows), alpha=ALPHA, retry_fraction=RETRY_FRACTION
+        )
+        entries.append(attempt.entry(f"run{j}", champion=f"v{j}"))
+        alphas.append(attempt.alpha)
+    return alphas
+
+
 def _attempts(setting, rng, reps, n, champion, champion_name, clip):
     """Cumulative promotion rate of k = 1, 2, 5, 20 equal-risk challengers on one window.
 
     Each log is tested by ``max(ATTEMPTS)`` different equal-risk challengers (and a fresh U
-    each, for ``+coin``); attempt j gets the ledger's αⱼ (``ledger``) or the full α
-    (``no ledger``, today's behaviour). Returns ``{"ledger"|"no ledger": {k: {option: rate}}}``.
+    each, for ``+coin``); attempt j gets the ledger's αⱼ (``ledger``), the α the ledger
+    gives when every attempt tries to reset it (``resets``, :func:`_reset_alphas`), or the
+    full α (``no ledger``). Returns ``{label: {k: {option: rate}}}``.
     """
     challengers = _attempt_challengers(setting, rng, max(ATTEMPTS), champion_name)
     draw = setting.draw(rng, reps, n)
     out = {}
     for label, alphas in (
         ("ledger", [attempt_alpha(j + 1, ALPHA, RETRY_FRACTION) for j in range(len(challengers))]),
+        ("resets", _reset_alphas(len(challengers), n)),
         ("no ledger", [ALPHA] * len(challengers)),
     ):
         promoted = None
@@ -524,7 +612,8 @@ def _diagnose(args, settings, rng, results) -> None:
             sd = float(np.mean(np.std(terms, axis=1)))
             plug = float(np.sqrt(2 * np.log(1 / FIRST_ALPHA) / (n * sd**2)))
             power = []
-            for alpha, order in ((FIRST_ALPHA, 0), (ALPHA, 0), (FIRST_ALPHA, None)):
+            fresh = [draw_entropy() for _ in range(reps)]
+            for alpha, order in ((FIRST_ALPHA, fresh), (ALPHA, fresh), (FIRST_ALPHA, None)):
                 x, bound = shuffle_rows(order, terms, np.broadcast_to(lower, terms.shape))
                 lcb = betting_lower_bound(x, bound, 1 - alpha, scale=1.0, max_bet_fraction=kappa)
                 power.append(float(np.mean(lcb > 0)))
@@ -621,7 +710,7 @@ def main() -> None:
     parser.add_argument("--skip-gate", action="store_true", help="interval coverage only")
     parser.add_argument(
         "--production",
-        default="drift,mild-drift,rare-action,very-rare-action,rare-bad-action",
+        default="drift,mild-drift,rare-action,very-rare-action,rare-bad-action,wrong-floor,unlogged",
         help="production settings (issue 20; '' to skip): equal-risk challengers only",
     )
     parser.add_argument("--production-n", default="200,2000,20000")
@@ -636,6 +725,12 @@ def main() -> None:
         help="settings of the repeated-attempts table ('' to skip)",
     )
     parser.add_argument("--attempts-n", type=int, default=500)
+    parser.add_argument(
+        "--pinned-seed",
+        type=int,
+        default=0,
+        help="also run the equal challengers with gate.seed pinned to this (a replay; -1: skip)",
+    )
     parser.add_argument("--attempts-reps", type=int, default=500)
     parser.add_argument(
         "--no-floor", action="store_true", help="declare no min_propensity (no weight bound B)"
@@ -651,6 +746,7 @@ def main() -> None:
         help="settings of the per-term-family diagnosis vs a policy champion (largest --n)",
     )
     args = parser.parse_args()
+    args.pinned_seed = None if args.pinned_seed < 0 else args.pinned_seed
     INPUTS.update(floor=not args.no_floor, tv=not args.no_tv)
     settings = make_settings(args.seed)
     rng = np.random.default_rng(args.seed + 1)
@@ -694,12 +790,17 @@ def main() -> None:
                 ("policy", s.champion, r_champion),
             )
         ):
-            for label, factor in (("equal", 1.0), ("+2% worse", 1.02), ("-5% better", 0.95)):
-                if label not in args.challengers.split(","):
+            cells = [("equal", 1.0, None), ("+2% worse", 1.02, None), ("-5% better", 0.95, None)]
+            if args.pinned_seed is not None:  # gate.seed pinned: every attempt replays one draw
+                cells.insert(1, (f"equal/s{args.pinned_seed}", 1.0, args.pinned_seed))
+            for label, factor, pinned in cells:
+                if label.split("/")[0] not in args.challengers.split(","):
                     continue
                 challenger = s.challenger(factor * base, champ_name)
                 for n in sizes:
-                    promoted = _decisions(s, rng, args.reps, n, challenger, champion, clip)
+                    promoted = _decisions(
+                        s, rng, args.reps, n, challenger, champion, clip, pinned=pinned
+                    )
                     rates = {e: float(v.mean()) for e, v in promoted.items()}
                     print(
                         f"{champ_name:9s} {label:10s} {n:6d} {s.ess_fraction(challenger):6.3f}  "
@@ -713,6 +814,7 @@ def main() -> None:
                             "setting": name,
                             "champion": champ_name,
                             "challenger": label,
+                            "pinned_seed": pinned,
                             "n": n,
                             "true_challenger_risk": s.risk(challenger),
                             "true_champion_risk": base,

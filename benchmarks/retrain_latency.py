@@ -82,7 +82,7 @@ gate = spec["gate"]
 print(counterfactual_ab_test(
     policy, None, test, estimator=gate["estimator"], clip=gate["clip"],
     confidence_level=gate["confidence_level"], min_improvement=gate["min_improvement"],
-    min_ess=gate["min_ess"], interval=gate["interval"], order_seed=gate["seed"],
+    min_ess=gate["min_ess"], interval=gate["interval"], order_seed=gate["seed"], attempt=None,
 ).decision)
 """
 

@@ -23,7 +23,7 @@ through the library functions the ``retrain`` flow calls on its Dask path:
    selection by SNIPS (:func:`poem.learners.search.select_trial`);
 4. ``train``: the refit of the selected point (:func:`~poem.learners.training_rows.
    fit_on_rows` on the prepared training rows, ``refit_on: train``);
-5. ``gate``: :func:`poem.gate.counterfactual_ab_test` on :func:`poem.log_rows.policy_rows`
+5. ``gate``: :func:`poem.gate.gate_decision` on :func:`poem.log_rows.partitioned_gate_rows`
    against the logging policy (IPS terms, betting bound, 95 %).
 
 Memory: a thread samples, every 0.2 s, the resident set size of this process and every
@@ -50,12 +50,12 @@ from data_checks.check import check_partitioned
 from data_checks.stages import CheckSettings
 from poem._dask_cluster import WORKER_MALLOC
 from poem.diagnostics.propensity import PropensityThresholds
-from poem.gate import counterfactual_ab_test
+from poem.gate import gate_decision
 from poem.io.partitions import log_partitions
 from poem.learners.poem import POEM
 from poem.learners.search import run_trial, select_trial
 from poem.learners.training_rows import fit_on_rows, training_rows
-from poem.log_rows import policy_rows, split_partitioned
+from poem.log_rows import partitioned_gate_rows, split_partitioned
 
 GIB = 2**30
 # memory freed by the workers goes back to the system (not kept by Arrow's mimalloc pool)
@@ -198,9 +198,9 @@ def main() -> None:
         model = fit_on_rows(POEM(**TRAINING, max_iter=args.max_iter, **trials[best].params), rows)
         done("train", t, f"{model.n_iter_} iterations, J = {model.objective_:.6f}")
         t = time.perf_counter()
-        view, (probabilities,) = policy_rows(split.source, split.rows_for("test"), (model.policy_,))
-        gate = counterfactual_ab_test(
-            probabilities, None, view, estimator="ips", confidence_level=0.95, min_ess=100.0
+        rows = partitioned_gate_rows(split.source, split.rows_for("test"), model.policy_, None)
+        gate = gate_decision(
+            rows, attempt=None, estimator="ips", confidence_level=0.95, min_ess=100.0
         )
         done(
             "gate",

@@ -62,7 +62,8 @@ class CheckSettings:
     window : tuple or None, default=None
         Accepted [start, end] of the timestamps.
     min_propensity : float, default=0.0
-        Propensities must exceed this.
+        The configured floor (``checks.min_propensity``): rows below it (or below the
+        metadata's) are a warning and kept, and the gate blocks on them.
     min_rows : int, default=100
         Fewer rows fail hard.
     max_quarantine_fraction : float, default=0.01
@@ -140,20 +141,28 @@ def read_stage(
     return table, None
 
 
-def _below_declared_floor(table: LogTable) -> list[RowProblem]:
-    """Rows whose propensity is below the log's declared ``min_propensity`` (the gate's bound)."""
-    floor = table.meta.min_propensity
-    if floor is None or "propensity" not in table.frame.columns:
+def _below_declared_floor(table: LogTable, configured: float = 0.0) -> list[RowProblem]:
+    """Rows whose propensity is below the declared floor (a warning: the rows are kept).
+
+    The floor is the larger of the log's metadata ``min_propensity`` and
+    ``checks.min_propensity`` (``configured``), the gate's weight bound 1/floor. Such rows
+    are kept, never quarantined: the rest would be a sample conditioned on the well-logged
+    actions, and a bound that trusts the floor would be wrong on it. The gate blocks on them
+    as a failed precondition (:func:`poem.gate.gate_decision`).
+    """
+    known = [v for v in (table.meta.min_propensity, configured or None) if v is not None]
+    if not known or "propensity" not in table.frame.columns:
         return []
+    floor = max(known)
     p = pd.to_numeric(table.frame["propensity"], errors="coerce").to_numpy(dtype=np.float64)
-    mask = p < floor  # NaN compares False: reported by the missing-propensity expectation
+    mask = (p > 0) & (p < floor)  # NaN and p <= 0 are reported by the propensity expectation
     if not mask.any():
         return []
     return [
         RowProblem(
             "propensity",
-            f"propensity below the declared min_propensity {floor:g} (the metadata's floor; "
-            "the gate's weight bound 1/min_propensity assumes none is)",
+            f"propensity below the declared min_propensity {floor:g} (kept: the gate's weight "
+            "bound 1/min_propensity assumes none is, so the gate blocks on this log)",
             mask,
         )
     ]
@@ -225,13 +234,16 @@ def validate_stage(
     the log's total, by :func:`data_checks.check.check_pieces`) when ``table`` is one
     partition of a log.
     """
-    rules = [*row_problems(table.frame, table.meta), *_below_declared_floor(table)]
+    rules = row_problems(table.frame, table.meta)
     level = "row" if settings.future_timestamps == "quarantine" else "warning"
     future = _failures_of(table, _future_rows(table, settings), FUTURE, level)
+    floor = _failures_of(
+        table, _below_declared_floor(table, settings.min_propensity), "poem_row_check", "warning"
+    )
     quarantined = [(f, pos) for f, pos in future if f.level == "row"]
     warnings = _as_failures(  # what the reader noticed: rows outside their date= folder
         table.warnings, "timestamp_in_partition_folder", "warning", lambda v: v.message
-    ) + tuple(f for f, _ in future if f.level == "warning")
+    ) + tuple(f for f, _ in [*future, *floor] if f.level == "warning")
     meta = table.meta
     suite = build_log_suite(
         meta.family,
@@ -241,7 +253,7 @@ def validate_stage(
     params = default_parameters(
         meta,
         window=settings.window,
-        min_propensity=settings.min_propensity,
+        min_propensity=0.0,  # below the declared floor: a warning, kept (_below_declared_floor)
         min_rows=0 if partition else max(1, settings.min_rows),
     )
     report = validate_frame(

@@ -31,7 +31,6 @@ from flows.tasks import RETRAIN_STATE
 from flows.tasks.gate import (
     declared_floor,
     gate_candidate,
-    gate_coin,
     gate_metrics,
     load_champion,
     open_attempt,
@@ -342,13 +341,10 @@ def _stages(cfg: Any, run: Any, fingerprint: str, client: Any = None) -> tuple:
             training, header, cfg.training, trials[best].params, run, champion, fitted
         )
     blocking = [c.name for c in propensity.warnings] if cfg.checks.block_on_warnings else []
-    challenger_rows, champion_rows, test_rows = gate_inputs(policy, champion, parts)
-    coin = gate_coin(policy, cfg.gate)
+    test_rows = gate_inputs(policy, champion, parts)
     floor = declared_floor(cfg.data, cfg.checks)
     attempt = open_attempt(cfg.tracking, champion_version, test_rows, cfg.gate, run)
-    comparison = gate_candidate(
-        challenger_rows, champion_rows, test_rows, cfg.gate, blocking, coin, floor, attempt
-    )
+    comparison = gate_candidate(test_rows, cfg.gate, blocking, floor, attempt)
     report_gate(comparison, champion_version, run)
     return comparison, trials, best, policy, header.n_rows, champion_version
 

@@ -8,10 +8,10 @@ partition (:func:`as_partitions`), a Parquet log on a cluster one per row group
 - **split** (:func:`split_partitioned`): each partition's row count and timestamps; the client
   splits the concatenation (:func:`poem.splits.split_rows`), so the rows are those of one
   partition;
-- **scores and gate** (:func:`policy_rows`): per row, the loss, the propensity and each
-  policy's probability of the logged action, computed where the rows live; the client runs
-  the in-memory functions on them in log order (the gate's betting bound is sequential, not
-  a sum over partitions), hence the same decision and metrics;
+- **scores** (:func:`policy_rows`) and **gate** (:func:`partitioned_gate_rows`): per row, the
+  loss, the propensity and each policy's probability of the logged action (for the gate also
+  the policies' total variation and the row's key), computed where the rows live; the client
+  runs the in-memory functions on them, hence the same decision and metrics;
 - **take** (:func:`take_log`, :func:`sample_log`): the rows themselves as one in-memory log,
   for the learners without an additive form.
 
@@ -27,8 +27,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from poem.data import _OPTIONAL_ROWS, CandidateSets, LoggedBandit
-from poem.gate import policy_total_variation
+from poem.gate import GateRows, gate_rows
 from poem.io.partitions import LocalPartitions
+from poem.ledger import row_keys, test_window
 from poem.splits import split_rows, split_summary
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "concat_logs",
     "kept_rows",
     "log_header",
+    "partitioned_gate_rows",
     "policy_rows",
     "release_rows",
     "sample_log",
@@ -222,8 +224,6 @@ class RowsView:
     propensities: np.ndarray
     loss_bounds: tuple[float, float]
     timestamps: Any = None
-    event_ids: Any = None
-    total_variation: np.ndarray | None = None  # of the first two policies (the gate's pair)
 
     @property
     def n_rows(self) -> int:
@@ -251,9 +251,14 @@ def _policy_rows(log: Any, rows: np.ndarray, *, policies: tuple) -> tuple | None
         return None
     part = log.take(rows)
     probs = tuple(p.log_action_probability_on(part) for p in policies)
-    tv = policy_total_variation(*policies[:2], part) if len(policies) == 2 else None
-    ids = (part.timestamps, part.event_ids, tv)
-    return np.asarray(part.losses), part.propensities, part.loss_bounds, probs, ids
+    return np.asarray(part.losses), part.propensities, part.loss_bounds, probs, part.timestamps
+
+
+def _gate_rows(log: Any, rows: np.ndarray, *, challenger: Any, champion: Any) -> Any:
+    if log is None or rows.size == 0:
+        return None
+    part = log.take(rows)
+    return gate_rows(challenger, champion, part), row_keys(part), part.timestamps
 
 
 def _stack(values: list) -> Any:
@@ -297,12 +302,48 @@ def policy_rows(
         np.concatenate([p[0] for p in pieces]),
         np.concatenate([p[1] for p in pieces]),
         pieces[0][2],
-        *(_stack([p[4][j] for p in pieces]) for j in range(3)),
+        _stack([p[4] for p in pieces]),
     )
     probs = [
         FixedProbabilities(np.concatenate([p[3][j] for p in pieces])) for j in range(len(policies))
     ]
     return view, probs
+
+
+def partitioned_gate_rows(
+    source: Any, rows: list[np.ndarray], challenger: Any, champion: Any
+) -> GateRows:
+    """The :class:`~poem.gate.GateRows` of the given rows, computed where they live, in log order.
+
+    Each partition computes its rows' losses, propensities, both policies' probabilities of
+    the logged actions, U(x) ≥ TV(x) (:func:`poem.gate.policy_total_variation`) and row keys
+    (:func:`poem.ledger.row_keys`); the client concatenates them, and the window
+    (:func:`poem.ledger.test_window`) is the same as the same rows' in memory.
+
+    Raises
+    ------
+    ValueError
+        When no row is selected.
+    """
+    pieces = source.map(_gate_rows, rows, challenger=challenger, champion=champion, gather=True)
+    pieces = [p for p in pieces if p]
+    if not pieces:
+        raise ValueError("no rows selected in any of the partitions (0 rows)")
+    parts = [p[0] for p in pieces]
+
+    def joined(name: str) -> Any:
+        return _stack([getattr(g, name) for g in parts])
+
+    stamps = _stack([p[2] for p in pieces])
+    return GateRows(
+        joined("losses"),
+        joined("propensities"),
+        joined("challenger_probabilities"),
+        None if champion is None else joined("champion_probabilities"),
+        parts[0].loss_bounds,
+        None if champion is None else joined("total_variation"),
+        test_window(np.concatenate([p[1] for p in pieces]), stamps),
+    )
 
 
 def kept_rows(split: PartitionedSplit, part: str) -> list[np.ndarray]:

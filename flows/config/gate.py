@@ -16,8 +16,10 @@ class GateConfig(Section):
 
     ``confidence_level``: 1 − α shared by every attempt on one test window against one
     champion; attempt k gets αₖ = α(1 − q)q^{k−1} with q = ``retry_fraction``
-    (:mod:`poem.ledger`, recorded by :mod:`flows.ledger`). ``seed``: the random order of the
-    test rows the bound bets on.
+    (:mod:`poem.ledger`, recorded by :mod:`flows.ledger`; α and q are pinned by a window's
+    first attempt). ``seed``: null (default) draws the test rows' random order (and the coin)
+    from fresh entropy at each attempt, recorded in the report; an integer replays that draw
+    (tests, demos): a replay, not a fresh attempt.
     """
 
     estimator: Literal["ips", "snips", "clipped_ips"] = "ips"
@@ -27,7 +29,7 @@ class GateConfig(Section):
     min_improvement: float = Field(0.0, ge=0)
     min_ess: float = Field(100.0, ge=0)
     randomized: bool = False
-    seed: int = Field(0, ge=0)
+    seed: int | None = Field(None, ge=0)
     retry_fraction: float = Field(0.2, gt=0, lt=1)
 
     @model_validator(mode="after")

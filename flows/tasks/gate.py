@@ -16,9 +16,8 @@ from flows.registry import alias_version, load_version_policy
 from flows.tasks import IO_RETRIES, stage_done
 from flows.tracking import TrackedRun, client_for, log_artifact, log_json, log_metrics, log_text
 from poem.diagnostics.gate_plot import plot_gate
-from poem.gate import counterfactual_ab_test, decision_coin
+from poem.gate import GateRows, gate_decision
 from poem.io.declared import declared_min_propensity, gate_min_propensity
-from poem.ledger import window_of
 
 
 @task(name="load-champion", cache_policy=NO_CACHE, **IO_RETRIES)
@@ -29,11 +28,6 @@ def load_champion(tracking: TrackingConfig) -> tuple[str | None, Any]:
     return version, None if version is None else load_version_policy(client, tracking, version)
 
 
-def gate_coin(policy: Any, gate: GateConfig) -> float | None:
-    """U of the randomized decision (``gate.randomized``): the challenger's own coin, else None."""
-    return decision_coin(policy) if gate.randomized else None
-
-
 @task(name="declared-min-propensity", cache_policy=NO_CACHE, **IO_RETRIES)
 def declared_floor(data: DataConfig, checks: ChecksConfig) -> float | None:
     """The logger's floor the gate may assume: log metadata ``min_propensity`` or the config's."""
@@ -42,35 +36,32 @@ def declared_floor(data: DataConfig, checks: ChecksConfig) -> float | None:
 
 @task(name="open-gate-attempt", cache_policy=NO_CACHE, **IO_RETRIES)
 def open_attempt(
-    tracking: TrackingConfig, champion_version: Any, test_log: Any, gate: Any, run: TrackedRun
+    tracking: TrackingConfig, champion_version: Any, rows: GateRows, gate: Any, run: TrackedRun
 ) -> Any:
-    """Record this gate attempt on the registered model's ledger (:mod:`flows.ledger`)."""
+    """Record this attempt, with its fresh entropy, on the window's ledger (:mod:`flows.ledger`)."""
     return record_attempt(
-        client_for(tracking), tracking, champion_version, window_of(test_log), gate, run.run_id
+        client_for(tracking), tracking, champion_version, rows.window, gate, run.run_id
     )
 
 
 @task(name="gate-candidate", cache_policy=NO_CACHE, on_completion=[stage_done])
 def gate_candidate(
-    challenger: Any,
-    champion: Any,
-    test_log: Any,
+    rows: GateRows,
     gate: GateConfig,
     failed_checks: list[str],
-    coin: float | None = None,
     min_propensity: float | None = None,
     attempt: Any = None,
 ) -> Any:
-    """Compare challenger and champion on the test log (``poem.gate.counterfactual_ab_test``).
+    """Compare challenger and champion on the test rows (:func:`poem.gate.gate_decision`).
 
-    ``coin``: U of the randomized decision (:func:`gate_coin`), None for the deterministic one;
+    ``rows``: the test rows' vectors (:func:`~flows.tasks.split.gate_inputs`);
     ``min_propensity``: the declared floor (:func:`declared_floor`); ``attempt``: this attempt
-    on the window (:func:`open_attempt`), whose α the decision spends.
+    on the window (:func:`open_attempt`), whose α the decision spends and whose entropy draws
+    the rows' order (and the coin, with ``gate.randomized``).
     """
-    return counterfactual_ab_test(
-        challenger,
-        champion,
-        test_log,
+    return gate_decision(
+        rows,
+        attempt=attempt,
         estimator=gate.estimator,
         clip=gate.clip,
         confidence_level=gate.confidence_level,
@@ -78,10 +69,8 @@ def gate_candidate(
         min_ess=gate.min_ess,
         interval=gate.interval,
         failed_checks=failed_checks,
-        randomization=coin,
+        randomized=gate.randomized,
         min_propensity=min_propensity,
-        order_seed=gate.seed,
-        attempt=attempt,
     )
 
 

@@ -15,7 +15,8 @@ from prefect.cache_policies import NO_CACHE
 from flows.config import SplitConfig
 from flows.tasks import stage_done, task_logger
 from flows.tracking import TrackedRun, log_params
-from poem.log_rows import PartitionedSplit, policy_rows, split_partitioned
+from poem.gate import GateRows
+from poem.log_rows import PartitionedSplit, partitioned_gate_rows, split_partitioned
 
 
 @task(name="split-logs", cache_policy=NO_CACHE, on_completion=[stage_done])
@@ -29,13 +30,11 @@ def split_logs(source: Any, split: SplitConfig, run: TrackedRun) -> PartitionedS
 
 
 @task(name="gate-inputs", cache_policy=NO_CACHE, on_completion=[stage_done])
-def gate_inputs(challenger: Any, champion: Any, split: PartitionedSplit) -> tuple[Any, Any, Any]:
-    """The test rows' losses, propensities and both policies' probabilities, where they live.
+def gate_inputs(challenger: Any, champion: Any, split: PartitionedSplit) -> GateRows:
+    """The test rows' :class:`~poem.gate.GateRows`, computed where the rows live.
 
-    Returns ``(challenger, champion, test_rows)`` for :func:`~flows.tasks.gate.gate_candidate`
-    (:class:`~poem.log_rows.FixedProbabilities`, None for the logging policy, and a
-    :class:`~poem.log_rows.RowsView`): the bound runs once on the gathered vectors.
+    Losses, propensities, both policies' probabilities of the logged actions, their total
+    variation per row and the window (:func:`poem.log_rows.partitioned_gate_rows`), for
+    :func:`~flows.tasks.gate.gate_candidate`: the bound runs once on the gathered vectors.
     """
-    policies = (challenger,) if champion is None else (challenger, champion)
-    view, probabilities = policy_rows(split.source, split.rows_for("test"), policies)
-    return probabilities[0], None if champion is None else probabilities[1], view
+    return partitioned_gate_rows(split.source, split.rows_for("test"), challenger, champion)

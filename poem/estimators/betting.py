@@ -19,7 +19,7 @@ from poem.estimators.bounds import _check_confidence_level
 __all__ = ["betting_lower_bound"]
 
 _MAX_BET_FRACTION = 0.5  # κ: a bet never risks more than half the capital (WSR 2024, §5.1)
-_REFINE_STEPS = 8
+_MAX_REFINE_STEPS = 80  # bracket refinement steps (each at least halves it every other step)
 
 
 def _plug_in_bets(x: np.ndarray, alpha: float, scale: float) -> np.ndarray:
@@ -76,9 +76,11 @@ def betting_lower_bound(
     (prior s² = ``scale``²), κ the cap of the bets, n the number of rows and 1 − α the
     confidence level. Each factor is ≥ 1 − κ > 0 with conditional mean 1 at m = μ, so K(μ)
     is a nonnegative martingale and, by Ville's inequality, P(μ̂_LB > μ) ≤ α at every n.
-    Each factor is non-increasing in m: the bound is found by an exponential search down
-    from the mean, then 8 Illinois regula-falsi steps on maxₜ log Kₜ (the returned m is
-    always one whose capital reached 1/α).
+    Each factor is non-increasing in m, so the rejected m form a half-line: the bound is
+    found by an exponential search down from the mean, then Illinois regula-falsi steps on
+    maxₜ log Kₜ, bisecting whenever a step did not halve the bracket, until the bracket is
+    narrower than 10⁻⁴ standard errors (the returned m is always one whose capital reached
+    1/α, so the bound errs low by at most that).
 
     Parameters
     ----------
@@ -175,6 +177,7 @@ def betting_lower_bound(
     # bracket [lo, hi]: excess(lo) ≥ 0 > excess(hi) (Kₙ(max x) ≤ 1), or lo = floor
     center = np.maximum(center, floor)
     step = 2.5 * step + 1e-12 * (1.0 + np.abs(center))
+    tol = 1e-4 * step / 2.5  # the refined bracket's width: 10⁻⁴ standard errors
     f_center = excess(center)
     above = f_center >= 0
     lo, f_lo = np.where(above, center, floor), np.where(above, f_center, -np.inf)
@@ -190,16 +193,26 @@ def betting_lower_bound(
         open_ &= ~hit & (candidate > floor)
         step = 2.0 * step
     evidence = f_lo >= 0  # False only where even the floor is not rejected
+    # refine: Illinois regula falsi, with a bisection whenever a step did not halve the
+    # bracket, until it is narrower than 10⁻⁴ of the terms' standard error (lo always rejected)
     side = np.zeros(lo.shape)
-    for _ in range(_REFINE_STEPS):  # Illinois regula falsi on the bracket, lo always rejected
+    width = hi - lo
+    bisect = np.zeros(lo.shape, dtype=bool)
+    for _ in range(_MAX_REFINE_STEPS):
+        open_ = evidence & (hi - lo > tol)
+        if not np.any(open_):
+            break
         m = hi - f_hi * (hi - lo) / (f_hi - f_lo)
-        inside = np.isfinite(m) & (m > lo) & (m < hi)
+        inside = np.isfinite(m) & (m > lo) & (m < hi) & ~bisect
         m = np.where(inside, m, 0.5 * (lo + hi))
         f = excess(m)
-        hit = (f >= 0) & evidence
+        hit = (f >= 0) & open_
+        miss = ~hit & open_
         lo, f_lo = np.where(hit, m, lo), np.where(hit, f, f_lo)
-        hi, f_hi = np.where(hit, hi, m), np.where(hit, f_hi, f)
+        hi, f_hi = np.where(miss, m, hi), np.where(miss, f, f_hi)
         f_hi = np.where(hit & (side > 0), 0.5 * f_hi, f_hi)
-        f_lo = np.where(~hit & (side < 0), 0.5 * f_lo, f_lo)
-        side = np.where(hit, 1.0, -1.0)
+        f_lo = np.where(miss & (side < 0), 0.5 * f_lo, f_lo)
+        side = np.where(hit, 1.0, np.where(miss, -1.0, side))
+        bisect = (hi - lo) > 0.5 * width  # this step did not halve the bracket: bisect next
+        width = hi - lo
     return float(lo) if lo.ndim == 0 else lo

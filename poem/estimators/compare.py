@@ -20,7 +20,7 @@ from poem.estimators.bounds import (
     standard_error,
 )
 from poem.estimators.gate_options import gate_option
-from poem.estimators.improvement import improvement_lower_bound
+from poem.estimators.improvement import draw_entropy, improvement_lower_bound
 from poem.estimators.ips import (
     ESTIMATORS,
     Estimate,
@@ -64,6 +64,11 @@ class PolicyComparison:
     min_improvement, min_ess, randomization, order_seed, max_weight
         The arguments of :func:`compare_policies` the decision used (ε, n_min, U, the seed
         of the rows' order and the declared weight bound B; None where not given).
+        ``order_seed`` is the entropy the order (and U, in :func:`poem.gate.gate_decision`)
+        was drawn from: with it the decision replays exactly.
+    seed_given : bool
+        True when ``order_seed`` was given by the caller (a replay of that draw, not a fresh
+        one: the level holds over fresh draws only); False when it was drawn fresh.
     attempt : int
         Which attempt on this test window against this champion (1: the first); its α is
         1 − the difference's confidence level.
@@ -84,6 +89,7 @@ class PolicyComparison:
     max_weight: float | None = None
     attempt: int = 1
     family_alpha: float | None = None
+    seed_given: bool = False
 
     @property
     def alpha(self) -> float:
@@ -130,8 +136,7 @@ class PolicyComparison:
         if self.randomization is not None:
             out["gate_randomization"] = self.randomization
         out |= {"gate_attempt": self.attempt, "gate_alpha": self.alpha}
-        if self.order_seed is not None:
-            out["gate_order_seed"] = self.order_seed
+        out["gate_seed_given"] = float(self.seed_given)  # the seed itself: to_dict (128 bits)
         out["challenger_effective_sample_size"] = self.challenger.effective_sample_size
         out["champion_effective_sample_size"] = self.champion.effective_sample_size
         return {k: float(v) for k, v in out.items()}
@@ -146,6 +151,7 @@ class PolicyComparison:
             "min_ess": float(self.min_ess),
             "randomization": self.randomization,
             "order_seed": self.order_seed,
+            "seed_given": bool(self.seed_given),
             "max_weight": self.max_weight,
             "attempt": self.attempt,
             "alpha": self.alpha,
@@ -167,7 +173,12 @@ class PolicyComparison:
             ledger = f" of the window's {self.family_alpha:.4g}."
         order = ""
         if self.order_seed is not None:
-            order = f" Rows in the random order of seed {self.order_seed}."
+            drawn = (
+                "given (a replay of that draw, not a fresh attempt)"
+                if self.seed_given
+                else "drawn fresh for this attempt"
+            )
+            order = f" Rows in the random order of seed {self.order_seed}, {drawn}."
         rows = [
             ("challenger", self.challenger),
             ("champion", self.champion),
@@ -243,7 +254,7 @@ def compare_policies(
     loss_bounds: tuple[float, float] | None = None,
     max_weight: float | None = None,
     randomization: float | None = None,
-    order_seed: int | None = 0,
+    order_seed: int | None = None,
     total_variation: Any = None,
 ) -> PolicyComparison:
     r"""Paired off-policy comparison of a challenger with the champion, and the gate's decision.
@@ -303,8 +314,11 @@ def compare_policies(
     randomization : float or None, default=None
         U ~ Uniform(0, 1], independent of the log (e.g. :func:`poem.gate.decision_coin`):
         the bound also rejects when the final capital Kₙ ≥ U/γ; None: deterministic.
-    order_seed : int or None, default=0
-        As for :func:`~poem.estimators.improvement.improvement_lower_bound`; kept in the result.
+    order_seed : int or None, default=None
+        Seed of the rows' random order (:func:`~poem.estimators.improvement.shuffle_rows`);
+        None draws fresh entropy (:func:`~poem.estimators.improvement.draw_entropy`), the only
+        way the bound is valid over the order. Kept in the result (with ``seed_given``), so
+        the decision can be replayed.
     total_variation : array-like of shape (n_samples,) or None, default=None
         TV(xᵢ) (:func:`poem.gate.policy_total_variation`), as for
         :func:`~poem.estimators.improvement.improvement_capitals`.
@@ -367,6 +381,11 @@ def compare_policies(
         if not (0.0 < randomization <= 1.0):
             raise ValueError(f"randomization must be in (0, 1], got {randomization!r}")
     coin = None if randomization is None else float(randomization)
+    seed_given = order_seed is not None
+    integer = isinstance(order_seed, (int, np.integer)) and not isinstance(order_seed, bool)
+    if seed_given and not integer:
+        raise ValueError(f"order_seed must be an integer or None (fresh), got {order_seed!r}")
+    seed = draw_entropy() if order_seed is None else int(order_seed)
     tv = None
     if total_variation is not None:
         tv = np.asarray(total_variation, dtype=np.float64)
@@ -390,7 +409,7 @@ def compare_policies(
         clip=clip,
         confidence_level=level,
         randomization=coin,
-        order_seed=order_seed,
+        order_seed=seed,
         total_variation=tv,
     )
     # a challenger with the champion's probability of every logged action cannot be shown
@@ -429,8 +448,9 @@ def compare_policies(
         epsilon,
         n_min,
         coin,
-        order_seed=order_seed,
+        order_seed=seed,
         max_weight=bound,
+        seed_given=seed_given,
     )
 
 

@@ -1,10 +1,12 @@
 """The gate's bound on the improvement of a challenger over the champion (DESIGN §5).
 
 :func:`improvement_lower_bound` bets (:func:`poem.estimators.betting.betting_lower_bound`) on
-each option's per-row terms (:mod:`poem.estimators.gate_options`) with the rows in a seeded
-uniformly random order (:func:`shuffle_rows`), so that the bets test the window's average
-even when the logged (time) order drifts (``benchmarks/gate_calibration.py``). The gate
-records the seed (``order_seed``).
+each option's per-row terms (:mod:`poem.estimators.gate_options`) with the rows in a
+uniformly random order (:func:`shuffle_rows`) drawn from fresh entropy at each attempt
+(:func:`draw_entropy`), so that the bets test the window's average even when the logged
+(time) order drifts (``benchmarks/gate_calibration.py``). The gate records the entropy
+(``order_seed``), which replays the decision exactly; a fixed seed makes the order a
+function of the rows' values, and the level then holds only on average over seeds.
 
 Every function takes arrays whose last axis is the rows, so the calibration benchmark runs
 thousands of simulated logs through exactly the code the gate runs on one.
@@ -12,6 +14,7 @@ thousands of simulated logs through exactly the code the gate runs on one.
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 import numpy as np
@@ -19,17 +22,65 @@ import numpy as np
 from poem.estimators.betting import betting_lower_bound
 from poem.estimators.gate_options import GATE_ESTIMATORS, Capital, gate_option
 
-__all__ = ["GATE_ESTIMATORS", "improvement_capitals", "improvement_lower_bound", "shuffle_rows"]
+__all__ = [
+    "GATE_ESTIMATORS",
+    "decision_coin",
+    "draw_entropy",
+    "improvement_capitals",
+    "improvement_lower_bound",
+    "shuffle_rows",
+]
+
+
+def draw_entropy() -> int:
+    """Fresh entropy for one gate attempt: 128 bits from the operating system (``secrets``).
+
+    The gate's random order (:func:`shuffle_rows`) and its coin (:func:`decision_coin`) are
+    drawn from it; recorded with the decision, it replays the decision exactly.
+    """
+    return secrets.randbits(128)
+
+
+def decision_coin(entropy: Any) -> np.ndarray | float:
+    r"""The U ∈ (0, 1] of a randomized gate decision, from the attempt's entropy.
+
+    .. math:: U = 1 - V, \qquad V \sim \mathrm{Uniform}[0, 1)
+
+    with V the first draw of ``numpy.random.default_rng(SeedSequence(e, spawn_key=(1,)))``
+    (a stream independent of the one the order is drawn from). Fresh entropy e
+    (:func:`draw_entropy`) makes U independent of the test log, as the randomized Ville
+    inequality needs; a recorded e gives the same U again (a replay).
+
+    Parameters
+    ----------
+    entropy : int or sequence of int
+        e, one per log.
+
+    Returns
+    -------
+    float or ndarray
+        U, one per entropy.
+    """
+    if np.ndim(entropy) == 0:
+        seq = np.random.SeedSequence(int(entropy), spawn_key=(1,))
+        return float(1.0 - np.random.default_rng(seq).random())
+    return np.array([decision_coin(e) for e in entropy])
 
 
 def shuffle_rows(order_seed: Any, *arrays: Any) -> tuple[np.ndarray, ...]:
-    """The arrays with their rows (last axis) in one seeded uniformly random order per log.
+    """The arrays with their rows (last axis) in the random order drawn from ``order_seed``.
 
-    The rows are first sorted by their values (``arrays`` in turn as keys), then permuted
-    with ``numpy.random.default_rng(order_seed)``: the result depends on the rows and the
-    seed only, never on the order they were given in. Every log along the leading axes gets
-    its own permutation (the same one for all ``arrays``). ``order_seed`` None keeps the
-    given order.
+    The rows are first put in a canonical order (sorted by their values, ``arrays`` in turn
+    as keys; tied rows are equal in every array), then permuted by
+    ``numpy.random.default_rng(seed).permutation(n)``, so the result depends on the rows and
+    the seed only, never on the order they were given in. ``order_seed``: one seed for every
+    log (each log along the leading axes gets the same permutation of its canonical order,
+    as the same seed gives one log), or a sequence of seeds, one per log (flattened leading
+    axes); None keeps the given order.
+
+    Only a seed drawn fresh and independently of the rows (:func:`draw_entropy`) makes the
+    order a uniformly random permutation independent of the data, which the bound's validity
+    needs: with a fixed seed the order is a fixed function of the rows' values (a replay).
     """
     arrays = tuple(np.asarray(a, dtype=np.float64) for a in arrays)
     if order_seed is None:
@@ -37,10 +88,17 @@ def shuffle_rows(order_seed: Any, *arrays: Any) -> tuple[np.ndarray, ...]:
     shape = np.broadcast_shapes(*(a.shape for a in arrays))
     full = tuple(np.broadcast_to(a, shape) for a in arrays)
     canonical = np.lexsort(full[::-1], axis=-1)  # first array is the primary key
-    rng = np.random.default_rng(order_seed)
-    index = np.take_along_axis(
-        canonical, rng.permuted(np.broadcast_to(np.arange(shape[-1]), shape), axis=-1), axis=-1
+    n, logs = shape[-1], int(np.prod(shape[:-1], dtype=np.int64))
+    seeds = [order_seed] * logs if np.ndim(order_seed) == 0 else list(order_seed)
+    if len(seeds) != logs:
+        raise ValueError(f"order_seed has {len(seeds)} seeds for {logs} logs (one per log)")
+    same = np.ndim(order_seed) == 0
+    perms = (
+        np.broadcast_to(np.random.default_rng(int(order_seed)).permutation(n), (logs, n))
+        if same
+        else np.stack([np.random.default_rng(int(s)).permutation(n) for s in seeds])
     )
+    index = np.take_along_axis(canonical, perms.reshape(shape), axis=-1)
     return tuple(np.take_along_axis(a, index, axis=-1) for a in full)
 
 
@@ -123,7 +181,7 @@ def improvement_lower_bound(
     clip: float | None = None,
     confidence_level: float = 0.95,
     randomization: Any = None,
-    order_seed: Any = 0,
+    order_seed: Any,
     total_variation: Any = None,
 ) -> np.ndarray | float:
     r"""Lower confidence bound on the window's average R(champion) − R(challenger).
@@ -154,9 +212,11 @@ def improvement_lower_bound(
     randomization : float or array-like of shape (...), optional
         U ~ Uniform(0, 1] independent of the log: m is also rejected when Kₙ(m) ≥ U/α
         (randomized Ville inequality); None: deterministic.
-    order_seed : int, Generator or None, default=0
-        Seed of the random order σ (one permutation per log); None keeps the given order
-        (only for rows already in a random order).
+    order_seed : int, sequence of int or None
+        Seed of the random order σ (:func:`shuffle_rows`: one for all logs or one per log),
+        required: the bound is valid over σ only when the seed is drawn fresh
+        (:func:`draw_entropy`); None keeps the given order (only for rows already in a
+        uniformly random order independent of their values).
 
     Returns
     -------

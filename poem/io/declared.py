@@ -56,8 +56,9 @@ def _sidecar(file: Path) -> bool:
 def gate_min_propensity(declared: float | None, configured: float) -> float | None:
     """The floor the gate may assume: the larger of the declared and the configured one.
 
-    ``configured`` is ``checks.min_propensity`` (0: none). Rows below either are
-    quarantined by the checks before the gate sees the log, so every remaining weight is
+    ``configured`` is ``checks.min_propensity`` (0: none). Rows below either are kept by
+    the checks (a warning) and the gate blocks on them (a failed precondition,
+    :func:`poem.gate.gate_decision`), so a decision is only made when every test weight is
     ≤ 1 / the returned value. None when neither is declared.
     """
     known = [v for v in (declared, configured if configured > 0 else None) if v is not None]

@@ -228,9 +228,13 @@ def test_symlinked_partition_is_checked(tmp_path, gx_context, clean_logs):
     assert outcome.report.n_rows == N and outcome.log.n_rows == N, outcome.to_text()
 
 
-def test_rows_below_the_declared_min_propensity_are_reported(tmp_path, gx_context, clean_logs):
+def test_rows_below_the_declared_min_propensity_are_reported_and_kept(
+    tmp_path, gx_context, clean_logs
+):
     # the gate bounds every weight by 1/min_propensity (declared in the metadata): a row below
-    # the declared floor breaks that bound, so check names and quarantines it
+    # the declared floor breaks that bound. Quarantining it would leave a sample conditioned
+    # on the well-logged actions that the gate then trusts; check names it and keeps it, and
+    # the gate blocks on it (issue 34)
     frame = log_to_frame(clean_logs["discrete"])
     p = frame["propensity"].to_numpy()
     floor = float(np.sort(p)[3])  # three rows below it
@@ -244,13 +248,17 @@ def test_rows_below_the_declared_min_propensity_are_reported(tmp_path, gx_contex
         max_quarantine_fraction=0.05,
     )
     reason = (
-        f"propensity below the declared min_propensity {floor:g} (the metadata's floor; "
-        "the gate's weight bound 1/min_propensity assumes none is)"
+        f"propensity below the declared min_propensity {floor:g} (kept: the gate's weight "
+        "bound 1/min_propensity assumes none is, so the gate blocks on this log)"
     )
-    assert outcome.report.quarantined_by_reason == {reason: 3}, outcome.to_text()
+    assert outcome.report.quarantined_by_reason == {}, outcome.to_text()
     failure = next(f for f in outcome.report.failures if f.column == "propensity")
-    assert failure.unexpected_count == 3
-    assert outcome.log.n_rows == len(frame) - 3 and outcome.log.propensities.min() >= floor
+    assert failure.unexpected_count == 3 and failure.level == "warning" and failure.reason == reason
+    assert outcome.log.n_rows == len(frame) and outcome.log.propensities.min() < floor
+    # the configured floor (checks.min_propensity) is a declaration too: kept, not quarantined
+    plain = _write(frame, tmp_path / "plain.parquet", frame.attrs[METADATA_KEY])
+    configured = check_logs(plain, context=gx_context, plots=False, min_propensity=floor)
+    assert configured.log.n_rows == len(frame) and configured.report.quarantined_by_reason == {}
 
 
 @pytest.mark.parametrize("bad", [0.0, 1.5, "0.1", True])

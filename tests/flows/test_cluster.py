@@ -60,6 +60,7 @@ def test_retrain_on_a_local_cluster_equals_the_thread_pool(
         store = tmp_path / mode
         config = write_config(
             logs_dir / "good",
+            gate={"min_ess": 20, "seed": 0},  # one draw replayed on both paths
             tracking={
                 "uri": f"sqlite:///{store / 'mlflow.db'}",
                 "artifact_location": str(store / "mlartifacts"),
@@ -106,6 +107,7 @@ def test_retrain_on_partitions_equals_in_memory(tmp_path, digits_log, write_conf
         store.mkdir()
         config = write_config(
             path,
+            gate={"min_ess": 20, "seed": 0},  # one draw replayed on both paths
             tracking={
                 "uri": f"sqlite:///{store / 'mlflow.db'}",
                 "artifact_location": str(store / "mlartifacts"),
@@ -133,6 +135,7 @@ def test_retrain_on_partitions_equals_in_memory(tmp_path, digits_log, write_conf
         store = tmp_path / mode
         config = write_config(
             path,
+            gate={"min_ess": 20, "seed": 0},  # one draw replayed on both paths
             tracking={
                 "uri": f"sqlite:///{store / 'mlflow.db'}",
                 "artifact_location": str(store / "mlartifacts"),

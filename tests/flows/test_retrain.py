@@ -237,18 +237,21 @@ def test_cli_prints_stages_and_a_headline(tmp_path, logs_dir, write_config, caps
     )
     assert "], randomized upper bound (U = 0." in out[headline + 1]
     assert out[-1] == "decision=promoted champion=1"
-    # gate.randomized: the coin is the challenger's own (a hash of what it serves), logged
+    # gate.randomized: the coin is drawn from the attempt's fresh entropy, recorded in the
+    # report and on the ledger, so the decision can be replayed
     from flows.config import load_config
-    from flows.registry import load_version_policy
+    from flows.ledger import read_ledger
     from flows.tracking import client_for
-    from poem.gate import decision_coin
+    from poem.estimators.improvement import decision_coin
 
     tracking = load_config(config).tracking
     client = client_for(tracking)
     (run,) = client.search_runs(
         [client.get_experiment_by_name("test").experiment_id], "tags.decision = 'promoted'"
     )
-    coin = decision_coin(load_version_policy(client, tracking, "1"))
+    (entry,) = read_ledger(client)
+    assert entry.run_id == run.info.run_id and not entry.seed_given
+    coin = decision_coin(int(entry.order_seed))
     assert run.data.params["gate.randomized"] == "True"
     assert run.data.metrics["gate_randomization"] == pytest.approx(coin, rel=1e-12)
 

@@ -20,7 +20,7 @@ from flows.config import (
 )
 from flows.registry import alias_version
 from flows.tasks import is_transient_io_error
-from flows.tasks.gate import gate_candidate, gate_coin, gate_metrics, load_champion
+from flows.tasks.gate import gate_candidate, gate_metrics, load_champion
 from flows.tasks.load import check_logs, fingerprint_logs
 from flows.tasks.register import promote_policy, register_policy
 from flows.tasks.search import (
@@ -33,9 +33,11 @@ from flows.tasks.search import (
 from flows.tasks.split import split_logs
 from flows.tasks.validate import enforce_checks, record_check_report
 from flows.tracking import TrackedRun, client_for, ensure_experiment, start_run
+from poem.estimators.improvement import decision_coin
 from poem.exceptions import InvalidLogError
-from poem.gate import decision_coin
+from poem.gate import gate_rows
 from poem.learners.training_rows import TrainingRows
+from poem.ledger import next_attempt
 from poem.log_rows import as_partitions, log_header, split_partitioned
 
 PARAMS = {"solver": "lbfgs", "variance_penalty": "calibrated", "max_iter": 30, "random_state": 0}
@@ -153,23 +155,25 @@ def test_gate_against_logging_policy_and_blocking_checks(parts, trials):
 
     policy = build_learner("poem", PARAMS, trials[0].params).fit(parts.train).policy_
     gate = GateConfig(min_ess=10)
-    comparison = gate_candidate.fn(policy, None, parts.test, gate, [])
+    rows = gate_rows(policy, None, parts.test)
+    attempt = next_attempt([], rows.window, alpha=0.05, retry_fraction=0.2)
+    comparison = gate_candidate.fn(rows, gate, [], None, attempt)
     assert comparison.champion.value == pytest.approx(float(np.mean(parts.test.losses)))
     assert comparison.promote and comparison.decision == "promoted"
+    assert comparison.order_seed == attempt.order_seed and not comparison.seed_given
     metrics = gate_metrics(comparison)
     assert (
         metrics["gate_promoted"] == 1.0 and metrics["risk_difference_ucb"] == comparison.upper_bound
     )
-    blocked = gate_candidate.fn(policy, None, parts.test, gate, ["uniform_weight_mean"])
+    blocked = gate_candidate.fn(rows, gate, ["uniform_weight_mean"], None, attempt)
     assert not blocked.promote and "check did not pass: uniform_weight_mean" in blocked.reasons[-1]
-    same = gate_candidate.fn(policy, policy, parts.test, gate, [])
+    same = gate_candidate.fn(gate_rows(policy, policy, parts.test), gate, [], None, attempt)
     assert not same.promote and same.difference.value == 0.0
-    # gate.randomized: the challenger's own coin; off by default
-    assert gate_coin(policy, gate) is None and comparison.randomization is None
+    # gate.randomized: the coin is drawn from the attempt's entropy; off by default
+    assert comparison.randomization is None
     randomized = GateConfig(min_ess=10, randomized=True)
-    coin = gate_coin(policy, randomized)
-    assert coin == decision_coin(policy)
-    drawn = gate_candidate.fn(policy, None, parts.test, randomized, [], coin)
+    drawn = gate_candidate.fn(rows, randomized, [], None, attempt)
+    coin = decision_coin(attempt.order_seed)
     assert drawn.randomization == coin and gate_metrics(drawn)["gate_randomization"] == coin
     assert drawn.upper_bound <= comparison.upper_bound
 

@@ -113,3 +113,24 @@ def test_bad_arguments(kwargs, message):
     arguments = {"terms": [0.0, 1.0], "lower": -1.0} | kwargs
     with pytest.raises(ValueError, match=message):
         betting_lower_bound(**arguments)
+
+
+def test_the_root_search_finds_the_largest_rejected_mean_on_an_extreme_log():
+    # issue 34, measured item 4: on logs with a few huge terms the 8 regula-falsi steps
+    # stopped far below the root (here −0.25 where the capital rejects m = 0.43)
+    from poem.estimators.betting import _log_capital, _plug_in_bets
+
+    x = np.array(
+        [-0.338, -0.162, -0.471, -0.162, -0.558, -0.457, -0.995, -0.163, -0.635, -0.199,
+         358.294, -0.747, 953.87, -0.361, -0.889, -0.872, -0.383, -0.095, -0.343, -0.187]
+    )  # fmt: skip
+    bound = betting_lower_bound(x, -1.0, 0.95)
+    grid = np.linspace(-1.0, 2.0, 3001)
+    bets = np.broadcast_to(_plug_in_bets(x[None], 0.05, 1.0), (grid.size, x.size))
+    running, _ = _log_capital(
+        np.broadcast_to(x, bets.shape), np.full((grid.size, 1), -1.0), bets, grid, False, 0.5
+    )
+    rejected = grid[running >= np.log(20.0)]
+    assert rejected.max() > 0.4  # the capital itself rejects every m up to 0.43
+    se = x.std() / np.sqrt(x.size)
+    assert rejected.max() - 1e-3 - 1e-4 * se <= bound <= rejected.max() + 1e-3  # tolerance, grid

@@ -15,7 +15,7 @@ WEIGHTS = np.array([0.5, 2.0, 2.0, 2.0, 0.5])  # hand-chosen target
 
 
 def test_paired_ips_difference_by_hand(tiny_log):
-    result = compare_policies(tiny_log.losses, WEIGHTS, np.ones(5), min_ess=1)
+    result = compare_policies(tiny_log.losses, WEIGHTS, np.ones(5), min_ess=1, order_seed=0)
     # dᵢ = δᵢ(rᵢ − 1) = [0, 1, 0.5, 0.25, −0.5]: mean 0.25, Σ(d − d̄)² = 1.25
     # → se = √(1.25/4/5) = 0.25
     assert result.difference.estimator == "ips_difference"
@@ -100,7 +100,7 @@ def test_clearly_better_challenger_promotes_unless_ess_or_margin_blocks(
 ):
     challenger = simulation.softmax_policy(5.0)  # true risk 0.22 vs the logger's 0.51
     losses, weights = _one_log(simulation, challenger, seed=5)
-    kwargs = {"estimator": estimator, "clip": clip}
+    kwargs = {"estimator": estimator, "clip": clip, "order_seed": 0}
     result = compare_policies(losses, weights, np.ones(simulation.n), min_ess=50, **kwargs)
     ess = result.challenger.effective_sample_size
     assert 50 < ess < 150
@@ -148,7 +148,9 @@ def test_false_promotion_rate_is_at_most_alpha(simulation):
 
 
 def test_report_and_dict(tiny_log):
-    result = compare_policies(tiny_log.losses, WEIGHTS, np.ones(5), min_ess=1, min_improvement=0.01)
+    result = compare_policies(
+        tiny_log.losses, WEIGHTS, np.ones(5), min_ess=1, min_improvement=0.01, order_seed=0
+    )
     d = json.loads(json.dumps(result.to_dict()))
     assert d["decision"] == "rejected" and d["promote"] is False
     assert d["upper_bound"] == pytest.approx(result.upper_bound)
@@ -162,6 +164,8 @@ def test_report_and_dict(tiny_log):
         and d["min_ess"] == 1.0
     )
     assert d["randomization"] is None and "gate_randomization" not in d["metrics"]
+    assert d["order_seed"] == 0 and d["seed_given"] is True  # given: a replay
+    assert d["metrics"]["gate_seed_given"] == 1.0
     md = result.to_markdown()
     assert md.startswith("## Counterfactual A/B gate: rejected\n")
     assert "| challenger | ips | 0.8 | [" in md and "| champion | ips | 0.55 | [" in md
@@ -326,7 +330,7 @@ def test_randomized_decision_promotes_on_evidence_short_of_one_over_alpha():
     actions = (rng.random((300, 1)) > np.cumsum(logger)).sum(axis=1)
     losses = (rng.random(300) < mu[actions]).astype(float)
     weights = challenger[actions] / logger[actions]
-    kwargs = {"loss_bounds": (0.0, 1.0), "min_ess": 0.0}
+    kwargs = {"loss_bounds": (0.0, 1.0), "min_ess": 0.0, "order_seed": 0}
     plain = compare_policies(losses, weights, np.ones(300), **kwargs)
     coin = compare_policies(losses, weights, np.ones(300), randomization=0.2, **kwargs)
     assert not plain.promote and plain.upper_bound > 0

@@ -24,7 +24,7 @@ def test_one_registry_names_every_option():
     [
         ("ips", True, False),
         ("ips", False, True),
-        ("snips", True, True),
+        ("snips", True, False),  # the ips capitals (issue 34)
         ("clipped_ips", True, False),
     ],
 )

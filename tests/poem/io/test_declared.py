@@ -25,7 +25,7 @@ def test_declared_floor_is_read_from_the_files_and_combined_with_the_config(tmp_
     _declare(path, 0.05)
     assert declared_min_propensity(path) == 0.05
     assert gate_min_propensity(0.05, 0.0) == 0.05
-    assert gate_min_propensity(0.05, 0.1) == 0.1  # rows below either are quarantined
+    assert gate_min_propensity(0.05, 0.1) == 0.1  # rows below either block the gate
     assert gate_min_propensity(None, 0.02) == 0.02
     assert gate_min_propensity(None, 0.0) is None
     _declare(path, 2.0)

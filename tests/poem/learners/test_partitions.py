@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from poem.exceptions import InvalidLogError
-from poem.gate import counterfactual_ab_test
+from poem.gate import counterfactual_ab_test, gate_decision, gate_rows
 from poem.io.partitions import LocalPartitions
 from poem.learners.banditnet import BanditNet
 from poem.learners.champion_candidates import champion_trials
@@ -27,7 +27,13 @@ from poem.learners.poem import POEM
 from poem.learners.prepared import prepare_log, prepare_training
 from poem.learners.search import run_trial
 from poem.learners.training_rows import TrainingRows, fit_on_rows, training_rows
-from poem.log_rows import as_partitions, policy_rows, sample_log, split_partitioned, take_log
+from poem.log_rows import (
+    as_partitions,
+    partitioned_gate_rows,
+    sample_log,
+    split_partitioned,
+    take_log,
+)
 from poem.policies import family_from_log
 from poem.splits import split_rows, split_summary
 
@@ -389,12 +395,13 @@ def test_trial_candidates_and_gate_of_k_partitions_equal_one(timed_log):
     other = POEM(**{**PARAMS, "variance_penalty": 0.0}).fit(one.log("train")).policy_
     for champion in (None, other):
         kw = dict(estimator="snips", min_ess=10.0, failed_checks=["x"] if champion else [])
-        policies = (policy,) if champion is None else (policy, other)
+        kw |= dict(attempt=None, order_seed=0)
         out = []
+        ref_rows = gate_rows(policy, champion, one.log("test"))
         for split in (one, many):
-            view, probs = policy_rows(split.source, split.rows_for("test"), policies)
-            assert view.timestamps is not None  # the ledger's window, as in memory
-            out.append(counterfactual_ab_test(probs[0], probs[1] if champion else None, view, **kw))
+            rows = partitioned_gate_rows(split.source, split.rows_for("test"), policy, champion)
+            assert rows.window == ref_rows.window  # the ledger's window, as in memory
+            out.append(gate_decision(rows, **kw))
         ref_gate = counterfactual_ab_test(policy, champion, one.log("test"), **kw)
         for got in out:
             assert got.decision == ref_gate.decision and got.reasons == ref_gate.reasons
