@@ -67,8 +67,8 @@ from poem.learners.champion_candidates import (
     champion_trials,
     selected_champion_policy,
 )
-from poem.learners.learning_evidence import confirm_fit
 from poem.learners.search import ess_floor
+from poem.learners.selection import select_challenger
 from poem.simulate import fit_logging_policy, supervised_to_bandit
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -228,14 +228,16 @@ def flow_defaults(config: Path) -> dict:
     }
 
 
-def flow_search(defaults: dict, train, valid, seed: int, champion=None, refit_log=None):
+def flow_search(
+    defaults: dict, train, valid, seed: int, champion=None, refit_log=None, groups=None
+):
     """The flow's search: its grid, scoring, ESS guard and temperatures; the champion candidates.
 
     ``champion`` None is the flow's first run (``warm_start: champion`` = zeros, no
     candidates); a policy is a champion the fits start from and that is re-tempered.
-    A selected fit is served only when shown better than the best candidate
-    (:func:`~poem.learners.learning_evidence.learning_evidence`, the flow's confirm-learning
-    stage). Returns the served policy, what was selected, and the selected configuration refit on
+    What is served is the flow's own selection,
+    :func:`poem.learners.selection.select_challenger` (``groups``: each validation row's
+    context, its replays one cluster). Returns the served policy, what was selected, and the selected configuration refit on
     ``refit_log`` (``training.refit_on: train+validation``; None without it).
     """
     params = {**defaults["params"], "policy": "discrete", "random_state": seed}
@@ -264,39 +266,30 @@ def flow_search(defaults: dict, train, valid, seed: int, champion=None, refit_lo
             temperatures=defaults["temperatures"],
             confidence_level=defaults["confidence_level"],
         )
-    trials = list(result.trials)
-    candidates = champion_trials(
-        champion, valid, defaults["temperatures"], confidence_level=defaults["confidence_level"]
-    )
-    best = select_trial(trials + candidates, defaults["scoring"], min_effective_sample_size=min_ess)
-    chosen = (trials + candidates)[best]
     floor = params.get("exploration_floor", 0.0)
-    evidence = None
-    if challenger_kind(chosen.params) == "learned" and candidates:  # the confirm-learning stage
-        ref, evidence = confirm_fit(
-            chosen.estimator.policy_,
-            candidates,
-            champion,
-            valid,
-            train,
-            scoring=defaults["scoring"],
-            min_effective_sample_size=min_ess,
-            exploration_floor=floor,
-            confidence_level=defaults["learning_confidence_level"],
-        )
-        chosen = chosen if evidence.learned else candidates[ref]
-    refit = None
-    if challenger_kind(chosen.params) == "learned":
-        policy = chosen.estimator.policy_
-        if refit_log is not None:
+    chosen = select_challenger(
+        list(result.trials),
+        champion,
+        valid,
+        scoring=defaults["scoring"],
+        min_effective_sample_size=min_ess,
+        temperatures=defaults["temperatures"],
+        exploration_floor=floor,
+        confidence_level=defaults["confidence_level"],
+        learning_confidence_level=defaults["learning_confidence_level"],
+        evidence_logs=(valid, train),
+        groups=groups,
+        multiplicity=defaults.get("multiplicity", True),
+    )
+    policy, evidence, refit = chosen.policy, chosen.evidence, None
+    if refit_log is not None:
+        if chosen.kind == "learned":
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
                 refit = clone(chosen.estimator).fit(refit_log).policy_
-    else:
-        policy = selected_champion_policy(chosen.params, champion).with_serving(
-            exploration_floor=floor
-        )
-        refit = policy if refit_log is not None else None
+        else:
+            refit = policy
+    chosen = chosen.selected_trial
     picked = {
         k: v if isinstance(v, str | int | float) else "champion" for k, v in chosen.params.items()
     }
@@ -503,6 +496,12 @@ def main(argv=None) -> int:
         metavar="KEY=YAML",
         help="override a training.params value of the config (experiments), e.g. max_iter=300",
     )
+    parser.add_argument(
+        "--no-multiplicity",
+        dest="multiplicity",
+        action="store_false",
+        help="the uncorrected selection of earlier releases (poem.learners.selection)",
+    )
     args = parser.parse_args(argv)
     try:
         import vowpalwabbit  # noqa: F401
@@ -510,6 +509,7 @@ def main(argv=None) -> int:
         print("vowpalwabbit is not installed: .venv/bin/pip install -e '.[bench]'")
         return 1
     defaults = flow_defaults(args.config)
+    defaults["multiplicity"] = args.multiplicity
     for item in args.param:
         key, _, value = item.partition("=")
         defaults["params"][key] = yaml.safe_load(value)
