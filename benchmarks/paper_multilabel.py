@@ -85,6 +85,7 @@ METHODS = (
     "IPS",
     "POEM fits only",
     "POEM uncorrected",
+    "POEM strict",
     "POEM",
     "skyline",
 )
@@ -94,6 +95,7 @@ COMBINED = {
     "IPS": ("IPS(S)", "IPS(B)"),
     "POEM fits only": ("POEM(S)", "POEM(B)"),  # the same search without the champion candidates
     "POEM uncorrected": ("POEM(S)", "POEM(B)"),  # the earlier rule: no multiplicity correction
+    "POEM strict": ("POEM(S)", "POEM(B)"),  # K = fits × temperatures (the strict union bound)
     "POEM": ("POEM(S)", "POEM(B)"),
 }
 LEARNERS = {
@@ -468,7 +470,10 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
             for t in searched[row]
         ]
         extra = [] if name == "POEM fits only" else candidates
-        rule = argparse.Namespace(multiplicity=args.multiplicity and name != "POEM uncorrected")
+        rule = argparse.Namespace(
+            multiplicity=args.multiplicity and name != "POEM uncorrected",
+            per_temperature=name == "POEM strict",
+        )
         out[name] = served_choice(
             pool, extra, h0, floor, defaults, min_ess, ds, (valid, train), contexts, rule
         )
@@ -504,6 +509,7 @@ def served_choice(fits, candidates, h0, floor, defaults, min_ess, ds, logs, grou
         evidence_logs=logs,
         groups=groups,
         multiplicity=args.multiplicity,
+        per_temperature=getattr(args, "per_temperature", False),
     )
     trial = chosen.selected_trial
     retempered = chosen.kind == RETEMPERED
@@ -612,7 +618,7 @@ def summarise(ds_name: str, runs: list[dict], args, wall: float, defaults: dict)
         p_h0[kind] = one_tailed(a, methods["h0"]["per_run"])
         p_sharp[kind] = one_tailed(a, methods[SHARPENED]["per_run"])
     worst = {}  # run by run: the served policy against h₀ and the sharpened h₀
-    for name in ("POEM", "POEM uncorrected"):
+    for name in ("POEM", "POEM uncorrected", "POEM strict"):
         served = np.array(methods[name]["per_run"])
         worse = served - np.array(methods[SHARPENED]["per_run"])
         worst[name] = {

@@ -133,7 +133,8 @@ def test_the_count_and_the_level():
     other = SimpleNamespace(
         ips=SimpleNamespace(value=0.3), snips=SimpleNamespace(value=0.2), effective_sample_size=5
     )
-    assert n_compared([trial, trial, other], TEMPERATURES) == 10  # a repeated fit counts once
+    assert n_compared([trial, trial, other], TEMPERATURES) == 2  # a repeated fit counts once
+    assert n_compared([trial, trial, other], TEMPERATURES, per_temperature=True) == 10
     assert n_compared([trial], None) == 1 and n_compared([], None) == 1
     assert corrected_level(0.9, 100) == pytest.approx(0.999)
     assert corrected_level(0.9, 1) == pytest.approx(0.9)
