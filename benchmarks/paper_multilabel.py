@@ -28,15 +28,18 @@ standardized features inside the learner. ``training.params.warm_start: champion
 h₀'s coefficients (before any promotion the champion is the logging policy);
 ``--paper-regime`` keeps w₀ = 0 and drops the intercept. ``--set training.params.KEY=VALUE`` /
 ``--set search.KEY=VALUE`` (YAML values) exist for experiments; the published tables use none.
-Test losses never select anything: selection is :func:`poem.learners.select_trial` on the
-validation log, as in the flow. As the flow does when a champion exists (here h₀: the fits start
-from it), h₀ re-tempered at each serving temperature joins every selection as a "no learning"
-candidate (:func:`poem.learners.champion_candidates.champion_trials`), and a selected fit is
-served only when the paired doubly robust estimate of R(fit) − R(best candidate) on the
-validation rows has a one-sided ``search.learning_confidence_level`` upper bound below 0
-(:func:`poem.learners.learning_evidence.learning_evidence`, the flow's confirm-learning stage);
-the row ``POEM fits only`` is the flow's search without them (``--no-champion-candidates``
-drops them everywhere).
+Test losses never select anything: what each POEM row serves is
+:func:`poem.learners.selection.select_challenger`, the flow's own selection (one function): as
+the flow does when a champion exists (here h₀: the fits start from it), h₀ re-tempered at each
+serving temperature joins every selection as a "no learning" candidate, a first-ranked fit is
+served only when the paired doubly robust evidence on the validation rows (clustered by
+context) shows it better than the best candidate at the Bonferroni-corrected level
+1 − (1 − ``search.learning_confidence_level``)/K (K = distinct fits), and a re-tempering only
+when shown better than h₀ as served. Beside the default row ``POEM``: ``POEM uncorrected``
+(the earlier rule, no correction), ``POEM strict`` (K = fits × temperatures) and
+``POEM fits only`` (no champion candidates; ``--no-champion-candidates`` drops them
+everywhere). The summary gives, run by run, the worst POEM − h₀ and every run where POEM is
+worse than the sharpened h₀.
 """
 
 from __future__ import annotations
