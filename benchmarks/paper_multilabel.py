@@ -627,7 +627,7 @@ def summarise(ds_name: str, runs: list[dict], args, wall: float, defaults: dict)
         worst[name] = {
             "worst_minus_h0": float(np.max(served - np.array(methods["h0"]["per_run"]))),
             "runs_worse_than_sharpened": [
-                {"run": i, "loss": float(served[i]), "minus_sharpened": float(worse[i])}
+                {"run": int(i), "loss": float(served[i]), "minus_sharpened": float(worse[i])}
                 for i in np.flatnonzero(worse > 1e-9)
             ],
         }
