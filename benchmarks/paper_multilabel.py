@@ -28,15 +28,18 @@ standardized features inside the learner. ``training.params.warm_start: champion
 h₀'s coefficients (before any promotion the champion is the logging policy);
 ``--paper-regime`` keeps w₀ = 0 and drops the intercept. ``--set training.params.KEY=VALUE`` /
 ``--set search.KEY=VALUE`` (YAML values) exist for experiments; the published tables use none.
-Test losses never select anything: selection is :func:`poem.learners.select_trial` on the
-validation log, as in the flow. As the flow does when a champion exists (here h₀: the fits start
-from it), h₀ re-tempered at each serving temperature joins every selection as a "no learning"
-candidate (:func:`poem.learners.champion_candidates.champion_trials`), and a selected fit is
-served only when the paired doubly robust estimate of R(fit) − R(best candidate) on the
-validation rows has a one-sided ``search.learning_confidence_level`` upper bound below 0
-(:func:`poem.learners.learning_evidence.learning_evidence`, the flow's confirm-learning stage);
-the row ``POEM fits only`` is the flow's search without them (``--no-champion-candidates``
-drops them everywhere).
+Test losses never select anything: what each POEM row serves is
+:func:`poem.learners.selection.select_challenger`, the flow's own selection (one function): as
+the flow does when a champion exists (here h₀: the fits start from it), h₀ re-tempered at each
+serving temperature joins every selection as a "no learning" candidate, a first-ranked fit is
+served only when the paired doubly robust evidence on the validation rows (clustered by
+context) shows it better than the best candidate at the Bonferroni-corrected level
+1 − (1 − ``search.learning_confidence_level``)/K (K = distinct fits), and a re-tempering only
+when shown better than h₀ as served. Beside the default row ``POEM``: ``POEM uncorrected``
+(the earlier rule, no correction), ``POEM strict`` (K = fits × temperatures) and
+``POEM fits only`` (no champion candidates; ``--no-champion-candidates`` drops them
+everywhere). The summary gives, run by run, the worst POEM − h₀ and every run where POEM is
+worse than the sharpened h₀.
 """
 
 from __future__ import annotations
@@ -59,9 +62,13 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from poem.datasets import DATASETS, SupervisedDataset, load_dataset, load_files  # noqa: E402
 from poem.learners import POEM, search_hyperparameters, select_trial  # noqa: E402
-from poem.learners.champion_candidates import champion_trials, retempered_champion  # noqa: E402
-from poem.learners.learning_evidence import confirm_fit  # noqa: E402
+from poem.learners.champion_candidates import (  # noqa: E402
+    RETEMPERED,  # noqa: E402
+    champion_trials,
+    retempered_champion,
+)
 from poem.learners.search import Trial, ess_floor, validation_scores  # noqa: E402
+from poem.learners.selection import select_challenger  # noqa: E402
 from poem.simulate import (  # noqa: E402
     fit_logging_policy,
     map_loss,
@@ -80,6 +87,8 @@ METHODS = (
     "POEM(B)",
     "IPS",
     "POEM fits only",
+    "POEM uncorrected",
+    "POEM strict",
     "POEM",
     "skyline",
 )
@@ -88,6 +97,8 @@ SHARPENED = "h0 sharpened"  # h₀ at the α the flow's rule picks on validation
 COMBINED = {
     "IPS": ("IPS(S)", "IPS(B)"),
     "POEM fits only": ("POEM(S)", "POEM(B)"),  # the same search without the champion candidates
+    "POEM uncorrected": ("POEM(S)", "POEM(B)"),  # the earlier rule: no multiplicity correction
+    "POEM strict": ("POEM(S)", "POEM(B)"),  # K = fits × temperatures (the strict union bound)
     "POEM": ("POEM(S)", "POEM(B)"),
 }
 LEARNERS = {
@@ -201,6 +212,13 @@ def parse_args(argv=None):
         dest="champion_candidates",
         action="store_false",
         help="do not score h0 re-tempered beside the fits (the flow does when a champion exists)",
+    )
+    p.add_argument(
+        "--no-multiplicity",
+        dest="multiplicity",
+        action="store_false",
+        help="the uncorrected selection of earlier releases (poem.learners.selection: no "
+        "Bonferroni correction over the candidates, any re-tempering served)",
     )
     p.add_argument(
         "--threads", type=int, default=1, help="BLAS threads for every fit (skyline included)"
@@ -423,6 +441,7 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
             ds,
             (valid, train),
             contexts,
+            args,
         )
         out[name]["seconds"] = float(np.mean([t.seconds for t in result.trials]))
         # every trial, for the selection-rule sensitivity table (test losses never select)
@@ -454,8 +473,12 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
             for t in searched[row]
         ]
         extra = [] if name == "POEM fits only" else candidates
+        rule = argparse.Namespace(
+            multiplicity=args.multiplicity and name != "POEM uncorrected",
+            per_temperature=name == "POEM strict",
+        )
         out[name] = served_choice(
-            pool, extra, h0, floor, defaults, min_ess, ds, (valid, train), contexts
+            pool, extra, h0, floor, defaults, min_ess, ds, (valid, train), contexts, rule
         )
         out[name]["seconds"] = float(np.mean([t.seconds for _, t in pool]))
     sky, seconds = fit_skyline(ds, intercept)
@@ -468,53 +491,46 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
     return out
 
 
-def served_choice(fits, candidates, h0, floor, defaults, min_ess, ds, logs, groups) -> dict:
+def served_choice(fits, candidates, h0, floor, defaults, min_ess, ds, logs, groups, args) -> dict:
     """The flow's selection over fitted trials and champion candidates, and its test losses.
 
-    ``fits`` are ``(solver, trial)`` pairs (trials keep their estimators); ``candidates`` are
-    :func:`~poem.learners.champion_candidates.champion_trials` of h₀ (served re-tempered, no
-    fit, when one ranks first). With candidates, a selected fit is
-    served only when the paired doubly robust comparison on the validation rows shows it
-    better than the best candidate (:func:`~poem.learners.learning_evidence.learning_evidence`,
-    the flow's confirm-learning stage; ``logs`` = (validation, training) logs; ``groups`` = each
-    validation row's context, whose replays are one cluster), else that candidate is.
+    ``fits`` are ``(solver, trial)`` pairs (trials keep their estimators); with ``candidates``
+    (h₀ is the champion) the selection is :func:`poem.learners.selection.select_challenger`
+    with h₀ as the champion, exactly the flow's (``logs`` = (validation, training) logs of the
+    paired comparison; ``groups`` = each validation row's context, whose replays are one
+    cluster); without, h₀ is the logging policy (no candidates, no confirmation).
     """
-    pool = list(fits) + [(None, t) for t in candidates]
-    solver, chosen = pool[
-        select_trial(
-            [t for _, t in pool], scoring=defaults["scoring"], min_effective_sample_size=min_ess
-        )
-    ]
-    evidence = None
-    if solver is not None and candidates:  # the flow's confirm-learning stage
-        ref, evidence = confirm_fit(
-            chosen.estimator.policy_,
-            candidates,
-            h0,
-            *logs,
-            scoring=defaults["scoring"],
-            min_effective_sample_size=min_ess,
-            exploration_floor=floor,
-            confidence_level=defaults["learning_confidence_level"],
-            groups=groups,
-        )
-        if not evidence.learned:
-            solver, chosen = None, candidates[ref]
-    if solver is None:
-        policy = retempered_champion(h0, chosen.params["temperature"], floor)
-        selected = dict(chosen.params)
-    else:
-        policy = chosen.estimator.policy_
-        selected = printable({"solver": solver, **chosen.params})
+    chosen = select_challenger(
+        [t for _, t in fits],
+        h0 if candidates else None,
+        logs[0],
+        scoring=defaults["scoring"],
+        min_effective_sample_size=min_ess,
+        temperatures=defaults["temperatures"],
+        exploration_floor=floor,
+        learning_confidence_level=defaults["learning_confidence_level"],
+        evidence_logs=logs,
+        groups=groups,
+        multiplicity=args.multiplicity,
+        per_temperature=getattr(args, "per_temperature", False),
+    )
+    trial = chosen.selected_trial
+    retempered = chosen.kind == RETEMPERED
+    selected = (
+        dict(trial.params)
+        if retempered
+        else printable({"solver": fits[chosen.selected][0], **trial.params})
+    )
     return {
-        "loss": learned_loss(policy, ds),
-        "served_loss": true_expected_loss(policy, ds.X_test, ds.Y_test),
-        "map_loss": map_loss(policy, ds.X_test, ds.Y_test),
-        "retempered_h0": solver is None,
-        "learning_evidence": None if evidence is None else evidence.to_dict(),
+        "loss": learned_loss(chosen.policy, ds),
+        "served_loss": true_expected_loss(chosen.policy, ds.X_test, ds.Y_test),
+        "map_loss": map_loss(chosen.policy, ds.X_test, ds.Y_test),
+        "retempered_h0": retempered,
+        "learning_evidence": None if chosen.evidence is None else chosen.evidence.to_dict(),
+        "reason": chosen.reason,
         "selected": selected,
-        "n_iter": chosen.n_iter,
-        "converged": bool(chosen.converged),
+        "n_iter": trial.n_iter,
+        "converged": bool(trial.converged),
     }
 
 
@@ -604,6 +620,17 @@ def summarise(ds_name: str, runs: list[dict], args, wall: float, defaults: dict)
         p_value[kind] = one_tailed(a, methods[ips_row]["per_run"])
         p_h0[kind] = one_tailed(a, methods["h0"]["per_run"])
         p_sharp[kind] = one_tailed(a, methods[SHARPENED]["per_run"])
+    worst = {}  # run by run: the served policy against h₀ and the sharpened h₀
+    for name in ("POEM", "POEM uncorrected", "POEM strict"):
+        served = np.array(methods[name]["per_run"])
+        worse = served - np.array(methods[SHARPENED]["per_run"])
+        worst[name] = {
+            "worst_minus_h0": float(np.max(served - np.array(methods["h0"]["per_run"]))),
+            "runs_worse_than_sharpened": [
+                {"run": int(i), "loss": float(served[i]), "minus_sharpened": float(worse[i])}
+                for i in np.flatnonzero(worse > 1e-9)
+            ],
+        }
     ratio = methods["POEM(S)"]["seconds"] / methods["skyline"]["seconds"]
     loss_model = float(np.mean([r.get("loss_model_seconds", 0.0) for r in runs]))
     return {
@@ -615,6 +642,7 @@ def summarise(ds_name: str, runs: list[dict], args, wall: float, defaults: dict)
         "p_value": p_value,
         "p_value_vs_h0": p_h0,
         "p_value_vs_h0_sharpened": p_sharp,
+        "run_by_run": worst,
         "retempered_h0_selected": {
             name: int(sum(methods[name]["retempered_h0"])) for name in (*LEARNERS, *COMBINED)
         },
@@ -702,8 +730,8 @@ def summary_table(results: list[dict]) -> str:
         "| data set | runs | "
         + " | ".join(k if k != "skyline" else "skyline (MAP)" for k in METHODS)
         + " | gap closed POEM | gap beyond sharpening POEM | p POEM<h0 | p POEM<h0 sharpened "
-        "| p POEM<IPS | POEM(S) s / skyline s |",
-        "|---" * (len(METHODS) + 8) + "|",
+        "| p POEM<IPS | POEM(S) s / skyline s | worst run POEM − h0 | runs POEM > h0 sharpened |",
+        "|---" * (len(METHODS) + 10) + "|",
     ]
     gaps, beyond = [], []
     for res in results:
@@ -719,7 +747,16 @@ def summary_table(results: list[dict]) -> str:
             f"{res['p_value_vs_h0_sharpened']['default']:.2g} | "
             f"{res['p_value']['default']:.2g} | "
             f"{sp_['poem_s_seconds_per_validation_run']:.3f} / "
-            f"{sp_['skyline_fit_seconds']:.3f} = {sp_['ratio']:.2f} |"
+            f"{sp_['skyline_fit_seconds']:.3f} = {sp_['ratio']:.2f} | "
+            f"{res['run_by_run']['POEM']['worst_minus_h0']:+.3f} | "
+            + (
+                ", ".join(
+                    f"run {w['run']} {w['minus_sharpened']:+.3f}"
+                    for w in res["run_by_run"]["POEM"]["runs_worse_than_sharpened"]
+                )
+                or "none"
+            )
+            + " |"
         )
     rows += [
         "",

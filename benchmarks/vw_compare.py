@@ -1,8 +1,11 @@
 """POEM (the flow's default search) beside Vowpal Wabbit (--cb_adf, tuned as its docs advise).
 
 Discrete supervised → bandit conversions (DESIGN §9): h₀ = logistic regression on 5 % of the
-training set, 4 replays of the training set through h₀, 0/1 loss; the training log is split at
-random 75 / 25 into train and validation; the test set is replayed once for an off-policy
+training set, 4 replays of the training set through h₀, 0/1 loss; 25 % of the training
+*contexts* are held out for validation with all their replays (the paper benchmark's
+``--split contexts``: no validation context is in any learner's training rows), and every
+learner learns on the same training rows, is chosen on the same validation rows and is
+scored on the same test rows; the test set is replayed once for an off-policy
 estimate, and its labels give every policy's TRUE expected loss 1 − π(y*|x) (no estimate).
 
 Data (no network): scikit-learn's bundled ``digits`` (1,797 × 64, 10 classes),
@@ -67,14 +70,16 @@ from poem.learners.champion_candidates import (
     champion_trials,
     selected_champion_policy,
 )
-from poem.learners.learning_evidence import confirm_fit
+from poem.learners.ipw_classifier import IPWClassifier
 from poem.learners.search import ess_floor
+from poem.learners.selection import select_challenger
 from poem.simulate import fit_logging_policy, supervised_to_bandit
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DATASETS = ("digits", "breast_cancer", "wine", "synthetic")
 LEARNING_RATES = (0.03, 0.1, 0.3, 0.5, 1.0, 3.0)
 PASSES = (1, 2, 4, 8)
+IPW_C = (0.01, 0.1, 1.0, 10.0)  # the IPW-weighted classifier's L2 grid (standardized features)
 
 
 def load_discrete(name: str, seed: int):
@@ -108,17 +113,24 @@ def load_discrete(name: str, seed: int):
 
 
 def simulate(name: str, seed: int, replays: int):
-    """h₀, the train / validation / test logs and the supervised test set."""
+    """h₀, the log, train / validation / test logs, the supervised test set, validation contexts."""
     X_tr, y_tr, X_te, y_te = load_discrete(name, seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # absent classes in h0's 5 %: smoothed
         h0 = fit_logging_policy(X_tr, y_tr, family="discrete", fraction=0.05, random_state=seed)
     log = supervised_to_bandit(X_tr, y_tr, h0, n_replays=replays, random_state=seed)
     test = supervised_to_bandit(X_te, y_te, h0, n_replays=1, random_state=seed + 1)
-    perm = np.random.default_rng(seed).permutation(log.n_rows)
-    n_val = int(round(0.25 * log.n_rows))
-    train, valid = log.take(np.sort(perm[n_val:])), log.take(np.sort(perm[:n_val]))
-    return h0, log, train, valid, test, X_te, y_te
+    # contexts held out with all their replays (row r·n + i is replay r of context i), the
+    # paper benchmark's --split contexts: no validation context is in the training rows
+    n = X_tr.shape[0]
+    contexts = np.random.default_rng(seed).permutation(n)
+    n_val = int(round(0.25 * n))
+    replay = n * np.arange(replays)[:, None]
+    valid_rows = np.sort((contexts[None, :n_val] + replay).ravel())
+    train_rows = np.sort((contexts[None, n_val:] + replay).ravel())
+    train, valid = log.take(train_rows), log.take(valid_rows)
+    groups = valid_rows % n  # each validation row's context: its replays are one cluster
+    return h0, log, train, valid, test, X_te, y_te, groups
 
 
 # -- Vowpal Wabbit ---------------------------------------------------------------------------
@@ -162,9 +174,17 @@ def greedy_weights(actions: np.ndarray, log: LoggedBandit) -> np.ndarray:
 
 
 def tuned_vw(
-    train: LoggedBandit, valid: LoggedBandit, test: LoggedBandit, seed: int, refit_on: str
+    train: LoggedBandit,
+    valid: LoggedBandit,
+    test: LoggedBandit,
+    seed: int,
+    refit_on: str,
+    min_ess: float = 0.0,
 ) -> dict:
-    """Choose ``-l`` and passes on validation (SNIPS upper bound), refit as POEM is.
+    """Choose ``-l`` and passes on validation (SNIPS upper bound, ESS guard), refit as POEM is.
+
+    The flow's rule (:func:`~poem.learners._trials.select_trial`): a setting whose validation
+    ESS is below ``min_ess`` ranks after every setting that reaches it.
 
     ``refit_on`` is the flow's ``training.refit_on``: ``train`` keeps the fit on the training
     rows (as the flow's served POEM), ``train+validation`` refits on both; ``greedy_other`` is
@@ -178,10 +198,13 @@ def tuned_vw(
         def score(vw, p, lr=lr):
             if p in PASSES:
                 est = snips(valid.losses, greedy_weights(vw_greedy(vw, valid_ex), valid))
-                scores.append((est.upper, est.value, lr, p))
+                thin = est.effective_sample_size < min_ess  # the flow's ESS guard ranks it last
+                upper = est.upper if np.isfinite(est.upper) else np.inf
+                key = -est.effective_sample_size if thin else upper
+                scores.append((thin, key, est.upper, lr, p))
 
         vw_train(f"-l {lr}", train_ex, max(PASSES), seed, score).finish()
-    upper, value, lr, passes = min(scores)
+    _, _, upper, lr, passes = min(scores)
     test_ex, greedy = vw_examples(test, False), {}
     for rows in ("train", "train+validation"):
         examples = train_ex if rows == "train" else train_ex + vw_examples(valid, True)
@@ -202,9 +225,9 @@ def tuned_vw(
 def untuned_vw(train: LoggedBandit, valid: LoggedBandit, test: LoggedBandit, seed: int):
     """VW ``--cb_adf -q sa`` with every default (mtr, -l 0.5, one pass), cost = loss − 1.
 
-    Nothing is chosen on validation, so it learns from train + validation.
+    On the training rows, as every other learner (nothing is chosen on validation).
     """
-    examples = vw_examples(train, True) + vw_examples(valid, True)
+    examples = vw_examples(train, True)
     vw = vw_train("", examples, 1, seed)
     greedy = vw_greedy(vw, vw_examples(test, False))
     vw.finish()
@@ -228,15 +251,11 @@ def flow_defaults(config: Path) -> dict:
     }
 
 
-def flow_search(defaults: dict, train, valid, seed: int, champion=None, refit_log=None):
-    """The flow's search: its grid, scoring, ESS guard and temperatures; the champion candidates.
+def poem_trials(defaults: dict, train, valid, seed: int, champion=None) -> list:
+    """The flow's search: its grid, scoring, ESS guard and temperatures (estimators kept).
 
-    ``champion`` None is the flow's first run (``warm_start: champion`` = zeros, no
-    candidates); a policy is a champion the fits start from and that is re-tempered.
-    A selected fit is served only when shown better than the best candidate
-    (:func:`~poem.learners.learning_evidence.learning_evidence`, the flow's confirm-learning
-    stage). Returns the served policy, what was selected, and the selected configuration refit on
-    ``refit_log`` (``training.refit_on: train+validation``; None without it).
+    ``champion`` None is the flow's first run (``warm_start: champion`` = zeros); a policy
+    is a champion the fits start from.
     """
     params = {**defaults["params"], "policy": "discrete", "random_state": seed}
     start_at = "zeros" if champion is None else champion
@@ -250,7 +269,6 @@ def flow_search(defaults: dict, train, valid, seed: int, champion=None, refit_lo
             if not any(w is s or (isinstance(w, str) and w == s) for s in unique):
                 unique.append(w)
         grid["warm_start"] = unique
-    min_ess = ess_floor(valid.n_rows, defaults["min_ess_fraction"], defaults["min_ess"])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         result = search_hyperparameters(
@@ -259,44 +277,71 @@ def flow_search(defaults: dict, train, valid, seed: int, champion=None, refit_lo
             valid,
             grid,
             scoring=defaults["scoring"],
-            min_effective_sample_size=min_ess,
+            min_effective_sample_size=_min_ess(defaults, valid),
             keep_estimators=True,
             temperatures=defaults["temperatures"],
             confidence_level=defaults["confidence_level"],
         )
-    trials = list(result.trials)
-    candidates = champion_trials(
-        champion, valid, defaults["temperatures"], confidence_level=defaults["confidence_level"]
-    )
-    best = select_trial(trials + candidates, defaults["scoring"], min_effective_sample_size=min_ess)
-    chosen = (trials + candidates)[best]
-    floor = params.get("exploration_floor", 0.0)
-    evidence = None
-    if challenger_kind(chosen.params) == "learned" and candidates:  # the confirm-learning stage
-        ref, evidence = confirm_fit(
-            chosen.estimator.policy_,
-            candidates,
-            champion,
-            valid,
+    return list(result.trials)
+
+
+def ipw_trials(defaults: dict, train, valid) -> list:
+    """The IPW-weighted classifier at each C of ``IPW_C``, each at its validation temperature."""
+    return list(
+        search_hyperparameters(
+            IPWClassifier(exploration_floor=defaults["params"].get("exploration_floor", 0.0)),
             train,
+            valid,
+            {"C": list(IPW_C)},
             scoring=defaults["scoring"],
-            min_effective_sample_size=min_ess,
-            exploration_floor=floor,
-            confidence_level=defaults["learning_confidence_level"],
-        )
-        chosen = chosen if evidence.learned else candidates[ref]
-    refit = None
-    if challenger_kind(chosen.params) == "learned":
-        policy = chosen.estimator.policy_
-        if refit_log is not None:
+            min_effective_sample_size=_min_ess(defaults, valid),
+            keep_estimators=True,
+            temperatures=defaults["temperatures"],
+            confidence_level=defaults["confidence_level"],
+        ).trials
+    )
+
+
+def _min_ess(defaults: dict, valid) -> float:
+    return ess_floor(valid.n_rows, defaults["min_ess_fraction"], defaults["min_ess"])
+
+
+def flow_search(defaults: dict, trials, valid, train, champion=None, refit_log=None, groups=None):
+    """What the flow serves from ``trials``: :func:`poem.learners.selection.select_challenger`.
+
+    With a ``champion`` it is re-tempered beside the fits and a fit is served only when shown
+    better at the multiplicity-corrected level (``groups``: each validation row's context).
+    Returns the served policy, what was selected, and the selected configuration refit on
+    ``refit_log`` (``training.refit_on: train+validation``; None without it).
+    """
+    floor = defaults["params"].get("exploration_floor", 0.0)
+    chosen = select_challenger(
+        trials,
+        champion,
+        valid,
+        scoring=defaults["scoring"],
+        min_effective_sample_size=_min_ess(defaults, valid),
+        temperatures=defaults["temperatures"],
+        exploration_floor=floor,
+        confidence_level=defaults["confidence_level"],
+        learning_confidence_level=defaults["learning_confidence_level"],
+        evidence_logs=(valid, train),
+        groups=groups,
+        multiplicity=defaults.get("multiplicity", True),
+    )
+    policy, evidence, refit = chosen.policy, chosen.evidence, None
+    if chosen.kind == "learned":
+        policy = policy.with_serving(exploration_floor=floor)  # an IPW classifier fit has ε = 0
+    if refit_log is not None:
+        if chosen.kind == "learned":
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
                 refit = clone(chosen.estimator).fit(refit_log).policy_
-    else:
-        policy = selected_champion_policy(chosen.params, champion).with_serving(
-            exploration_floor=floor
-        )
-        refit = policy if refit_log is not None else None
+            refit = refit.with_serving(exploration_floor=floor)
+        else:
+            refit = policy
+    reason = chosen.reason
+    chosen = chosen.selected_trial
     picked = {
         k: v if isinstance(v, str | int | float) else "champion" for k, v in chosen.params.items()
     }
@@ -307,6 +352,7 @@ def flow_search(defaults: dict, train, valid, seed: int, champion=None, refit_lo
         "n_iter": int(chosen.n_iter),
         "validation_ess": float(chosen.effective_sample_size),
         "learning_evidence": None if evidence is None else evidence.to_dict(),
+        "reason": reason,
     }
     return policy, info, refit
 
@@ -365,7 +411,7 @@ def greedy_figures(greedy_test, greedy_bandit, test, y_te, n_actions, floor) -> 
 
 
 def one_run(name: str, seed: int, args, defaults: dict) -> dict:
-    h0, log, train, valid, test, X_te, y_te = simulate(name, seed, args.replays)
+    h0, log, train, valid, test, X_te, y_te, groups = simulate(name, seed, args.replays)
     K, floor = train.n_actions, float(defaults["params"].get("exploration_floor", 0.0))
     out = {"n_train": train.n_rows, "n_validation": valid.n_rows, "n_test": test.n_rows}
     out["logger"] = {
@@ -375,11 +421,12 @@ def one_run(name: str, seed: int, args, defaults: dict) -> dict:
     # the supervised test set is the bandit test log's contexts (one replay, same order)
     start = time.perf_counter()
     greedy = untuned_vw(train, valid, test, seed)
+    min_ess = ess_floor(valid.n_rows, defaults["min_ess_fraction"], defaults["min_ess"])
     out["vw_default"] = {
         **greedy_figures(greedy, greedy, test, y_te, K, floor),
         "seconds": time.perf_counter() - start,
     }
-    vw = tuned_vw(train, valid, test, seed, defaults["refit_on"])
+    vw = tuned_vw(train, valid, test, seed, defaults["refit_on"], min_ess)
     out["vw_tuned"] = {
         **greedy_figures(vw["greedy"], vw["greedy"], test, y_te, K, floor),
         **{k: v for k, v in vw.items() if not k.startswith("greedy")},
@@ -390,7 +437,6 @@ def one_run(name: str, seed: int, args, defaults: dict) -> dict:
     candidates = champion_trials(
         h0, valid, defaults["temperatures"], confidence_level=defaults["confidence_level"]
     )
-    min_ess = ess_floor(valid.n_rows, defaults["min_ess_fraction"], defaults["min_ess"])
     sharpened = candidates[
         select_trial(candidates, defaults["scoring"], min_effective_sample_size=min_ess)
     ]
@@ -398,17 +444,28 @@ def one_run(name: str, seed: int, args, defaults: dict) -> dict:
         **policy_figures(selected_champion_policy(sharpened.params, h0), test, X_te, y_te),
         "temperature": sharpened.params["temperature"],
     }
+    start = time.perf_counter()
+    ipw = ipw_trials(defaults, train, valid)  # the peer: selected by the flow's rule alone
+    policy, chosen, refit = flow_search(defaults, ipw, valid, train, None, log, groups)
+    out["ipw_classifier"] = {
+        **policy_figures(policy, test, X_te, y_te),
+        "seconds": time.perf_counter() - start,
+        **chosen,
+    }
     for row, champion in (("poem_first_run", None), ("poem_h0_champion", h0)):
         start = time.perf_counter()
-        policy, chosen, refit = flow_search(defaults, train, valid, seed, champion, log)
-        if defaults["refit_on"] == "train+validation":  # the flow serves the refit
-            policy, refit = refit, policy  # the "_refit" row is then the other setting
-        out[row] = {
-            **policy_figures(policy, test, X_te, y_te),
-            "seconds": time.perf_counter() - start,
-            **chosen,
-        }
-        out[f"{row}_refit"] = {**policy_figures(refit, test, X_te, y_te), **chosen}
+        trials = poem_trials(defaults, train, valid, seed, champion)
+        seconds = time.perf_counter() - start
+        for suffix, pool in (("", trials), ("_with_ipw", trials + ipw)):
+            policy, chosen, refit = flow_search(defaults, pool, valid, train, champion, log, groups)
+            if defaults["refit_on"] == "train+validation":  # the flow serves the refit
+                policy, refit = refit, policy  # the "_refit" row is then the other setting
+            out[row + suffix] = {
+                **policy_figures(policy, test, X_te, y_te),
+                "seconds": seconds,
+                **chosen,
+            }
+            out[f"{row}{suffix}_refit"] = {**policy_figures(refit, test, X_te, y_te), **chosen}
     return out
 
 
@@ -419,6 +476,8 @@ ROWS = (
     ("vw_tuned", "no_floor", "VW tuned, greedy"),
     ("vw_tuned", "served", "VW tuned, greedy + floor ε"),
     ("vw_tuned_refit", "served", "VW tuned, other refit_on, greedy + floor ε"),
+    ("ipw_classifier", "no_floor", "IPW-weighted classifier, ε = 0"),
+    ("ipw_classifier", "served", "IPW-weighted classifier, served (ε)"),
     ("poem_first_run", "no_floor", "POEM first run, ε = 0"),
     ("poem_first_run", "served", "POEM first run, served (ε)"),
     ("poem_first_run", "map", "POEM first run, MAP"),
@@ -427,7 +486,10 @@ ROWS = (
     ("poem_h0_champion", "served", "POEM h0 champion, served (ε)"),
     ("poem_h0_champion", "map", "POEM h0 champion, MAP"),
     ("poem_h0_champion_refit", "served", "POEM h0 champion, other refit_on, served"),
+    ("poem_first_run_with_ipw", "served", "POEM + IPW candidate, first run, served (ε)"),
+    ("poem_h0_champion_with_ipw", "served", "POEM + IPW candidate, h0 champion, served (ε)"),
 )
+PEERS = {"vw_tuned": "VW tuned", "ipw_classifier": "IPW-weighted classifier"}
 
 
 def _figure(run: dict, key: str, variant: str | None) -> dict:
@@ -444,28 +506,38 @@ def summarise(name: str, runs: list[dict]) -> dict:
             "test_snips": float(np.mean([f["test_snips"] for f in figures])),
         }
     verdicts = {}
-    for key in ("poem_first_run", "poem_h0_champion", "poem_first_run_refit"):
-        for variant in ("served", "no_floor"):
-            poem_loss = np.array([r[key][variant]["true_loss"] for r in runs])
-            vw_key = "vw_tuned_refit" if key.endswith("_refit") else "vw_tuned"  # same rows
-            vw_loss = np.array([r[vw_key][variant]["true_loss"] for r in runs])
-            diff = poem_loss - vw_loss
-            if len(runs) > 1 and np.std(diff) > 0:
-                p_worse = float(stats.ttest_1samp(diff, 0.0, alternative="greater").pvalue)
-                p_better = float(stats.ttest_1samp(diff, 0.0, alternative="less").pvalue)
-            else:
-                p_worse = p_better = float("nan")
-            verdict = "behind" if p_worse < 0.05 else "ahead" if p_better < 0.05 else "tied"
-            verdicts[f"{key}/{variant}"] = {
-                "poem_minus_vw": float(diff.mean()),
-                "p_poem_worse": p_worse,
-                "p_poem_better": p_better,
-                "verdict": verdict,
-                "kinds": [r[key]["kind"] for r in runs],
-                "converged": [r[key]["converged"] for r in runs],
-                "solver": [r[key]["params"].get("solver") for r in runs],
-            }
-    return {"name": name, "runs": len(runs), "table": table, "poem_vs_vw_tuned": verdicts}
+    for key in (
+        "poem_first_run",
+        "poem_h0_champion",
+        "poem_first_run_with_ipw",
+        "poem_h0_champion_with_ipw",
+    ):
+        for peer in PEERS:
+            for variant in ("served", "no_floor"):
+                poem_loss = np.array([r[key][variant]["true_loss"] for r in runs])
+                peer_loss = np.array([r[peer][variant]["true_loss"] for r in runs])
+                diff = poem_loss - peer_loss  # the same train / validation / test rows
+                p = float("nan")
+                if len(runs) > 1 and np.std(diff) > 0:
+                    p = float(stats.ttest_1samp(diff, 0.0).pvalue)  # two-sided
+                verdict = "tied"
+                if p < 0.05:
+                    verdict = "behind" if diff.mean() > 0 else "ahead"
+                verdicts[f"{key} vs {peer}/{variant}"] = {
+                    "poem_minus_peer": float(diff.mean()),
+                    "p_two_sided": p,
+                    "verdict": verdict,
+                    "kinds": [r[key]["kind"] for r in runs],
+                    "solver": [_learner(r[key]["params"]) for r in runs],
+                }
+    return {"name": name, "runs": len(runs), "table": table, "poem_vs_peers": verdicts}
+
+
+def _learner(params: dict) -> str:
+    """The served trial's learner: a POEM solver, the IPW classifier, or the champion."""
+    if "solver" in params:
+        return str(params["solver"])
+    return "ipw_classifier" if "C" in params else f"champion α={params.get('temperature')}"
 
 
 def print_summary(res: dict, runs: list[dict]) -> None:
@@ -477,12 +549,10 @@ def print_summary(res: dict, runs: list[dict]) -> None:
     print(f"  {'method':<44} {'true test loss':>14} {'test SNIPS':>11}")
     for label, row in res["table"].items():
         print(f"  {label:<44} {row['true_loss']:14.4f} {row['test_snips']:11.4f}")
-    for key, v in res["poem_vs_vw_tuned"].items():
+    for key, v in res["poem_vs_peers"].items():
         print(
-            f"  {key} − VW tuned (same floor): {v['poem_minus_vw']:+.4f} "
-            f"(p worse {v['p_poem_worse']:.3g}, p better {v['p_poem_better']:.3g}) → "
-            f"{v['verdict']}; selected: {v['kinds']}, solver {v['solver']}, "
-            f"converged {v['converged']}"
+            f"  {key}: {v['poem_minus_peer']:+.4f} (two-sided p {v['p_two_sided']:.3g}) → "
+            f"{v['verdict']}; selected: {v['kinds']}, {v['solver']}"
         )
     vw = [(r["vw_tuned"]["learning_rate"], r["vw_tuned"]["passes"]) for r in runs]
     print(f"  VW selected (-l, passes): {vw}")
@@ -503,6 +573,12 @@ def main(argv=None) -> int:
         metavar="KEY=YAML",
         help="override a training.params value of the config (experiments), e.g. max_iter=300",
     )
+    parser.add_argument(
+        "--no-multiplicity",
+        dest="multiplicity",
+        action="store_false",
+        help="the uncorrected selection of earlier releases (poem.learners.selection)",
+    )
     args = parser.parse_args(argv)
     try:
         import vowpalwabbit  # noqa: F401
@@ -510,6 +586,7 @@ def main(argv=None) -> int:
         print("vowpalwabbit is not installed: .venv/bin/pip install -e '.[bench]'")
         return 1
     defaults = flow_defaults(args.config)
+    defaults["multiplicity"] = args.multiplicity
     for item in args.param:
         key, _, value = item.partition("=")
         defaults["params"][key] = yaml.safe_load(value)

@@ -45,15 +45,13 @@ from flows.tasks.register import (
     with_action_ids,
 )
 from flows.tasks.search import (
-    champion_candidates,
+    choose_challenger,
     code_fingerprint,
-    confirm_learning,
     evidence_logs,
     record_search,
     recorded,
     retempered_policy,
     search_trial,
-    select_best,
     serving_choice,
 )
 from flows.tasks.split import gate_inputs, split_logs
@@ -323,22 +321,15 @@ def _stages(cfg: Any, run: Any, fingerprint: str, client: Any = None) -> tuple:
     evidence = None if champion is None else evidence_logs(parts)
     training, parts = prepare_rows(parts, cfg.training)
     trials = _search(training, parts, header, cfg, (data_key, champion_version), champion)
-    serving = serving_choice(cfg.search, parts.n_rows("validation"))
     serve_floor = cfg.training.params.get("exploration_floor")  # challengers' ε, candidates too
-    trials += champion_candidates(
-        champion, parts, serving, cfg.search.confidence_level, serve_floor
-    )  # the champion re-tempered, no refit (none before a promotion)
-    best, fitted = select_best(trials, cfg.search), None
-    if evidence is not None and challenger_kind(trials[best].params) == LEARNED:
-        best, fitted, _ = confirm_learning(
-            trials, best, training, evidence, header, cfg, champion, run
-        )  # a fit is served only when shown better than the champion re-tempered
+    selection = choose_challenger(trials, training, parts, evidence, header, cfg, champion, run)
+    trials, best = list(selection.trials), selection.selected  # with the champion candidates
     record_search(trials, best, run)
-    if challenger_kind(trials[best].params) == RETEMPERED:
+    if selection.kind == RETEMPERED:
         policy = retempered_policy(trials[best].params, champion, serve_floor, run)
     else:
         policy = train_policy(
-            training, header, cfg.training, trials[best].params, run, champion, fitted
+            training, header, cfg.training, trials[best].params, run, champion, selection.estimator
         )
     blocking = [c.name for c in propensity.warnings] if cfg.checks.block_on_warnings else []
     test_rows = gate_inputs(policy, champion, parts)

@@ -2,9 +2,9 @@
 
 Only :func:`search_trial` is cached (STYLE §8): its key is the data fingerprint, the split
 settings, the learner, the trial's params, the task source and :func:`code_fingerprint` (an
-upgraded ``poem`` never serves an old trial), never the logs themselves. With a champion,
-:func:`champion_candidates` adds it re-tempered (no refit) to the trials, and
-:func:`confirm_learning` serves a first-ranked fit only if shown better than the best of them.
+upgraded ``poem`` never serves an old trial), never the logs themselves. What is served is
+:func:`choose_challenger`: :func:`poem.learners.selection.select_challenger` (the champion
+re-tempered beside the fits, multiplicity-corrected confirmation), the benchmarks' function too.
 """
 
 from __future__ import annotations
@@ -37,13 +37,12 @@ from flows.tracking import (
 from poem.diagnostics.search_plot import plot_search
 from poem.learners.champion_candidates import (
     KIND_KEY,
-    RETEMPERED,
     challenger_kind,
     champion_trials,
     selected_champion_policy,
 )
-from poem.learners.learning_evidence import LearningEvidence, confirm_fit
 from poem.learners.search import Trial, ess_floor, run_trial, select_trial
+from poem.learners.selection import ChallengerSelection, select_challenger
 from poem.learners.training_rows import TrainingRows
 from poem.log_rows import sample_log
 
@@ -173,59 +172,59 @@ def evidence_logs(split: Any, max_rows: int = EVIDENCE_ROWS) -> tuple[Any, Any]:
     return sample_log(split, "validation", max_rows), sample_log(split, "train", max_rows)
 
 
-@task(name="confirm-learning", cache_policy=NO_CACHE, on_completion=[stage_done])
-def confirm_learning(
+@task(name="select-challenger", cache_policy=NO_CACHE, on_completion=[stage_done])
+def choose_challenger(
     trials: list[Trial],
-    best: int,
     rows: TrainingRows,
-    logs: tuple[Any, Any],
+    split: Any,
+    logs: tuple[Any, Any] | None,
     header: Any,
     cfg: Any,
     champion: Any,
     run: TrackedRun,
-) -> tuple[int, Any, LearningEvidence]:
-    """Serve the selected fit only if shown better than the best re-tempered champion.
+) -> ChallengerSelection:
+    """The served challenger: :func:`poem.learners.selection.select_challenger`, logged.
 
-    :func:`poem.learners.learning_evidence.confirm_fit` of ``trials[best]``'s fit against the
-    best champion candidate on ``logs`` (:func:`evidence_logs`): the fit stays selected when the
-    one-sided ``search.learning_confidence_level`` upper bounds of the paired doubly robust
-    R(fit) − R(candidate) and of its model term are both below 0. Logs the metrics
-    ``learning_*`` and the tag ``learning_evidence`` (``shown`` / ``not shown``).
-
-    Returns ``(selected trial, the fitted estimator or None, evidence)``: the fit when it stays
-    selected (reused by :func:`~flows.tasks.train.train_policy`), None when a candidate does.
+    The champion re-tempered joins ``trials``; a first-ranked fit is served only when the
+    paired doubly robust evidence on ``logs`` (:func:`evidence_logs`) shows it better than the
+    best candidate at the multiplicity-corrected level, a re-tempering only when shown better
+    than the champion as served. Logs the metrics ``learning_*`` / ``retemper_*`` and the tags
+    ``learning_evidence`` (``shown`` / ``not shown`` / ``none``) and ``selection_reason``.
     """
-    candidates = [i for i, t in enumerate(trials) if challenger_kind(t.params) == RETEMPERED]
-    estimator = fit_learner(rows, header, cfg.training, trials[best].params, champion)
-    position, evidence = confirm_fit(
-        estimator.policy_,
-        [trials[i] for i in candidates],
+    serve_floor = cfg.training.params.get("exploration_floor")
+    serving = serving_choice(cfg.search, split.n_rows("validation"))
+    selection = select_challenger(
+        trials,
         champion,
-        *logs,
+        validation_rows(split),
         scoring=cfg.search.scoring,
-        min_effective_sample_size=_ess_guard(trials, cfg.search),
-        exploration_floor=cfg.training.params.get("exploration_floor"),
-        confidence_level=cfg.search.learning_confidence_level,
+        min_effective_sample_size=_ess_guard(trials, cfg.search) if trials else 0.0,
+        temperatures=serving.get("temperatures"),
+        exploration_floor=serve_floor,
+        confidence_level=cfg.search.confidence_level,
+        learning_confidence_level=cfg.search.learning_confidence_level,
+        evidence_logs=logs,
+        fit=lambda params: fit_learner(rows, header, cfg.training, params, champion),
     )
-    reference = candidates[position]
     client = run.client()
-    log_metrics(client, run.run_id, {f"learning_{k}": v for k, v in evidence.to_dict().items()})
-    client.set_tag(run.run_id, "learning_evidence", "shown" if evidence.learned else "not shown")
-    task_logger().info(
-        "fit vs champion re-tempered (temperature x %g): R difference %.4g, %g%% upper bound "
-        "%.4g (model term %.4g, bound %.4g) on %d validation rows -> %s",
-        trials[reference].params["temperature"],
-        evidence.difference,
-        100 * evidence.confidence_level,
-        evidence.upper,
-        evidence.model_difference,
-        evidence.model_upper,
-        evidence.n_validation,
-        "the fit" if evidence.learned else "the champion re-tempered",
-    )
-    if evidence.learned:
-        return best, estimator, evidence
-    return reference, None, evidence
+    log_metrics(client, run.run_id, selection.metrics())
+    for key, value in selection.tags().items():
+        client.set_tag(run.run_id, key, value)
+    evidence = selection.evidence
+    if evidence is not None:
+        task_logger().info(
+            "fit vs champion re-tempered: R difference %.4g, %.4g%% upper bound %.4g (model "
+            "term %.4g, bound %.4g; corrected for %d candidates) on %d validation rows",
+            evidence.difference,
+            100 * evidence.confidence_level,
+            evidence.upper,
+            evidence.model_difference,
+            evidence.model_upper,
+            selection.n_compared,
+            evidence.n_validation,
+        )
+    task_logger().info("selection: %s", selection.reason)
+    return selection
 
 
 @task(name="record-search", cache_policy=NO_CACHE, **IO_RETRIES)

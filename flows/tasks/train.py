@@ -61,7 +61,7 @@ def train_policy(
     """Fit the learner with ``params`` on ``training.refit_on``; log the fitted diagnostics.
 
     ``champion`` is the start of ``warm_start: champion``; ``fitted``, the same fit on ``rows``
-    already made (:func:`~flows.tasks.search.confirm_learning`), is reused when ``refit_on`` is
+    already made (:func:`~flows.tasks.search.choose_challenger`), is reused when ``refit_on`` is
     ``rows``' part.
     """
     if training.refit_on != rows.part:

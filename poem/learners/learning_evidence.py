@@ -62,7 +62,13 @@ from poem.learners.champion_candidates import selected_champion_policy
 from poem.learners.prepared import prepare_log
 from poem.log_rows import concat_logs
 
-__all__ = ["LearningEvidence", "confirm_fit", "learning_evidence"]
+__all__ = [
+    "EvidenceModel",
+    "LearningEvidence",
+    "confirm_fit",
+    "evidence_model",
+    "learning_evidence",
+]
 
 
 @dataclass(frozen=True)
@@ -168,6 +174,63 @@ def _clusters(groups: Any, n: int) -> np.ndarray | None:
     return codes
 
 
+@dataclass(frozen=True)
+class EvidenceModel:
+    """The cross-fitted loss model of one set of validation rows (:func:`evidence_model`).
+
+    Attributes
+    ----------
+    logged : ndarray of shape (n_v,)
+        δ̂(xᵢ, yᵢ) of the logged actions, in loss units.
+    expected : callable
+        Marginals or probabilities of a policy on the validation rows ↦ v̂ᵢ(π), in loss units.
+    clusters : ndarray or None
+        Dense cluster codes of the validation rows (None: every row its own).
+    n_clusters : int
+        G.
+    n_model_rows : int
+        Rows the loss model was cross-fitted on.
+    """
+
+    logged: np.ndarray
+    expected: Any
+    clusters: np.ndarray | None
+    n_clusters: int
+    n_model_rows: int
+
+
+def evidence_model(
+    validation_log: LoggedBandit,
+    model_log: LoggedBandit | None = None,
+    *,
+    n_folds: int = 5,
+    random_state: int = 0,
+    groups: Any = None,
+) -> EvidenceModel:
+    """Cross-fit the loss model of :func:`learning_evidence` once for several comparisons.
+
+    Parameters are :func:`learning_evidence`'s. Raises ValueError as it does for fewer than 2
+    validation rows, bad ``groups`` or logs of different families.
+    """
+    n = validation_log.n_rows
+    if n < 2:
+        raise ValueError(f"the paired comparison needs at least 2 validation rows, got {n}")
+    clusters = _clusters(groups, n)
+    n_clusters = n if clusters is None else int(clusters.max()) + 1
+    rows = validation_log
+    if model_log is not None and model_log.n_rows:
+        if model_log.family != validation_log.family:
+            raise ValueError(
+                f"model_log is a {model_log.family!r} log, validation_log {validation_log.family!r}"
+            )
+        rows = concat_logs([validation_log, model_log])
+    row_groups = None
+    if clusters is not None:  # the model rows are clusters of their own
+        row_groups = np.concatenate([clusters, n_clusters + np.arange(rows.n_rows - n)])
+    logged, expected = _model_values(rows, n, n_folds, random_state, row_groups)
+    return EvidenceModel(logged, expected, clusters, n_clusters, rows.n_rows)
+
+
 def learning_evidence(
     fit: Any,
     candidate: Any,
@@ -178,6 +241,7 @@ def learning_evidence(
     n_folds: int = 5,
     random_state: int = 0,
     groups: Any = None,
+    model: EvidenceModel | None = None,
 ) -> LearningEvidence:
     r"""Doubly robust paired estimate of R(fit) − R(candidate) on the validation rows.
 
@@ -211,6 +275,10 @@ def learning_evidence(
         the loss model is cross-fitted by cluster (no row's prediction comes from a model that saw
         its cluster; each ``model_log`` row is a cluster of its own). None: every row is
         independent.
+    model : EvidenceModel or None, default=None
+        The cross-fitted loss model of these rows (:func:`evidence_model`), shared by several
+        comparisons on the same rows; None fits it here from ``model_log``, ``n_folds``,
+        ``random_state`` and ``groups``.
 
     Returns
     -------
@@ -228,22 +296,12 @@ def learning_evidence(
     level = float(confidence_level)
     if not 0.0 < level < 1.0:
         raise ValueError(f"confidence_level must be in (0, 1), got {confidence_level!r}")
-    n = validation_log.n_rows
-    if n < 2:
-        raise ValueError(f"the paired comparison needs at least 2 validation rows, got {n}")
-    clusters = _clusters(groups, n)
-    n_clusters = n if clusters is None else int(clusters.max()) + 1
-    rows = validation_log
-    if model_log is not None and model_log.n_rows:
-        if model_log.family != validation_log.family:
-            raise ValueError(
-                f"model_log is a {model_log.family!r} log, validation_log {validation_log.family!r}"
-            )
-        rows = concat_logs([validation_log, model_log])
-    row_groups = None
-    if clusters is not None:  # the model rows are clusters of their own
-        row_groups = np.concatenate([clusters, n_clusters + np.arange(rows.n_rows - n)])
-    logged, expected = _model_values(rows, n, n_folds, random_state, row_groups)
+    if model is None:
+        model = evidence_model(
+            validation_log, model_log, n_folds=n_folds, random_state=random_state, groups=groups
+        )
+    n, clusters, n_clusters = validation_log.n_rows, model.clusters, model.n_clusters
+    logged, expected = model.logged, model.expected
     inputs = (
         validation_log.candidates
         if validation_log.family == "candidates"
@@ -252,14 +310,14 @@ def learning_evidence(
     losses = np.asarray(validation_log.losses, dtype=np.float64)
     p = np.asarray(validation_log.propensities, dtype=np.float64)
     residual = losses - logged
-    model, weights = np.zeros(n), np.zeros(n)
+    gain, weights = np.zeros(n), np.zeros(n)
     for sign, policy in ((1.0, fit), (-1.0, candidate)):
-        model += sign * expected(policy.predict_proba(inputs))
+        gain += sign * expected(policy.predict_proba(inputs))
         weights += sign * policy.action_probability(inputs, validation_log.actions) / p
-    terms = model + weights * residual
+    terms = gain + weights * residual
     t = float(stats.t.ppf(level, n_clusters - 1))
     mean, se = _mean_and_se(terms, clusters)
-    model_mean, model_se = _mean_and_se(model, clusters)
+    model_mean, model_se = _mean_and_se(gain, clusters)
     ss = float(np.sum((losses - losses.mean()) ** 2))
     return LearningEvidence(
         difference=mean,
@@ -270,7 +328,7 @@ def learning_evidence(
         model_upper=model_mean + t * model_se,
         n_validation=n,
         n_clusters=n_clusters,
-        n_model_rows=rows.n_rows,
+        n_model_rows=model.n_model_rows,
         loss_model_r2=1.0 - float(np.sum(residual**2)) / ss if ss > 0 else float("nan"),
     )
 
@@ -287,6 +345,7 @@ def confirm_fit(
     exploration_floor: float | None = None,
     confidence_level: float = 0.9,
     groups: Any = None,
+    model: EvidenceModel | None = None,
 ) -> tuple[int, LearningEvidence]:
     """The best champion candidate and the evidence that ``fit`` beats it (confirm-learning).
 
@@ -314,5 +373,6 @@ def confirm_fit(
         model_log,
         confidence_level=confidence_level,
         groups=groups,
+        model=model,
     )
     return reference, evidence

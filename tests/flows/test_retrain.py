@@ -294,7 +294,13 @@ def test_a_fit_is_served_only_when_shown_better_than_the_champion_retempered(
     assert m["learning_upper"] < 0 and m["learning_learned"] == 1.0
     assert m["learning_difference"] < m["learning_upper"]
     assert m["learning_model_difference"] < m["learning_model_upper"] < 0
-    assert m["learning_confidence_level"] == 0.9
+    # issue 35: the level is Bonferroni-corrected for the K distinct fits compared (2 here),
+    # and the run says why the fit is served
+    assert m["learning_n_compared"] == 2.0
+    assert m["learning_confidence_level"] == pytest.approx(1 - 0.1 / 2)
+    assert m["learning_corrected_level"] == m["learning_confidence_level"]
+    assert m["learning_champion_kept"] == 0.0
+    assert run.tags["selection_reason"] == "fit shown better than the champion re-tempered"
     assert m["learning_n_model_rows"] > m["learning_n_validation"] > 0
     assert shown.headline()[2] == (
         "  challenger learned: shown better than champion v1 re-tempered on validation "
@@ -307,6 +313,10 @@ def test_a_fit_is_served_only_when_shown_better_than_the_champion_retempered(
     run = client.get_run(same.mlflow_run_id).data
     assert shown.decision == "promoted" and same.previous_champion_version == "2"
     assert run.tags["learning_evidence"] == "not shown"
+    assert run.tags["selection_reason"].startswith(
+        "fit not shown better (multiplicity-corrected): champion kept"
+    )
+    assert run.metrics["learning_champion_kept"] == 1.0
     assert (run.metrics["learning_difference"], run.metrics["learning_upper"]) == (0.0, 0.0)
     assert same.challenger_kind == "champion_retempered", same.best_params
     assert run.tags["challenger_kind"] == "champion_retempered"

@@ -1,0 +1,149 @@
+"""One challenger selection for the flow and the benchmarks, corrected for multiplicity (issue 35)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from poem.learners._trials import Trial, validation_scores
+from poem.learners.selection import (
+    FIT_NOT_SHOWN,
+    FIT_SHOWN,
+    NO_CHAMPION,
+    RETEMPER_NOT_SHOWN,
+    corrected_level,
+    n_compared,
+    select_challenger,
+)
+from poem.policies import StochasticPolicy, make_family
+from tests.conftest import make_synthetic
+
+TEMPERATURES = [1.0, 0.5, 0.25, 0.125, 0.0625]
+
+
+def _policy(coef: np.ndarray) -> StochasticPolicy:
+    return StochasticPolicy(make_family("discrete", coef.shape[1] - 1, coef.shape[0], True), coef)
+
+
+def _fit(params: dict, policy: StochasticPolicy, valid) -> Trial:
+    ips, snips = validation_scores(policy, valid)
+    model = SimpleNamespace(policy_=policy)
+    return Trial(params, ips, snips, ips.effective_sample_size, 0.0, 0.0, 1, True, 0.0, {}, model)
+
+
+@pytest.fixture(scope="module")
+def many_fits():
+    """100 perturbations of a champion scored on 200 validation rows: the winner's curse."""
+    problem = make_synthetic(n=1400, seed=0)
+    stream = np.random.default_rng(0)  # make_synthetic's stream: X, then θ
+    stream.normal(size=(1400, 5))
+    theta = stream.normal(size=(4, 5))
+    champion = _policy(np.hstack([-0.7 * theta, np.zeros((4, 1))]))
+    valid, train = problem.log.take(np.arange(200)), problem.log.take(np.arange(200, 1400))
+    rng = np.random.default_rng(100)
+    fits = [
+        _fit(
+            {"k": k},
+            _policy(np.hstack([-0.7 * theta + rng.normal(0, 1.2, (4, 5)), np.zeros((4, 1))])),
+            valid,
+        )
+        for k in range(100)
+    ]
+    return champion, valid, train, fits
+
+
+def _select(fits, champion, valid, train, **kw):
+    return select_challenger(
+        fits,
+        champion,
+        valid,
+        scoring="snips_ucb",
+        evidence_logs=(valid, train),
+        learning_confidence_level=0.9,
+        **kw,
+    )
+
+
+def test_the_best_of_many_fits_needs_the_corrected_bound(many_fits):
+    champion, valid, train, fits = many_fits
+    old = _select(fits, champion, valid, train, multiplicity=False)
+    assert (old.kind, old.reason, old.n_compared) == ("learned", FIT_SHOWN, 1)
+    assert old.evidence.confidence_level == 0.9 and old.evidence.learned
+    new = _select(fits, champion, valid, train)  # the same evidence at 1 − 0.1/100
+    assert new.n_compared == 100 and new.confidence_level == pytest.approx(0.999)
+    assert new.evidence.confidence_level == pytest.approx(0.999)
+    assert new.evidence.difference == pytest.approx(old.evidence.difference, abs=1e-12)
+    assert new.evidence.upper > 0 > old.evidence.upper and not new.evidence.learned
+    assert new.kind == "champion_retempered" and new.champion_kept
+    assert new.reason.startswith(FIT_NOT_SHOWN)
+    assert new.ranked_first == old.ranked_first == old.selected < 100 <= new.selected
+    assert new.estimator is None and new.policy.metadata["challenger_kind"] == "champion_retempered"
+    metrics, tags = new.metrics(), new.tags()
+    assert metrics["learning_n_compared"] == 100.0 and metrics["learning_champion_kept"] == 1.0
+    assert metrics["learning_learned"] == 0.0
+    assert tags == {"learning_evidence": "not shown", "selection_reason": new.reason}
+
+
+def test_a_retempering_is_served_only_when_shown_better():
+    """The champion sharpened is served only when shown better than the champion as served."""
+    problem = make_synthetic(n=1400, seed=0)
+    stream = np.random.default_rng(0)
+    stream.normal(size=(1400, 5))
+    theta = stream.normal(size=(4, 5))
+    train = problem.log.take(np.arange(200, 1400))
+    worse = np.hstack([0.7 * theta, np.zeros((4, 1))])  # a fit that ranks last
+    rng = np.random.default_rng(5)
+    rng.normal(size=(4, 5))
+    cases = {  # (champion coefficients, validation rows) -> (served α, old rule's α)
+        "good direction, 200 rows": (-0.7 * theta, 200, 0.125, 0.125),
+        "no direction, 30 rows": (-0.01 * theta + 0.05 * rng.normal(size=(4, 5)), 30, 1.0, 0.125),
+    }
+    for name, (coef, n_valid, alpha, old_alpha) in cases.items():
+        valid = problem.log.take(np.arange(n_valid))
+        champion = _policy(np.hstack([coef, np.zeros((4, 1))]))
+        fits = [_fit({"k": 0}, _policy(worse), valid)]
+        new = _select(fits, champion, valid, train, temperatures=TEMPERATURES)
+        old = _select(fits, champion, valid, train, temperatures=TEMPERATURES, multiplicity=False)
+        assert new.selected_trial.params["temperature"] == alpha, name
+        assert old.selected_trial.params["temperature"] == old_alpha, name
+        assert old.retemper_evidence is None and new.kind == old.kind == "champion_retempered"
+        evidence = new.retemper_evidence
+        assert evidence.confidence_level == pytest.approx(1 - 0.1 / 4), name  # 4 other α
+        assert evidence.learned == (alpha != 1.0), name
+        assert new.policy.temperature == alpha
+        assert new.metrics()["retemper_learned"] == float(alpha != 1.0)
+        if alpha == 1.0:
+            assert new.reason.endswith(RETEMPER_NOT_SHOWN), name
+
+
+def test_no_champion_serves_the_first_ranked_fit(many_fits):
+    _, valid, _, fits = many_fits
+    chosen = select_challenger(fits, None, valid, scoring="snips_ucb")
+    assert (chosen.kind, chosen.reason, chosen.evidence) == ("learned", NO_CHAMPION, None)
+    assert chosen.policy is fits[chosen.selected].estimator.policy_
+    assert chosen.tags()["learning_evidence"] == "none"
+
+
+def test_the_count_and_the_level():
+    trial = SimpleNamespace(
+        ips=SimpleNamespace(value=0.1), snips=SimpleNamespace(value=0.2), effective_sample_size=5
+    )
+    other = SimpleNamespace(
+        ips=SimpleNamespace(value=0.3), snips=SimpleNamespace(value=0.2), effective_sample_size=5
+    )
+    assert n_compared([trial, trial, other], TEMPERATURES) == 2  # a repeated fit counts once
+    assert n_compared([trial, trial, other], TEMPERATURES, per_temperature=True) == 10
+    assert n_compared([trial], None) == 1 and n_compared([], None) == 1
+    assert corrected_level(0.9, 100) == pytest.approx(0.999)
+    assert corrected_level(0.9, 1) == pytest.approx(0.9)
+
+
+def test_nothing_to_select_is_named(many_fits):
+    _, valid, _, _ = many_fits
+    with pytest.raises(ValueError, match="no trials to select from: the grid gave 0 fits"):
+        select_challenger([], None, valid, scoring="ips")
+    kept = [SimpleNamespace(**{**vars(t), "estimator": None}) for t in many_fits[3][:1]]
+    with pytest.raises(ValueError, match="kept no estimator; pass fit="):
+        select_challenger(kept, None, valid, scoring="ips")
