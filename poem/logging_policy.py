@@ -11,8 +11,8 @@ was fitted on the other folds only, so p̂ᵢ does not reuse yᵢ (Chernozhukov 
 
 where k(i) is the fold of row i and π̂₀^{(−k)} the model fitted without fold k:
 
-- discrete: multinomial logistic regression (default) or calibrated gradient boosting over
-  the K actions;
+- discrete: multinomial logistic regression (default; its L2 strength chosen by held-out log
+  loss inside each training fold) or calibrated gradient boosting over the K actions;
 - multilabel: one model per label, in product form
   π̂₀(y|x) = Π_l σ̂_l(x)^{y_l} (1 − σ̂_l(x))^{1−y_l} (DESIGN §4.7);
 - candidates: a conditional logit over each row's own candidates,
@@ -36,6 +36,8 @@ estimate is consistent when either the propensity model or the loss model is rig
 
 from __future__ import annotations
 
+import inspect
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +47,7 @@ from scipy.optimize import minimize
 from sklearn.base import clone
 from sklearn.calibration import CalibratedClassifierCV
 from sklearn.ensemble import HistGradientBoostingClassifier
-from sklearn.linear_model import LogisticRegression
+from sklearn.linear_model import LogisticRegressionCV
 from sklearn.model_selection import KFold
 from sklearn.tree import DecisionTreeClassifier
 from sklearn.utils import check_random_state
@@ -64,6 +66,9 @@ __all__ = [
 
 MODELS = ("logistic", "boosting")
 _N_BINS = 10
+# inverse L2 strengths searched by inner 3-fold CV on held-out log loss; the smallest makes the
+# model (nearly) the marginal action frequencies, so a context-free logger is not overfitted
+_CS = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
 _MAX_PAIRS = 2_000_000  # (row, action) pairs kept for the reliability table
 
 
@@ -190,7 +195,17 @@ class EstimatedPropensities:
 
 def _model(model: str, calibration: str | None, random_state: int) -> Any:
     if model == "logistic":
-        base: Any = LogisticRegression(C=1.0, max_iter=1000)
+        # scikit-learn 1.9 warns unless the L2-only grid and the new attributes are explicit
+        quiet = {"l1_ratios": (0.0,), "use_legacy_attributes": False}
+        accepted = inspect.signature(LogisticRegressionCV).parameters
+        base: Any = LogisticRegressionCV(
+            Cs=_CS,
+            cv=3,
+            scoring="neg_log_loss",
+            max_iter=1000,
+            random_state=random_state,
+            **{k: v for k, v in quiet.items() if k in accepted},
+        )
     else:
         base = HistGradientBoostingClassifier(max_iter=100, random_state=random_state)
     if calibration is None:
@@ -215,7 +230,9 @@ def _class_probabilities(est: Any, X: Any, y: np.ndarray, X_out: Any, n_classes:
     if seen.size == 1:
         P[:, seen[0]] = 1.0
     else:
-        fitted = clone(est).fit(X, y)
+        with warnings.catch_warnings():  # rare actions are reported in the diagnostics
+            warnings.filterwarnings("ignore", "The least populated class", UserWarning)
+            fitted = clone(est).fit(X, y)
         P[:, fitted.classes_] = fitted.predict_proba(X_out)
     P = (y.size * P / P.sum(axis=1, keepdims=True) + 1.0) / (y.size + n_classes)
     return P
