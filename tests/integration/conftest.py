@@ -163,6 +163,42 @@ class Team:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+def _chromium() -> str:
+    for name in ("chromium", "chromium-browser"):
+        if shutil.which(name):
+            return name
+    message = "headless Chromium is not installed (Debian: apt-get install chromium)"
+    if os.environ.get("CI") == "true":  # .ci/run installs it: a CI run must not skip the check
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def _render(url: str, screenshot: Path) -> str:
+    """The DOM after the page's JavaScript ran (and a screenshot of it)."""
+    common = [
+        _chromium(),
+        "--headless",
+        "--no-sandbox",  # CI runs as root
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1920,1000",
+        "--virtual-time-budget=30000",
+    ]
+    subprocess.run([*common, f"--screenshot={screenshot}", url], capture_output=True, timeout=300)
+    done = subprocess.run([*common, "--dump-dom", url], capture_output=True, text=True, timeout=300)
+    return done.stdout
+
+
+@pytest.fixture
+def chromium():
+    """Render a URL in headless Chromium: ``chromium(url, screenshot)`` returns the DOM.
+
+    Skips when Chromium is missing, except under CI (``.ci/run`` installs it), where it fails.
+    """
+    _chromium()
+    return _render
+
+
 def _missing_tools() -> list[str]:
     tools = ["initdb", "pg_ctl", "psql", "curl"]
     if os.geteuid() == 0:

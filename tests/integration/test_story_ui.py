@@ -11,7 +11,6 @@ version's page, and the test reads the rendered pages. The folder holds no lock 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -31,32 +30,6 @@ tracking:
 search:
   grid: {solver: [lbfgs], variance_scale: [0.001, 0.01]}
 """
-
-
-def _chromium() -> str:
-    for name in ("chromium", "chromium-browser"):
-        if shutil.which(name):
-            return name
-    message = "headless Chromium is not installed (Debian: apt-get install chromium)"
-    if os.environ.get("CI") == "true":  # .ci/run installs it: a CI run must not skip the check
-        pytest.fail(message)
-    pytest.skip(message)
-
-
-def _render(url: str, screenshot: Path) -> str:
-    """The DOM after the page's JavaScript ran (and a screenshot of it)."""
-    common = [
-        _chromium(),
-        "--headless",
-        "--no-sandbox",  # CI runs as root
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--window-size=1920,1000",
-        "--virtual-time-budget=30000",
-    ]
-    subprocess.run([*common, f"--screenshot={screenshot}", url], capture_output=True, timeout=300)
-    done = subprocess.run([*common, "--dump-dom", url], capture_output=True, text=True, timeout=300)
-    return done.stdout
 
 
 def _free_port() -> int:
@@ -83,8 +56,7 @@ def _environment(work: Path) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_the_address_the_demo_prints_shows_the_decision_and_risk_columns(tmp_path):
-    _chromium()
+def test_the_address_the_demo_prints_shows_the_decision_and_risk_columns(tmp_path, chromium):
     work = tmp_path / "clone"
     work.mkdir()
     (work / "mlflow.yml").write_text(SMALL)
@@ -127,7 +99,7 @@ def test_the_address_the_demo_prints_shows_the_decision_and_risk_columns(tmp_pat
         else:
             pytest.fail("mlflow ui did not answer within 120 s")
         screenshot = SCREENSHOT_DIR / "poem-demo-runs.png"
-        dom = _render(address.replace("http://127.0.0.1:5000", base), screenshot)
+        dom = chromium(address.replace("http://127.0.0.1:5000", base), screenshot)
         assert screenshot.stat().st_size > 10_000
         for column in ("decision", "champion", "challenger", "challenger_risk", "champion_risk"):
             assert f">{column}<" in dom, column
@@ -135,7 +107,7 @@ def test_the_address_the_demo_prints_shows_the_decision_and_risk_columns(tmp_pat
         assert ">promoted<" in dom or ">rejected<" in dom  # a run's decision, in its cell
         assert "Error loading shared view state" not in dom
         # the version page leads with its description: the decision and the champion replaced
-        dom = _render(
+        dom = chromium(
             f"{base}/#/models/poem-policy/versions/1", SCREENSHOT_DIR / "poem-demo-version.png"
         )
         assert "replaced the logging policy as champion" in dom

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -57,35 +55,9 @@ def test_a_new_and_an_old_experiment_get_the_runs_view_and_the_headline_columns(
     )
 
 
-def _chromium() -> str:
-    for name in ("chromium", "chromium-browser"):
-        if shutil.which(name):
-            return name
-    message = "headless Chromium is not installed (Debian: apt-get install chromium)"
-    if os.environ.get("CI") == "true":  # .ci/run installs it: a CI run must not skip the check
-        pytest.fail(message)
-    pytest.skip(message)
-
-
-def _render(url: str, screenshot: Path) -> str:
-    """The DOM after the page's JavaScript ran (and a screenshot of it)."""
-    common = [
-        _chromium(),
-        "--headless",
-        "--no-sandbox",  # CI runs as root
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--window-size=1920,1000",
-        "--virtual-time-budget=30000",
-    ]
-    subprocess.run([*common, f"--screenshot={screenshot}", url], capture_output=True, timeout=300)
-    done = subprocess.run([*common, "--dump-dom", url], capture_output=True, text=True, timeout=300)
-    return done.stdout
-
-
 @pytest.mark.slow
 @pytest.mark.xdist_group("team")  # the topology of test_team.py, not a second one
-def test_the_runs_table_shows_decision_risks_and_versions(team):
+def test_the_runs_table_shows_decision_risks_and_versions(team, chromium):
     base = team.mlflow_url
     if not any((team.work / "decisions").glob("date=*")):  # run alone: one retrain first
         team.make_day("2026-01-01", 1)
@@ -96,7 +68,7 @@ def test_the_runs_table_shows_decision_risks_and_versions(team):
     tags = {t["key"]: t["value"] for t in experiment.get("tags", [])}
     assert tags[EXPERIMENT_KIND_TAG] == "custom_model_development"
     screenshot = SCREENSHOT_DIR / "poem-mlflow-runs.png"
-    dom = _render(headline_view_url(base, experiment["experiment_id"]), screenshot)
+    dom = chromium(headline_view_url(base, experiment["experiment_id"]), screenshot)
     assert screenshot.stat().st_size > 10_000
     for column in ("decision", "champion", "challenger", "challenger_risk", "champion_risk"):
         assert f">{column}<" in dom, column
