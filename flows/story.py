@@ -19,7 +19,7 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
 from flows.config import TrackingConfig
-from flows.ledger import read_ledger
+from flows.ledger import LEDGER_MODEL, LEDGER_TAG, read_ledger
 
 __all__ = [
     "decision_line",
@@ -144,8 +144,8 @@ def model_description(
 ) -> str:
     """Markdown description of the registered model: the champion and the gate's ledger.
 
-    ``entries`` are the :class:`poem.ledger.LedgerEntry` of the ``gate_ledger`` tag (its JSON
-    is the record the gate reads; this is its readable copy).
+    ``entries`` are the :class:`poem.ledger.LedgerEntry` that :func:`flows.ledger.read_ledger`
+    returns (their JSON is the record the gate reads; this is its readable copy).
     """
     alias = tracking.champion_alias
     lines = [
@@ -158,8 +158,8 @@ def model_description(
         lines.append("Gate ledger: no attempt recorded yet.")
         return "\n".join(lines)
     lines.append(
-        f"Gate ledger ({len(entries)} attempt{'s' if len(entries) != 1 else ''}; the JSON is "
-        "the tag `gate_ledger`):"
+        f"Gate ledger ({len(entries)} attempt{'s' if len(entries) != 1 else ''}; the JSON is in "
+        f"the tags `{LEDGER_TAG}.*` of the registered model `{LEDGER_MODEL}`):"
     )
     for entry in entries:
         number = _field(entry, "attempt", "number")

@@ -18,7 +18,7 @@ class SearchConfig(Section):
     Trials whose validation ESS is below ``min_ess_fraction`` of the validation rows, or below
     ``min_ess`` rows, rank after the others (:func:`poem.learners.search.select_trial`). With a
     champion, ``learning_confidence_level`` is the level of
-    :func:`flows.tasks.search.confirm_learning`, which decides whether a selected fit is served.
+    :func:`flows.tasks.search.choose_challenger`, which decides whether a selected fit is served.
     """
 
     grid: dict[str, list[Scalar]] = Field(

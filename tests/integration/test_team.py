@@ -112,9 +112,11 @@ def test_the_worker_runs_the_deployment_on_two_days_and_the_registry_records_it(
     assert [r["state_type"] for r in scheduled] == ["COMPLETED", "COMPLETED"], scheduled
     dask_log = (team.work / "dask.log").read_text()
     assert dask_log.count("Receive client connection") >= 2
-    # the promotion lock is released: no registered model other than the policy
+    # the promotion and ledger locks are released: no registered model other than the policy
+    # and the gate's ledger (a model of its own, issue 34)
     models = _get(team.mlflow_url, "/api/2.0/mlflow/registered-models/search")
-    assert [m["name"] for m in models["registered_models"]] == ["poem-policy"]
+    names = sorted(m["name"] for m in models["registered_models"])
+    assert names == ["poem-gate-ledger", "poem-policy"]
 
 
 def test_two_concurrent_retrains_promote_at_most_once_per_champion(team):

@@ -105,7 +105,7 @@ def test_rows_whose_scores_could_overflow_are_rejected_by_position():
     coef = np.array([[1.0, -2.0], [0.5, 0.5]])
     X = np.array([[1.0, 2.0], [1e308, -1e308], [3.0, 1e300]])
     check_score_range(X[:1], coef, temperature=1.0)  # ordinary values pass
-    with pytest.raises(InvalidRequestError, match=r"2 of 3 request row\(s\) .* \(rows 1, 2,"):
+    with pytest.raises(InvalidRequestError, match=r"2 of 3 request row\(s\) .* \(rows 1, 2\)"):
         check_score_range(X, coef, temperature=1.0)
     with pytest.raises(InvalidRequestError, match=r"1 of 1 request row"):
         check_score_range(np.array([[1e298, 0.0]]), coef, temperature=1e-3)  # α amplifies
