@@ -188,12 +188,12 @@ REFUSING = (
 )
 
 
-@pytest.mark.slow
-@pytest.mark.usefixtures("prefect_harness")
 # rows below checks.min_propensity are kept by both (a warning) and block the gate (issue 34)
 KEPT = ("min_propensity",)
 
 
+@pytest.mark.slow
+@pytest.mark.usefixtures("prefect_harness")
 @pytest.mark.parametrize("key", [None, *REFUSING, *KEPT], ids=lambda k: k or "defaults")
 def test_check_and_retrain_agree_on_every_refusal(store, key, capsys, monkeypatch):
     """A 50-row log passed ``check`` (library min_rows 1) and failed ``retrain`` (100)."""
