@@ -77,15 +77,17 @@ def test_the_model_description_is_the_ledger_in_words():
     tracking = TrackingConfig(uri="sqlite:///x.db")
     window = TestWindow(start="2026-01-02T00:29:57.000000000", end="2026-01-02T00:39:55")
     entries = [
-        LedgerEntry("1", window, 1, 0.04, "4bb08d69072b46b9"),
-        LedgerEntry("1", TestWindow(rows="a1b2c3d4e5f60718"), 2, 0.008, "5cc08d69072b46b9"),
+        LedgerEntry(window, 1, 0.04, run_id="4bb08d69072b46b9", champion="1"),
+        LedgerEntry(
+            TestWindow(rows="a1b2c3d4e5f60718"), 2, 0.008, run_id="5cc08d69072b46b9", champion="1"
+        ),
     ]
     assert model_description(tracking, "2", entries).splitlines() == [
         "Policies learned by poem-pipeline's `retrain` flow; `@champion` is served (at the last "
         "retrain: champion v2). Each version's description says what the gate decided.",
         "",
         "Gate ledger (2 attempts; the JSON is in the tags `gate_ledger.*` of the registered "
-            "model `poem-gate-ledger`):",
+        "model `poem-gate-ledger`):",
         "- attempt 1 against champion v1 on test rows 2026-01-02T00:29:57 to "
         "2026-01-02T00:39:55: α = 0.04 (run `4bb08d69`)",
         "- attempt 2 against champion v1 on test rows `a1b2c3d4e5f60718`: α = 0.008 "
