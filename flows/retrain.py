@@ -27,7 +27,7 @@ from flows.config import load_config
 from flows.learners import same_fits
 from flows.registry import version_tags
 from flows.store_faults import discard_unfinished_models
-from flows.tasks import RETRAIN_STATE
+from flows.tasks import current_progress, reset_progress, set_progress
 from flows.tasks.gate import (
     declared_floor,
     gate_candidate,
@@ -239,18 +239,15 @@ class RetrainProgress:
         return "promote-policy" in self.started or not seen
 
 
-_PROGRESS = RETRAIN_STATE  # flows.tasks.body_started records into it
-
-
 @contextlib.contextmanager
 def retrain_progress() -> Iterator[RetrainProgress]:
     """A :class:`RetrainProgress` that the ``retrain`` flows started in the block fill in."""
     progress = RetrainProgress()
-    token = _PROGRESS.set(progress)
+    token = set_progress(progress)  # flows.tasks.body_started records into it
     try:
         yield progress
     finally:
-        _PROGRESS.reset(token)
+        reset_progress(token)
 
 
 def _reason(exc: BaseException) -> str:
@@ -387,7 +384,7 @@ def retrain(
     flows.config.ConfigError
         When ``mlflow.yml`` is invalid.
     """
-    progress = _PROGRESS.get() or RetrainProgress()
+    progress = current_progress() or RetrainProgress()
     cfg = load_config(config_path, overrides)
     if logs is not None:
         cfg = cfg.with_data_path(logs)

@@ -20,7 +20,10 @@ __all__ = [
     "PROGRESS",
     "RETRAIN_STATE",
     "body_started",
+    "current_progress",
     "is_transient_io_error",
+    "reset_progress",
+    "set_progress",
     "stage_done",
     "task_logger",
 ]
@@ -36,6 +39,25 @@ warnings.filterwarnings("ignore", message=r"\w+(\(.*\))? did not converge", modu
 
 # the running retrain's flows.retrain.RetrainProgress (None outside a command's retrain)
 RETRAIN_STATE: ContextVar[Any] = ContextVar("retrain_state", default=None)
+
+
+def current_progress() -> Any:
+    """The running retrain's progress record, or None.
+
+    The flow reaches the ContextVar through this function, never directly: Prefect and Dask
+    cloudpickle the flow's function by value, and a ContextVar does not pickle.
+    """
+    return RETRAIN_STATE.get()
+
+
+def set_progress(progress: Any) -> Any:
+    """Make ``progress`` the running retrain's record; returns the token to reset it."""
+    return RETRAIN_STATE.set(progress)
+
+
+def reset_progress(token: Any) -> None:
+    """Undo :func:`set_progress`."""
+    RETRAIN_STATE.reset(token)
 
 
 def body_started(name: str) -> None:
