@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             print("    (starting Prefect's temporary API server)", flush=True)
             with prefect_api():  # dies with this command, even on kill -9; no Ctrl-C noise
-                results = _run_days(args.config, days)
+                results = _run_days(args.config, days, args.seed)
         except KeyboardInterrupt as exc:
             run_id = getattr(exc, "run_id", None)
             what = f"MLflow run {run_id} is marked KILLED" if run_id else "no run had started"
@@ -143,8 +143,12 @@ def ui_lines(uri: str, experiment_id: str) -> list[str]:
     ]
 
 
-def _run_days(config: Path, days: list[tuple[Path, int]]) -> list | int:
-    """Run ``retrain`` on each day with one line per stage; the results, or an exit code."""
+def _run_days(config: Path, days: list[tuple[Path, int]], seed: int) -> list | int:
+    """Run ``retrain`` on each day with one line per stage; the results, or an exit code.
+
+    The demo pins the gate's random order to ``seed`` (``gate.seed``): a reproducible replay,
+    recorded as given in each decision, not a fresh attempt (DESIGN §5).
+    """
     # imported here so that quiet() below silences it too (GX sets this logger to INFO)
     import great_expectations.data_context.types.base  # noqa: F401
 
@@ -157,7 +161,7 @@ def _run_days(config: Path, days: list[tuple[Path, int]]) -> list | int:
             print(f"[{i}/2] retrain on {folder} ({n_rows:,} rows)", flush=True)
             progress.restart()
             try:
-                result = retrain(config, logs=folder)
+                result = retrain(config, logs=folder, overrides={"gate.seed": seed})
             except exceptions.InvalidLogError as exc:
                 return fail(f"the logs failed their checks:\n{exc}", EXIT_FAILED)
             except Exception as exc:  # noqa: BLE001 - report any failure as an exit code
