@@ -20,10 +20,11 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from flows.commands import Deferred, command_parser
-from flows.commands._console import EXIT_CONFIG, EXIT_FAILED, fail
+from flows.commands._console import EXIT_CONFIG, EXIT_FAILED, fail, quiet
 from flows.config import ConfigError, load_config
 from flows.store_faults import StoreError
 
@@ -79,6 +80,7 @@ def _verified_folder(cfg, version: str | None, folder: Path) -> tuple[str, Path]
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``poem-pipeline serve``."""
+    quiet(libraries=False)  # no artifact progress bars before the "serving version" line
     try:
         cfg = load_config(args.config)
     except ConfigError as exc:
@@ -130,15 +132,38 @@ def _serve(cfg, version: str, folder: Path, host: str, port: int) -> int:
         code = server.wait()
         return 0 if code == 0 else fail(f"mlflow models serve exited with {code}", EXIT_FAILED)
     except KeyboardInterrupt:
-        for sig, grace in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(server.pid, sig)
-                server.wait(timeout=grace)
-                break
-            except ProcessLookupError:
-                break
-            except subprocess.TimeoutExpired:
-                continue
+        _stop_group(server)
         return 0
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a member we cannot signal is still a member
+        return True
+    return True
+
+
+def _stop_group(server: subprocess.Popen) -> None:
+    """SIGTERM the server's process group, then SIGKILL; return when no member is left.
+
+    Waiting for ``mlflow`` alone is not enough: its uvicorn workers are in the same group
+    and may still hold the port after the leader has exited.
+    """
+    for sig, grace in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
+        if not _group_alive(server.pid):
+            break
+        try:
+            os.killpg(server.pid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            server.poll()  # reap the leader so the group can empty
+            if not _group_alive(server.pid):
+                return
+            time.sleep(0.1)

@@ -18,7 +18,8 @@ def test_demo_runs_retrain_twice_and_prints_where_to_look(tmp_path, monkeypatch,
     config.write_text(f"tracking:\n  uri: sqlite:///{tmp_path / 'store.db'}\n")
     calls = []
 
-    def fake_retrain(config_path, logs=None):
+    def fake_retrain(config_path, logs=None, overrides=None):
+        assert overrides == {"gate.seed": 0}  # the demo replays its gate order from --seed
         calls.append(logs)
         first = len(calls) == 1
         return RetrainResult(
