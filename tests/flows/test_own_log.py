@@ -9,7 +9,7 @@ Real components: the ``check`` command in process, ``retrain``'s own check stage
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, fields
+from dataclasses import fields
 
 import numpy as np
 import pandas as pd
@@ -66,15 +66,70 @@ def _check(args, capsys) -> tuple[int, dict]:
     return code, json.loads(out[out.index("{") :])
 
 
-# -- measured item 1: one translation of checks: ------------------------------------------------
-def test_the_config_defaults_are_the_library_defaults():
+# -- measured item 1: one translation of checks:, its defaults written once --------------------
+CONFIG_ONLY = {"quarantine", "block_on_warnings"}  # keys the library does not have
+
+
+def test_the_checks_defaults_are_written_once_in_the_library():
     """``CheckSettings`` had min_rows 1 and a 5 % quarantine limit; the config 100 and 1 %."""
-    settings = check_settings(ChecksConfig())
-    library = CheckSettings()
-    for f in fields(CheckSettings):
-        if f.name != "thresholds":
-            assert getattr(settings, f.name) == getattr(library, f.name), f.name
-    assert PropensityChecksConfig().model_dump() == asdict(PropensityThresholds())
+    from pydantic_core import PydanticUndefined
+
+    from flows.config.checks import SETTINGS, THRESHOLDS
+
+    for section, owner in ((ChecksConfig, SETTINGS), (PropensityChecksConfig, THRESHOLDS)):
+        for name, f in section.model_fields.items():
+            if name in CONFIG_ONLY or name == "propensity":
+                continue
+            assert f.default is PydanticUndefined, f"{name} is written in the config"
+            assert f.default_factory.owner == owner, name
+    written = {
+        n for n, f in ChecksConfig.model_fields.items() if f.default is not PydanticUndefined
+    }
+    assert written == CONFIG_ONLY
+
+
+@pytest.mark.parametrize(
+    "owner, key, value",
+    [
+        (CheckSettings, "min_rows", 7),
+        (CheckSettings, "future_timestamps", "quarantine"),
+        (PropensityThresholds, "near_deterministic_fail", 0.9),
+    ],
+)
+def test_a_changed_library_default_is_what_check_and_retrain_use(
+    owner, key, value, monkeypatch, tmp_path
+):
+    from flows.config._base import _default_of
+
+    (field,) = (f for f in fields(owner) if f.name == key)
+    monkeypatch.setattr(field, "default", value)
+    _default_of.cache_clear()
+    try:
+        (tmp_path / "mlflow.yml").write_text("data: {family: discrete}\n")
+        cfg = load_config(tmp_path / "mlflow.yml")
+        settings = check_settings(cfg.checks, cfg.data)
+    finally:
+        _default_of.cache_clear()
+    section = cfg.checks if owner is CheckSettings else cfg.checks.propensity
+    assert getattr(section, key) == value
+    where = settings if owner is CheckSettings else settings.thresholds
+    assert getattr(where, key) == value
+
+
+def test_an_invalid_library_default_is_refused_like_a_given_value(monkeypatch):
+    from pydantic import ValidationError
+
+    from flows.config._base import _default_of
+
+    (field,) = (f for f in fields(CheckSettings) if f.name == "min_rows")
+    monkeypatch.setattr(field, "default", 0)
+    _default_of.cache_clear()
+    try:
+        with pytest.raises(ValidationError) as info:
+            ChecksConfig()
+    finally:
+        _default_of.cache_clear()
+    assert info.value.errors()[0]["loc"] == ("min_rows",)
 
 
 # a value per checks: key that changes what the check finds on the test log (the log has one
