@@ -29,7 +29,7 @@ class PipelineConfig(Section):
     tracking: TrackingConfig = TrackingConfig()
     data: DataConfig = DataConfig()
     checks: ChecksConfig = Field(default_factory=ChecksConfig)  # the library's defaults
-    search: SearchConfig = SearchConfig()
+    search: SearchConfig = Field(default_factory=SearchConfig)  # the library's defaults
     training: TrainingConfig = TrainingConfig()
     gate: GateConfig = Field(default_factory=GateConfig)  # the library's defaults
     dask: DaskConfig = DaskConfig()

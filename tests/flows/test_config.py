@@ -393,3 +393,20 @@ def test_json_dumps_of_the_config_hold_no_password():
     assert dumped["uri"] == "postgresql://poem:***@127.0.0.1:5432/mlflow"
     assert dumped["artifact_location"] == "s3://u:***@bucket/a"
     assert "s3cret" not in cfg.model_dump_json() and "s3cret" not in cfg.to_yaml()
+
+
+def test_the_search_levels_are_the_selection_function_defaults(monkeypatch):
+    from flows.config import SearchConfig
+    from flows.config._base import _default_of
+    from poem.learners.selection import select_challenger
+
+    for name in ("confidence_level", "learning_confidence_level"):
+        field = SearchConfig.model_fields[name]
+        assert field.default_factory.owner == "poem.learners.selection:select_challenger"
+    kwdefaults = {**select_challenger.__kwdefaults__, "learning_confidence_level": 0.8}
+    monkeypatch.setattr(select_challenger, "__kwdefaults__", kwdefaults)
+    _default_of.cache_clear()
+    try:
+        assert PipelineConfig().search.learning_confidence_level == 0.8
+    finally:
+        _default_of.cache_clear()
