@@ -475,6 +475,20 @@ def run_settings(
 ) -> PipelineConfig:
     """The settings of one run: ``config`` itself, or the file loaded once; ``logs`` applied.
 
+    Parameters
+    ----------
+    config : PipelineConfig or str or Path
+        The validated settings, or the path of ``mlflow.yml``.
+    logs : str or Path or None, default=None
+        Log file or folder overriding ``data.path``.
+    overrides : dict or None, default=None
+        Dotted keys → values for :func:`flows.config.load_config` (only with a path).
+
+    Returns
+    -------
+    PipelineConfig
+        The run's one settings object.
+
     Raises
     ------
     flows.config.ConfigError
