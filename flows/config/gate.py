@@ -7,8 +7,11 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from flows.config._base import Section
+from flows.config._base import library_field as _of
 
 __all__ = ["GateConfig"]
+
+DECISION = "poem.gate:gate_decision"
 
 
 class GateConfig(Section):
@@ -22,13 +25,14 @@ class GateConfig(Section):
     (tests, demos): a replay, not a fresh attempt.
     """
 
-    estimator: Literal["ips", "snips", "clipped_ips"] = "ips"
-    clip: float | None = Field(None, gt=0)
-    interval: Literal["t", "normal", "bootstrap"] = "t"
-    confidence_level: float = Field(0.95, gt=0, lt=1)
-    min_improvement: float = Field(0.0, ge=0)
-    min_ess: float = Field(100.0, ge=0)
-    randomized: bool = False
+    # the defaults of :func:`poem.gate.gate_decision`, written there once
+    estimator: Literal["ips", "snips", "clipped_ips"] = _of(DECISION, "estimator")
+    clip: float | None = _of(DECISION, "clip", gt=0)
+    interval: Literal["t", "normal", "bootstrap"] = _of(DECISION, "interval")
+    confidence_level: float = _of(DECISION, "confidence_level", gt=0, lt=1)
+    min_improvement: float = _of(DECISION, "min_improvement", ge=0)
+    min_ess: float = _of(DECISION, "min_ess", ge=0)
+    randomized: bool = _of(DECISION, "randomized")
     seed: int | None = Field(None, ge=0)
     retry_fraction: float = Field(0.2, gt=0, lt=1)
 

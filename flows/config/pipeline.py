@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from flows.config._base import Section
 from flows.config.checks import ChecksConfig
@@ -28,10 +28,10 @@ class PipelineConfig(Section):
 
     tracking: TrackingConfig = TrackingConfig()
     data: DataConfig = DataConfig()
-    checks: ChecksConfig = ChecksConfig()
-    search: SearchConfig = SearchConfig()
+    checks: ChecksConfig = Field(default_factory=ChecksConfig)  # the library's defaults
+    search: SearchConfig = Field(default_factory=SearchConfig)  # the library's defaults
     training: TrainingConfig = TrainingConfig()
-    gate: GateConfig = GateConfig()
+    gate: GateConfig = Field(default_factory=GateConfig)  # the library's defaults
     dask: DaskConfig = DaskConfig()
 
     @model_validator(mode="before")

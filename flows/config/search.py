@@ -8,8 +8,11 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from flows.config._base import MAX_TEMPERATURES, MAX_TRIALS, TEMPERATURES, Scalar, Section
+from flows.config._base import library_field as _of
 
 __all__ = ["SearchConfig"]
+
+SELECTION = "poem.learners.selection:select_challenger"
 
 
 class SearchConfig(Section):
@@ -33,8 +36,9 @@ class SearchConfig(Section):
     temperatures: list[float] | None = Field(default_factory=lambda: list(TEMPERATURES))
     min_ess_fraction: float = Field(0.01, ge=0, lt=1)
     min_ess: float = Field(10.0, ge=0)
-    confidence_level: float = Field(0.95, gt=0, lt=1)
-    learning_confidence_level: float = Field(0.9, gt=0, lt=1)
+    # the defaults of :func:`poem.learners.selection.select_challenger`, written there once
+    confidence_level: float = _of(SELECTION, "confidence_level", gt=0, lt=1)
+    learning_confidence_level: float = _of(SELECTION, "learning_confidence_level", gt=0, lt=1)
     max_workers: int = Field(2, ge=1, le=64)
     cache_expiration_hours: float = Field(24.0, gt=0, le=24 * 365 * 10)
 

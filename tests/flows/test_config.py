@@ -359,3 +359,54 @@ def test_snips_with_a_declared_floor_loads(tmp_path):
     assert (
         cfg.gate.estimator == "snips" and cfg.gate.retry_fraction == 0.2 and cfg.gate.seed is None
     )  # fresh entropy per attempt
+
+
+def test_the_gate_defaults_are_the_gate_functions(monkeypatch):
+    """``gate:`` wrote 0.95, 100, 't', ... again beside :func:`poem.gate.gate_decision`."""
+    from pydantic_core import PydanticUndefined
+
+    from flows.config._base import _default_of
+    from poem.gate import gate_decision
+
+    for name, f in GateConfig.model_fields.items():
+        if name in ("seed", "retry_fraction"):  # the config's own (the ledger pins them)
+            assert f.default is not PydanticUndefined
+            continue
+        assert f.default is PydanticUndefined, f"gate.{name} is written in the config"
+        assert f.default_factory.owner == "poem.gate:gate_decision"
+    monkeypatch.setattr(
+        gate_decision, "__kwdefaults__", {**gate_decision.__kwdefaults__, "min_ess": 7.0}
+    )
+    _default_of.cache_clear()
+    try:
+        assert PipelineConfig().gate.min_ess == 7.0
+    finally:
+        _default_of.cache_clear()
+
+
+def test_json_dumps_of_the_config_hold_no_password():
+    """The config is a Prefect flow-run parameter (a JSON dump): no tracking password in it."""
+    uri = "postgresql://poem:s3cret@127.0.0.1:5432/mlflow"
+    cfg = PipelineConfig(tracking={"uri": uri, "artifact_location": "s3://u:pw@bucket/a"})
+    assert cfg.tracking.uri == uri  # the object keeps it: MLflow connects with it
+    dumped = cfg.model_dump(mode="json")["tracking"]
+    assert dumped["uri"] == "postgresql://poem:***@127.0.0.1:5432/mlflow"
+    assert dumped["artifact_location"] == "s3://u:***@bucket/a"
+    assert "s3cret" not in cfg.model_dump_json() and "s3cret" not in cfg.to_yaml()
+
+
+def test_the_search_levels_are_the_selection_function_defaults(monkeypatch):
+    from flows.config import SearchConfig
+    from flows.config._base import _default_of
+    from poem.learners.selection import select_challenger
+
+    for name in ("confidence_level", "learning_confidence_level"):
+        field = SearchConfig.model_fields[name]
+        assert field.default_factory.owner == "poem.learners.selection:select_challenger"
+    kwdefaults = {**select_challenger.__kwdefaults__, "learning_confidence_level": 0.8}
+    monkeypatch.setattr(select_challenger, "__kwdefaults__", kwdefaults)
+    _default_of.cache_clear()
+    try:
+        assert PipelineConfig().search.learning_confidence_level == 0.8
+    finally:
+        _default_of.cache_clear()
