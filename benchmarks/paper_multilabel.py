@@ -89,6 +89,7 @@ METHODS = (
     "POEM fits only",
     "POEM uncorrected",
     "POEM strict",
+    "POEM holdout",
     "POEM",
     "skyline",
 )
@@ -99,6 +100,7 @@ COMBINED = {
     "POEM fits only": ("POEM(S)", "POEM(B)"),  # the same search without the champion candidates
     "POEM uncorrected": ("POEM(S)", "POEM(B)"),  # the earlier rule: no multiplicity correction
     "POEM strict": ("POEM(S)", "POEM(B)"),  # K = fits × temperatures (the strict union bound)
+    "POEM holdout": ("POEM(S)", "POEM(B)"),  # select on half the contexts, confirm on the rest
     "POEM": ("POEM(S)", "POEM(B)"),
 }
 LEARNERS = {
@@ -251,6 +253,7 @@ def flow_defaults(config: Path, overrides: list[str] = ()) -> dict:
         "temperatures": cfg.search.temperatures,
         "confidence_level": cfg.search.confidence_level,
         "learning_confidence_level": cfg.search.learning_confidence_level,
+        "selection_rule": cfg.search.selection_rule,
     }
     for item in overrides:
         key, _, value = item.partition("=")
@@ -476,6 +479,13 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
         rule = argparse.Namespace(
             multiplicity=args.multiplicity and name != "POEM uncorrected",
             per_temperature=name == "POEM strict",
+            rule=(
+                "holdout"
+                if name == "POEM holdout"
+                else "uncorrected"
+                if name == "POEM uncorrected" or not args.multiplicity
+                else defaults["selection_rule"]
+            ),
         )
         out[name] = served_choice(
             pool, extra, h0, floor, defaults, min_ess, ds, (valid, train), contexts, rule
@@ -513,6 +523,8 @@ def served_choice(fits, candidates, h0, floor, defaults, min_ess, ds, logs, grou
         groups=groups,
         multiplicity=args.multiplicity,
         per_temperature=getattr(args, "per_temperature", False),
+        rule=getattr(args, "rule", None)
+        or (defaults["selection_rule"] if args.multiplicity else "uncorrected"),
     )
     trial = chosen.selected_trial
     retempered = chosen.kind == RETEMPERED
@@ -615,13 +627,14 @@ def summarise(ds_name: str, runs: list[dict], args, wall: float, defaults: dict)
         "B": ("POEM(B)", "IPS(B)"),
         "default": ("POEM", "IPS"),
         "fits only": ("POEM fits only", "IPS"),
+        "holdout": ("POEM holdout", "IPS"),
     }.items():
         a = methods[poem_row]["per_run"]
         p_value[kind] = one_tailed(a, methods[ips_row]["per_run"])
         p_h0[kind] = one_tailed(a, methods["h0"]["per_run"])
         p_sharp[kind] = one_tailed(a, methods[SHARPENED]["per_run"])
     worst = {}  # run by run: the served policy against h₀ and the sharpened h₀
-    for name in ("POEM", "POEM uncorrected", "POEM strict"):
+    for name in ("POEM", "POEM uncorrected", "POEM strict", "POEM holdout"):
         served = np.array(methods[name]["per_run"])
         worse = served - np.array(methods[SHARPENED]["per_run"])
         worst[name] = {

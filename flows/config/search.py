@@ -18,7 +18,8 @@ class SearchConfig(Section):
     Trials whose validation ESS is below ``min_ess_fraction`` of the validation rows, or below
     ``min_ess`` rows, rank after the others (:func:`poem.learners.search.select_trial`). With a
     champion, ``learning_confidence_level`` is the level of
-    :func:`flows.tasks.search.choose_challenger`, which decides whether a selected fit is served.
+    :func:`flows.tasks.search.choose_challenger`, which decides whether a selected fit is served,
+    by ``selection_rule`` (:data:`poem.learners.selection.RULES`).
     """
 
     grid: dict[str, list[Scalar]] = Field(
@@ -35,6 +36,7 @@ class SearchConfig(Section):
     min_ess: float = Field(10.0, ge=0)
     confidence_level: float = Field(0.95, gt=0, lt=1)
     learning_confidence_level: float = Field(0.9, gt=0, lt=1)
+    selection_rule: Literal["bonferroni", "holdout", "uncorrected"] = "bonferroni"
     max_workers: int = Field(2, ge=1, le=64)
     cache_expiration_hours: float = Field(24.0, gt=0, le=24 * 365 * 10)
 
