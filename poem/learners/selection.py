@@ -29,6 +29,15 @@ returns what the flow serves (:class:`ChallengerSelection`):
    champion as served (α = 1); otherwise the champion itself (α = 1) is the challenger, which
    the gate then has no reason to promote.
 
+**The simultaneous rule** (``rule="simultaneous"``) replaces Bonferroni's 1 − γ/K by the
+max-t level of the K paired comparisons
+(:func:`~poem.learners.learning_evidence.simultaneous_level`): the fits of one grid differ
+little, their paired differences with the candidate are strongly correlated, and the 1 − γ
+quantile of the largest of K correlated t statistics (Gaussian multiplier bootstrap over the
+validation clusters) bounds all K at once. K independent fits give about Bonferroni's level,
+K copies of one fit the uncorrected one. The re-tempering's confirmation (step 4) uses the
+max-t level over the other temperatures.
+
 **The held-out confirm rule** (``rule="holdout"``) pays no multiplicity cost: the evidence
 validation rows are split once, by cluster (``groups``: a context and all its replays) and
 seeded, into a *selection* part 𝒮 and a *confirm* part 𝒞 (:func:`confirm_split`,
@@ -68,6 +77,7 @@ from poem.learners.learning_evidence import (
     confirm_fit,
     evidence_model,
     learning_evidence,
+    simultaneous_level,
 )
 
 __all__ = [
@@ -79,7 +89,7 @@ __all__ = [
     "select_challenger",
 ]
 
-RULES = ("bonferroni", "holdout", "uncorrected")  # select_challenger's rule=
+RULES = ("bonferroni", "simultaneous", "holdout", "uncorrected")  # select_challenger's rule=
 
 # reasons (the MLflow tag ``selection_reason``)
 FIT_SHOWN = "fit shown better than the champion re-tempered"
@@ -281,6 +291,20 @@ def _rescored(fits: Sequence[Trial], log: Any, temperatures, rule: dict, scoring
     return out, policies
 
 
+def _fit_policies(fits: Sequence[Trial], first: Any, ranked: int) -> list:
+    """The fits' served policies (``first`` is the ranked-first fit's estimator)."""
+    out = []
+    for i, t in enumerate(fits):
+        estimator = first if i == ranked else t.estimator
+        if estimator is None:
+            raise ValueError(
+                "rule='simultaneous' compares every fit with the candidate: keep the fits' "
+                "estimators (run_trial(keep_estimator=True))"
+            )
+        out.append(estimator.policy_)
+    return out
+
+
 def select_challenger(
     fits: Sequence[Trial],
     champion: Any,
@@ -335,14 +359,15 @@ def select_challenger(
         served), kept to measure the correction against.
     per_temperature : bool, default=False
         Count every (fit, temperature) pair in K (the strict union bound), not every fit.
-    rule : {"bonferroni", "holdout", "uncorrected"} or None, default=None
+    rule : {"bonferroni", "simultaneous", "holdout", "uncorrected"} or None, default=None
         The selection rule (module docstring); None: ``"bonferroni"``, or ``"uncorrected"``
-        with ``multiplicity=False``. ``"holdout"`` needs the fits' estimators and the evidence
-        validation rows as a log.
+        with ``multiplicity=False``. ``"simultaneous"`` and ``"holdout"`` need every fit's
+        estimator; ``"holdout"`` the evidence validation rows as a log.
     confirm_fraction : float, default=0.5
         Share of the validation clusters held out to confirm (``rule="holdout"``).
     random_state : int, default=0
-        Seed of the confirm split (``rule="holdout"``).
+        Seed of the confirm split (``rule="holdout"``) and of the max-t draws
+        (``rule="simultaneous"``).
 
     Returns
     -------
@@ -392,7 +417,7 @@ def select_challenger(
         raise ValueError("no trials to select from: the grid gave 0 fits and there is no champion")
     rule_kw = guard
     ranked = select_trial(trials, scoring, **rule_kw)
-    k = n_compared(fits, temperatures, per_temperature) if rule == "bonferroni" else 1
+    k = n_compared(fits, temperatures, per_temperature) if rule in RULES[:2] else 1
     gamma = 1.0 - float(learning_confidence_level)
     holdout = n_confirm > 0
     evidence = retemper = model = None
@@ -408,6 +433,19 @@ def select_challenger(
         if candidates:
             model = evidence_model(*evidence_logs, groups=groups)
             level = corrected_level(learning_confidence_level, k)
+            if rule == "simultaneous":
+                level = simultaneous_level(
+                    _fit_policies(fits, estimator, ranked),
+                    selected_champion_policy(
+                        candidates[select_trial(candidates, scoring, **rule_kw)].params,
+                        champion,
+                        exploration_floor,
+                    ),
+                    evidence_logs[0],
+                    model,
+                    confidence_level=learning_confidence_level,
+                    random_state=random_state,
+                )
             reference, evidence = confirm_fit(
                 estimator.policy_ if fit_policy is None else fit_policy,
                 candidates,
@@ -434,13 +472,28 @@ def select_challenger(
             if model is None:
                 model = evidence_model(*evidence_logs, groups=groups)
             others = 1 if holdout else max(1, len(candidates) - 1)
+            as_served_policy = selected_champion_policy(
+                candidates[as_served[0]].params, champion, exploration_floor
+            )
+            retemper_level = 1.0 - gamma / others
+            if rule == "simultaneous":
+                retemper_level = simultaneous_level(
+                    [
+                        selected_champion_policy(c.params, champion, exploration_floor)
+                        for i, c in enumerate(candidates)
+                        if i != as_served[0]
+                    ],
+                    as_served_policy,
+                    evidence_logs[0],
+                    model,
+                    confidence_level=learning_confidence_level,
+                    random_state=random_state,
+                )
             retemper = learning_evidence(
                 selected_champion_policy(params, champion, exploration_floor),
-                selected_champion_policy(
-                    candidates[as_served[0]].params, champion, exploration_floor
-                ),
+                as_served_policy,
                 evidence_logs[0],
-                confidence_level=1.0 - gamma / others,
+                confidence_level=retemper_level,
                 model=model,
             )
             if retemper.learned:

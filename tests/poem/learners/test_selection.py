@@ -227,3 +227,44 @@ def test_holdout_needs_the_fits_and_a_known_rule(many_fits):
         _select(kept, champion, valid, train, rule="holdout")
     with pytest.raises(ValueError, match="rule must be one of"):
         _select(fits, champion, valid, train, rule="bonferoni")
+
+
+@pytest.mark.parametrize(
+    ("noise", "bonferroni", "simultaneous"),
+    [(0.0, 0.9, 0.9039), (0.05, 0.995, 0.9311), (0.3, 0.995, 0.9869)],
+)
+def test_the_simultaneous_level_follows_how_alike_the_fits_are(noise, bonferroni, simultaneous):
+    """20 fits around one better direction: max-t's level is Bonferroni's only when they differ."""
+    problem = make_synthetic(n=1400, seed=0)
+    stream = np.random.default_rng(0)
+    stream.normal(size=(1400, 5))
+    theta = stream.normal(size=(4, 5))
+    champion = _policy(np.hstack([-0.7 * theta, np.zeros((4, 1))]))
+    valid, train = problem.log.take(np.arange(60)), problem.log.take(np.arange(200, 1400))
+    rng = np.random.default_rng(7)
+    for _ in range({0.0: 0, 0.05: 1, 0.3: 2}[noise]):  # the draws of the smaller noises first
+        [rng.normal(0, 1, (4, 5)) for _ in range(20)]
+    fits = [
+        _fit(
+            {"k": k},
+            _policy(np.hstack([-1.4 * theta + rng.normal(0, noise, (4, 5)), np.zeros((4, 1))])),
+            valid,
+        )
+        for k in range(20)
+    ]
+    old = _select(fits, champion, valid, train)
+    new = _select(fits, champion, valid, train, rule="simultaneous")
+    assert old.confidence_level == pytest.approx(bonferroni)
+    assert new.confidence_level == pytest.approx(simultaneous, abs=2e-4)
+    assert new.evidence.difference == pytest.approx(old.evidence.difference, abs=1e-12)
+    if noise:  # a lower level, a tighter bound (copies: the level is 0.9 up to the draws)
+        assert new.evidence.upper < old.evidence.upper
+    assert new.kind == old.kind == "learned" and new.tags()["selection_rule"] == "simultaneous"
+
+
+def test_simultaneous_is_about_bonferroni_for_independent_fits(many_fits):
+    champion, valid, train, fits = many_fits
+    chosen = _select(fits, champion, valid, train, rule="simultaneous")
+    assert chosen.n_compared == 100
+    assert chosen.confidence_level == pytest.approx(0.99835, abs=2e-4)  # Bonferroni: 0.999
+    assert chosen.evidence.upper == pytest.approx(0.0362, abs=1e-3) and chosen.champion_kept
