@@ -11,6 +11,8 @@ from flows.config._base import MAX_TEMPERATURES, MAX_TRIALS, TEMPERATURES, Scala
 
 __all__ = ["SearchConfig"]
 
+SelectionRule = Literal["bonferroni", "simultaneous", "holdout", "uncorrected"]  # selection.RULES
+
 
 class SearchConfig(Section):
     """Hyperparameter grid searched on the validation split (selection by IPS or SNIPS).
@@ -36,7 +38,7 @@ class SearchConfig(Section):
     min_ess: float = Field(10.0, ge=0)
     confidence_level: float = Field(0.95, gt=0, lt=1)
     learning_confidence_level: float = Field(0.9, gt=0, lt=1)
-    selection_rule: Literal["bonferroni", "holdout", "uncorrected"] = "bonferroni"
+    selection_rule: SelectionRule = "simultaneous"
     max_workers: int = Field(2, ge=1, le=64)
     cache_expiration_hours: float = Field(24.0, gt=0, le=24 * 365 * 10)
 

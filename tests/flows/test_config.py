@@ -359,3 +359,19 @@ def test_snips_with_a_declared_floor_loads(tmp_path):
     assert (
         cfg.gate.estimator == "snips" and cfg.gate.retry_fraction == 0.2 and cfg.gate.seed is None
     )  # fresh entropy per attempt
+
+
+def test_search_selection_rule_is_the_library_rule_and_simultaneous_by_default(tmp_path):
+    """issue 35: the selection rule is a config key; its values are the library's rules."""
+    from typing import get_args
+
+    from flows.config.search import SelectionRule
+    from poem.learners.selection import RULES
+
+    assert get_args(SelectionRule) == RULES
+    assert load_config(REPO / "mlflow.yml").search.selection_rule == "simultaneous"
+    assert load_config(_write(tmp_path, "")).search.selection_rule == "simultaneous"
+    cfg = load_config(_write(tmp_path, "search:\n  selection_rule: holdout\n"))
+    assert cfg.search.selection_rule == "holdout"
+    with pytest.raises(ConfigError, match="selection_rule"):
+        load_config(_write(tmp_path, "search:\n  selection_rule: bonferoni\n"))
