@@ -291,11 +291,16 @@ def _rescored(fits: Sequence[Trial], log: Any, temperatures, rule: dict, scoring
     return out, policies
 
 
-def _fit_policies(fits: Sequence[Trial], first: Any, ranked: int) -> list:
-    """The fits' served policies (``first`` is the ranked-first fit's estimator)."""
+def _fit_policies(fits: Sequence[Trial], first: Any, ranked: int, fit=None) -> list:
+    """The fits' served policies (``first`` is the ranked-first fit's estimator).
+
+    A fit that kept no estimator is refitted by ``fit`` (``params ↦ fitted estimator``).
+    """
     out = []
     for i, t in enumerate(fits):
         estimator = first if i == ranked else t.estimator
+        if estimator is None and fit is not None:
+            estimator = fit(t.params)
         if estimator is None:
             raise ValueError(
                 "rule='simultaneous' compares every fit with the candidate: keep the fits' "
@@ -435,7 +440,7 @@ def select_challenger(
             level = corrected_level(learning_confidence_level, k)
             if rule == "simultaneous":
                 level = simultaneous_level(
-                    _fit_policies(fits, estimator, ranked),
+                    _fit_policies(fits, estimator, ranked, fit),
                     selected_champion_policy(
                         candidates[select_trial(candidates, scoring, **rule_kw)].params,
                         champion,

@@ -268,3 +268,39 @@ def test_simultaneous_is_about_bonferroni_for_independent_fits(many_fits):
     assert chosen.n_compared == 100
     assert chosen.confidence_level == pytest.approx(0.99835, abs=2e-4)  # Bonferroni: 0.999
     assert chosen.evidence.upper == pytest.approx(0.0362, abs=1e-3) and chosen.champion_kept
+
+
+def test_simultaneous_refits_a_fit_that_kept_no_estimator():
+    problem = make_synthetic(n=1400, seed=0)
+    stream = np.random.default_rng(0)
+    stream.normal(size=(1400, 5))
+    theta = stream.normal(size=(4, 5))
+    champion = _policy(np.hstack([-0.7 * theta, np.zeros((4, 1))]))
+    valid, train = problem.log.take(np.arange(60)), problem.log.take(np.arange(200, 1400))
+    rng = np.random.default_rng(7)
+    fits = [
+        _fit(
+            {"k": k},
+            _policy(np.hstack([-1.4 * theta + rng.normal(0, 0.05, (4, 5)), np.zeros((4, 1))])),
+            valid,
+        )
+        for k in range(5)
+    ]
+    by_k = {t.params["k"]: t.estimator for t in fits}
+    kept = [SimpleNamespace(**{**vars(t), "estimator": None}) for t in fits]
+    with pytest.raises(ValueError, match="kept no estimator; pass fit="):
+        _select(kept, champion, valid, train, rule="simultaneous")
+    refitted = []
+    chosen = _select(
+        kept,
+        champion,
+        valid,
+        train,
+        rule="simultaneous",
+        fit=lambda params: refitted.append(params["k"]) or by_k[params["k"]],
+    )
+    assert chosen.kind == "learned"
+    first = chosen.ranked_first
+    assert sorted(refitted) == sorted([first, *(k for k in range(5) if k != first)])
+    level = _select(fits, champion, valid, train, rule="simultaneous").confidence_level
+    assert chosen.confidence_level == level and 0.9 < level < 0.98
