@@ -13,6 +13,7 @@ from flows.config._base import library_field as _of
 __all__ = ["SearchConfig"]
 
 SELECTION = "poem.learners.selection:select_challenger"
+SelectionRule = Literal["bonferroni", "simultaneous", "holdout", "uncorrected"]  # selection.RULES
 
 
 class SearchConfig(Section):
@@ -21,7 +22,8 @@ class SearchConfig(Section):
     Trials whose validation ESS is below ``min_ess_fraction`` of the validation rows, or below
     ``min_ess`` rows, rank after the others (:func:`poem.learners.search.select_trial`). With a
     champion, ``learning_confidence_level`` is the level of
-    :func:`flows.tasks.search.choose_challenger`, which decides whether a selected fit is served.
+    :func:`flows.tasks.search.choose_challenger`, which decides whether a selected fit is served,
+    by ``selection_rule`` (:data:`poem.learners.selection.RULES`).
     """
 
     grid: dict[str, list[Scalar]] = Field(
@@ -39,6 +41,7 @@ class SearchConfig(Section):
     # the defaults of :func:`poem.learners.selection.select_challenger`, written there once
     confidence_level: float = _of(SELECTION, "confidence_level", gt=0, lt=1)
     learning_confidence_level: float = _of(SELECTION, "learning_confidence_level", gt=0, lt=1)
+    selection_rule: SelectionRule = "simultaneous"
     max_workers: int = Field(2, ge=1, le=64)
     cache_expiration_hours: float = Field(24.0, gt=0, le=24 * 365 * 10)
 

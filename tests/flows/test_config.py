@@ -410,3 +410,19 @@ def test_the_search_levels_are_the_selection_function_defaults(monkeypatch):
         assert PipelineConfig().search.learning_confidence_level == 0.8
     finally:
         _default_of.cache_clear()
+
+
+def test_search_selection_rule_is_the_library_rule_and_simultaneous_by_default(tmp_path):
+    """issue 35: the selection rule is a config key; its values are the library's rules."""
+    from typing import get_args
+
+    from flows.config.search import SelectionRule
+    from poem.learners.selection import RULES
+
+    assert get_args(SelectionRule) == RULES
+    assert load_config(REPO / "mlflow.yml").search.selection_rule == "simultaneous"
+    assert load_config(_write(tmp_path, "")).search.selection_rule == "simultaneous"
+    cfg = load_config(_write(tmp_path, "search:\n  selection_rule: holdout\n"))
+    assert cfg.search.selection_rule == "holdout"
+    with pytest.raises(ConfigError, match="selection_rule"):
+        load_config(_write(tmp_path, "search:\n  selection_rule: bonferoni\n"))
