@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from flows.config._base import Section
+from poem.estimators.gate_options import GATE_OPTIONS, gate_option
 
 __all__ = ["GateConfig"]
 
@@ -22,7 +23,7 @@ class GateConfig(Section):
     (tests, demos): a replay, not a fresh attempt.
     """
 
-    estimator: Literal["ips", "snips", "clipped_ips"] = "ips"
+    estimator: str = "ips"  # a name in poem.estimators.gate_options.GATE_OPTIONS
     clip: float | None = Field(None, gt=0)
     interval: Literal["t", "normal", "bootstrap"] = "t"
     confidence_level: float = Field(0.95, gt=0, lt=1)
@@ -32,14 +33,16 @@ class GateConfig(Section):
     seed: int | None = Field(None, ge=0)
     retry_fraction: float = Field(0.2, gt=0, lt=1)
 
+    @field_validator("estimator", mode="before")
+    @classmethod
+    def _registered_option(cls, value: object) -> object:
+        if isinstance(value, str) and value in GATE_OPTIONS:
+            return value
+        names = sorted(GATE_OPTIONS, key=lambda n: GATE_OPTIONS[n].uses_clip)  # clip-free first
+        listed = ", ".join(repr(n) for n in names[:-1]) + f" or {names[-1]!r}"
+        raise ValueError(f"Input should be {listed}, got {value!r}")
+
     @model_validator(mode="after")
-    def _clip_for_clipped(self) -> GateConfig:
-        if self.estimator == "clipped_ips" and self.clip is None:
-            raise ValueError("estimator 'clipped_ips' needs a clip value")
-        if self.estimator != "clipped_ips" and self.clip is not None:
-            raise ValueError(
-                f"gate.clip ({self.clip}) is only used by estimator 'clipped_ips', but "
-                f"gate.estimator is {self.estimator!r}; set gate.clip: null or "
-                "gate.estimator: clipped_ips"
-            )
+    def _option_checks(self) -> GateConfig:
+        gate_option(self.estimator).check_config(self.clip)  # the option's own config checks
         return self
