@@ -57,6 +57,9 @@ class PolicyComparison:
         1 − the difference's confidence level.
     family_alpha : float or None
         The α all attempts on the window share (the ledger's), or None when not ledgered.
+    propensity_source : {"logged", "estimated"}
+        Whether the test rows' propensities were logged or estimated (then the decision rests
+        on estimated propensities: :func:`poem.gate_estimated.estimated_gate_decision`).
     """
 
     challenger: Estimate
@@ -73,6 +76,7 @@ class PolicyComparison:
     attempt: int = 1
     family_alpha: float | None = None
     seed_given: bool = False
+    propensity_source: str = "logged"
 
     @property
     def alpha(self) -> float:
@@ -120,6 +124,7 @@ class PolicyComparison:
             out["gate_randomization"] = self.randomization
         out |= {"gate_attempt": self.attempt, "gate_alpha": self.alpha}
         out["gate_seed_given"] = float(self.seed_given)  # the seed itself: to_dict (128 bits)
+        out["gate_estimated_propensities"] = float(self.propensity_source == "estimated")
         out["challenger_effective_sample_size"] = self.challenger.effective_sample_size
         out["champion_effective_sample_size"] = self.champion.effective_sample_size
         return {k: float(v) for k, v in out.items()}
@@ -140,6 +145,7 @@ class PolicyComparison:
             "alpha": self.alpha,
             "family_alpha": self.family_alpha,
             "estimator": self.estimator,
+            "propensity_source": self.propensity_source,
             "reasons": list(self.reasons),
             "flags": list(self.flags),
             "metrics": self.metrics(),
@@ -167,9 +173,17 @@ class PolicyComparison:
             ("champion", self.champion),
             ("difference (challenger − champion)", self.difference),
         ]
+        source = []
+        if self.propensity_source == "estimated":
+            source = [
+                "**Rests on estimated propensities** (the log recorded none): doubly robust "
+                "terms with a margin for the propensity model's error; see the reasons.",
+                "",
+            ]
         lines = [
             f"## Counterfactual A/B gate: {self.decision}",
             "",
+            *source,
             f"| | estimator | risk | {100 * level:g}% interval ({self.difference.method}) "
             "| std. error | effective sample size | clipped | interval reliable |",
             "|---|---|---|---|---|---|---|---|",
