@@ -11,8 +11,8 @@ window-average risk on the test contexts equals the champion's exactly (exact A/
 promotion is a false one. Champions: the logging policy, and another policy.
 
 Cells: ``linear`` (the logger is a softmax of a linear score: the propensity model is well
-specified) and ``misspecified`` (the logger's score is quadratic in x: the linear model is
-wrong). Columns: the gate as shipped (margin η measured), the same with η = 0 (no margin, the
+specified) and ``misspecified`` (the logger's score is quadratic in x, mixed with 10 % uniform:
+the linear model is wrong). Columns: the gate as shipped (margin η measured), the same with η = 0 (no margin, the
 DR terms only), the limit 5 % + 2 s.e. of the replicates, the mean η, and the power of the
 shipped gate for a clearly better challenger (0.7 × the policy preferring low μ(x, a) + 0.3 ×
 the A/A challenger) on the same rows.
@@ -62,7 +62,9 @@ def _logger_probs(X: np.ndarray, cell: str) -> np.ndarray:
         s = s + 1.5 * np.column_stack(
             [X[:, 0] ** 2, -(X[:, 1] ** 2), X[:, 0] * X[:, 2], 0 * X[:, 0]]
         )
-    return 0.9 * _softmax(s) + 0.1 / K  # every action at least 2.5 %
+    if cell == "misspecified":
+        return 0.9 * _softmax(s) + 0.1 / K  # every action at least 2.5 %
+    return _softmax(s)  # a multinomial logit: the propensity model is well specified
 
 
 def _mu(X: np.ndarray) -> np.ndarray:

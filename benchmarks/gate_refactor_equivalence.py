@@ -158,6 +158,15 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.compare:
         a, b = (json.load(open(p)) for p in args.compare)
+        # fields the later tree added (e.g. propensity_source) are not compared
+        b = [
+            {
+                k: ({m: v[m] for m in x[k]} if k == "metrics" and k in x else v)
+                for k, v in y.items()
+                if k in x
+            }
+            for x, y in zip(a, b, strict=False)
+        ]
         diff = [
             (x["log"], x["estimator"], x["randomized"])
             for x, y in zip(a, b, strict=False)

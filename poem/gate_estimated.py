@@ -17,13 +17,14 @@ caller declares), and the test rows are independent draws from π₀ given their
 over the test rows and the attempt's fresh entropy the chance that an attempt promotes a
 challenger whose window-average risk is not below the champion's is at most the attempt's α.
 
-What is **not** guaranteed: that the η condition holds. η measures miscalibration averaged
-over bins of held-out pairs; a model that is wrong at some contexts (a misspecified model, an
-action the logger takes only somewhere) can violate it while its calibration looks good, and
-then the level is not guaranteed (``benchmarks/gate_estimated.py`` measures the false
-promotion of a misspecified model). The margin is on the propensities only: the loss model
-needs no assumption (any μ̂ in the loss bounds keeps the terms conservative). Only the
-discrete family is supported; other families are refused with one line.
+What is **not** guaranteed: that the η condition holds. η is the worst miscalibration over
+bins of held-out pairs, not over contexts; a model that is wrong at some contexts (a
+misspecified model, an action the logger takes only somewhere) can violate it while its
+calibration looks good, and then the level is not guaranteed
+(``benchmarks/gate_estimated.py`` measures the false promotion of a misspecified model).
+The margin is on the propensities only: the loss model needs no assumption (any μ̂ in the
+loss bounds keeps the terms conservative). Only the discrete family is supported; other
+families are refused with one line.
 """
 
 from __future__ import annotations
