@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from flows.config._base import Section
 from flows.config._base import library_field as _of
@@ -26,7 +26,7 @@ class GateConfig(Section):
     """
 
     # the defaults of :func:`poem.gate.gate_decision`, written there once
-    estimator: Literal["ips", "snips", "clipped_ips"] = _of(DECISION, "estimator")
+    estimator: str = _of(DECISION, "estimator")  # a name in gate_options.GATE_OPTIONS
     clip: float | None = _of(DECISION, "clip", gt=0)
     interval: Literal["t", "normal", "bootstrap"] = _of(DECISION, "interval")
     confidence_level: float = _of(DECISION, "confidence_level", gt=0, lt=1)
@@ -36,14 +36,20 @@ class GateConfig(Section):
     seed: int | None = Field(None, ge=0)
     retry_fraction: float = Field(0.2, gt=0, lt=1)
 
+    @field_validator("estimator", mode="before")
+    @classmethod
+    def _registered_option(cls, value: object) -> object:
+        from poem.estimators.gate_options import GATE_OPTIONS  # here: --help imports no library
+
+        if isinstance(value, str) and value in GATE_OPTIONS:
+            return value
+        names = sorted(GATE_OPTIONS, key=lambda n: GATE_OPTIONS[n].uses_clip)  # clip-free first
+        listed = ", ".join(repr(n) for n in names[:-1]) + f" or {names[-1]!r}"
+        raise ValueError(f"Input should be {listed}, got {value!r}")
+
     @model_validator(mode="after")
-    def _clip_for_clipped(self) -> GateConfig:
-        if self.estimator == "clipped_ips" and self.clip is None:
-            raise ValueError("estimator 'clipped_ips' needs a clip value")
-        if self.estimator != "clipped_ips" and self.clip is not None:
-            raise ValueError(
-                f"gate.clip ({self.clip}) is only used by estimator 'clipped_ips', but "
-                f"gate.estimator is {self.estimator!r}; set gate.clip: null or "
-                "gate.estimator: clipped_ips"
-            )
+    def _option_checks(self) -> GateConfig:
+        from poem.estimators.gate_options import gate_option
+
+        gate_option(self.estimator).check_config(self.clip)  # the option's own config checks
         return self

@@ -19,6 +19,7 @@ from flows.config.search import SearchConfig
 from flows.config.tracking import TrackingConfig
 from flows.config.training import TrainingConfig
 from flows.learners import LEARNERS, check_learner_params, learner_param_names
+from poem.estimators.gate_options import gate_option
 
 __all__ = ["PipelineConfig", "flatten"]
 
@@ -50,12 +51,9 @@ class PipelineConfig(Section):
         return raw
 
     @model_validator(mode="after")
-    def _snips_needs_a_weight_bound(self) -> PipelineConfig:
-        if self.gate.estimator == "snips" and self.checks.min_propensity <= 0:
-            raise ValueError(
-                "gate.estimator 'snips' needs a declared weight bound: set "
-                "checks.min_propensity > 0 (the logger's floor), or use gate.estimator: ips"
-            )
+    def _gate_option_checks(self) -> PipelineConfig:
+        # the option's own checks, with the declared floor (e.g. snips needs one)
+        gate_option(self.gate.estimator).check_config(self.gate.clip, self.checks.min_propensity)
         return self
 
     @model_validator(mode="after")

@@ -426,3 +426,46 @@ def test_search_selection_rule_is_the_library_rule_and_simultaneous_by_default(t
     assert cfg.search.selection_rule == "holdout"
     with pytest.raises(ConfigError, match="selection_rule"):
         load_config(_write(tmp_path, "search:\n  selection_rule: bonferoni\n"))
+
+
+def test_a_new_gate_option_is_one_class_and_one_registry_entry(tmp_path, monkeypatch):
+    # issue 34 item 5: config validation and the report read the option registry; nothing
+    # else branches on the option's name (before: a Literal in GateConfig, "snips" in
+    # PipelineConfig, ESTIMATORS and name tests in compare_policies)
+    from dataclasses import replace
+
+    import numpy as np
+
+    from poem.estimators.compare import compare_policies
+    from poem.estimators.gate_options import GATE_OPTIONS, IPSOption
+
+    class FlooredIPS(IPSOption):
+        """The ips terms and estimates, under its own name, with a declared floor required."""
+
+        name = "floored_ips"
+        needs_declared_floor = True
+
+        def estimate(self, losses, weights, clip, **options):
+            return replace(super().estimate(losses, weights, clip, **options), estimator=self.name)
+
+    monkeypatch.setitem(GATE_OPTIONS, FlooredIPS.name, FlooredIPS())  # the one registration
+    assert GateConfig(estimator="floored_ips").estimator == "floored_ips"
+    with pytest.raises(ValidationError, match=r"'ips', 'snips', 'floored_ips' or 'clipped_ips'"):
+        GateConfig(estimator="floored")
+    with pytest.raises(ConfigError, match=r"gate\.estimator 'floored_ips' needs a declared weight"):
+        load_config(_write(tmp_path, "gate:\n  estimator: floored_ips\n"))
+    cfg = load_config(
+        _write(tmp_path, "checks:\n  min_propensity: 0.1\ngate:\n  estimator: floored_ips\n")
+    )
+    assert cfg.gate.estimator == "floored_ips"
+
+    rng = np.random.default_rng(3)
+    losses, wc = rng.random(200), rng.uniform(0.2, 2.0, 200)
+    options = dict(loss_bounds=(0.0, 1.0), order_seed=5, min_ess=0.0)
+    new = compare_policies(losses, wc, np.ones(200), estimator="floored_ips", **options)
+    ips = compare_policies(losses, wc, np.ones(200), estimator="ips", **options)
+    assert new.estimator == "floored_ips" and new.to_dict()["estimator"] == "floored_ips"
+    assert new.challenger.estimator == "floored_ips"
+    assert new.difference.estimator == "floored_ips_difference"
+    assert new.upper_bound == ips.upper_bound and new.promote == ips.promote
+    assert "floored_ips terms" in new.to_markdown()
