@@ -50,6 +50,7 @@ from poem.estimators.improvement import decision_coin, draw_entropy, shuffle_row
 from poem.estimators.ips import Estimate
 from poem.estimators.weights import effective_sample_size
 from poem.ledger import Attempt, TestWindow, window_of
+from poem.logging_policy import _class_probabilities, _model
 
 __all__ = ["ESTIMATED_LABEL", "EstimatedGateRows", "estimated_gate_decision", "estimated_gate_rows"]
 
@@ -95,7 +96,6 @@ class EstimatedGateRows:
 def _propensity_model(random_state: int) -> Any:
     # poem.logging_policy's default model (multinomial logistic regression, L2 by held-out
     # log loss) and its Laplace smoothing: the one definition of the propensity model
-    from poem.logging_policy import _class_probabilities, _model
 
     return _model("logistic", None, random_state), _class_probabilities
 

@@ -19,12 +19,22 @@ class Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
-@functools.cache
-def _default_of(owner: str, name: str) -> Any:
+def library_object(owner: str) -> Any:
+    """The library object ``"package.module:Name"``, imported when first asked for.
+
+    Config modules name library objects this way, not by an import statement, so that
+    ``--help`` imports no library.
+    """
     module, _, qualname = owner.partition(":")
     obj: Any = importlib.import_module(module)
     for part in qualname.split("."):
         obj = getattr(obj, part)
+    return obj
+
+
+@functools.cache
+def _default_of(owner: str, name: str) -> Any:
+    obj = library_object(owner)
     if dataclasses.is_dataclass(obj):
         (found,) = (f for f in dataclasses.fields(obj) if f.name == name)
         if found.default_factory is not dataclasses.MISSING:

@@ -6,10 +6,13 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from flows.config._base import Section
+from flows.config._base import Section, library_object
 from flows.config._base import library_field as _of
 
 __all__ = ["GateConfig"]
+
+OPTIONS = "poem.estimators.gate_options:GATE_OPTIONS"  # the registry: one class per option
+OPTION = "poem.estimators.gate_options:gate_option"
 
 DECISION = "poem.gate:gate_decision"
 
@@ -39,17 +42,15 @@ class GateConfig(Section):
     @field_validator("estimator", mode="before")
     @classmethod
     def _registered_option(cls, value: object) -> object:
-        from poem.estimators.gate_options import GATE_OPTIONS  # here: --help imports no library
-
-        if isinstance(value, str) and value in GATE_OPTIONS:
+        options = library_object(OPTIONS)
+        if isinstance(value, str) and value in options:
             return value
-        names = sorted(GATE_OPTIONS, key=lambda n: GATE_OPTIONS[n].uses_clip)  # clip-free first
+        names = sorted(options, key=lambda n: options[n].uses_clip)  # clip-free first
         listed = ", ".join(repr(n) for n in names[:-1]) + f" or {names[-1]!r}"
         raise ValueError(f"Input should be {listed}, got {value!r}")
 
     @model_validator(mode="after")
     def _option_checks(self) -> GateConfig:
-        from poem.estimators.gate_options import gate_option
-
-        gate_option(self.estimator).check_config(self.clip)  # the option's own config checks
+        option = library_object(OPTION)(self.estimator)
+        option.check_config(self.clip)  # the option's own config checks
         return self

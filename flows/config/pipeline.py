@@ -10,16 +10,15 @@ from typing import Any
 import yaml
 from pydantic import Field, model_validator
 
-from flows.config._base import Section
+from flows.config._base import Section, library_object
 from flows.config.checks import ChecksConfig
 from flows.config.dask import DaskConfig
 from flows.config.data import DataConfig
-from flows.config.gate import GateConfig
+from flows.config.gate import OPTION, GateConfig
 from flows.config.search import SearchConfig
 from flows.config.tracking import TrackingConfig
 from flows.config.training import TrainingConfig
 from flows.learners import LEARNERS, check_learner_params, learner_param_names
-from poem.estimators.gate_options import gate_option
 
 __all__ = ["PipelineConfig", "flatten"]
 
@@ -53,7 +52,8 @@ class PipelineConfig(Section):
     @model_validator(mode="after")
     def _gate_option_checks(self) -> PipelineConfig:
         # the option's own checks, with the declared floor (e.g. snips needs one)
-        gate_option(self.gate.estimator).check_config(self.gate.clip, self.checks.min_propensity)
+        option = library_object(OPTION)(self.gate.estimator)
+        option.check_config(self.gate.clip, self.checks.min_propensity)
         return self
 
     @model_validator(mode="after")

@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -79,6 +79,7 @@ from poem.learners.learning_evidence import (
     learning_evidence,
     simultaneous_level,
 )
+from poem.learners.search import policy_scores
 
 __all__ = [
     "RULES",
@@ -261,10 +262,6 @@ def confirm_split(
 
 def _rescored(fits: Sequence[Trial], log: Any, temperatures, rule: dict, scoring: str, level):
     """Each fit re-scored on ``log`` at every temperature, served at the one ``log`` picks."""
-    from dataclasses import replace
-
-    from poem.learners.search import policy_scores
-
     out, policies = [], []
     for t in fits:
         if t.estimator is None:
