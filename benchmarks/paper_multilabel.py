@@ -33,12 +33,16 @@ Test losses never select anything: what each POEM row serves is
 the flow does when a champion exists (here h₀: the fits start from it), h₀ re-tempered at each
 serving temperature joins every selection as a "no learning" candidate, a first-ranked fit is
 served only when the paired doubly robust evidence on the validation rows (clustered by
-context) shows it better than the best candidate at the Bonferroni-corrected level
-1 − (1 − ``search.learning_confidence_level``)/K (K = distinct fits), and a re-tempering only
+context) shows it better than the best candidate at the level ``search.selection_rule``
+gives (default ``simultaneous``: the max-t level of the K distinct fits' paired differences;
+``bonferroni``: 1 − (1 − ``search.learning_confidence_level``)/K), and a re-tempering only
 when shown better than h₀ as served. Beside the default row ``POEM``: ``POEM uncorrected``
-(the earlier rule, no correction), ``POEM strict`` (K = fits × temperatures) and
-``POEM fits only`` (no champion candidates; ``--no-champion-candidates`` drops them
-everywhere). The summary gives, run by run, the worst POEM − h₀ and every run where POEM is
+(no correction), ``POEM bonferroni`` (the previous default, K = distinct fits),
+``POEM strict`` (Bonferroni, K = fits × temperatures), ``POEM max-t``
+(``simultaneous``), ``POEM holdout`` (select on half the validation contexts, confirm the
+winner on the other half, uncorrected) and ``POEM fits only`` (no champion candidates;
+``--no-champion-candidates`` drops them everywhere). ``--set search.selection_rule=bonferroni``
+makes ``POEM`` the earlier release's rule. The summary gives, run by run, the worst POEM − h₀ and every run where POEM is
 worse than the sharpened h₀.
 """
 
@@ -89,6 +93,9 @@ METHODS = (
     "POEM fits only",
     "POEM uncorrected",
     "POEM strict",
+    "POEM bonferroni",
+    "POEM holdout",
+    "POEM max-t",
     "POEM",
     "skyline",
 )
@@ -99,6 +106,9 @@ COMBINED = {
     "POEM fits only": ("POEM(S)", "POEM(B)"),  # the same search without the champion candidates
     "POEM uncorrected": ("POEM(S)", "POEM(B)"),  # the earlier rule: no multiplicity correction
     "POEM strict": ("POEM(S)", "POEM(B)"),  # K = fits × temperatures (the strict union bound)
+    "POEM bonferroni": ("POEM(S)", "POEM(B)"),  # the previous default: 1 − γ/K, K fits
+    "POEM holdout": ("POEM(S)", "POEM(B)"),  # select on half the contexts, confirm on the rest
+    "POEM max-t": ("POEM(S)", "POEM(B)"),  # simultaneous (max-t) bound over the K fits
     "POEM": ("POEM(S)", "POEM(B)"),
 }
 LEARNERS = {
@@ -251,6 +261,7 @@ def flow_defaults(config: Path, overrides: list[str] = ()) -> dict:
         "temperatures": cfg.search.temperatures,
         "confidence_level": cfg.search.confidence_level,
         "learning_confidence_level": cfg.search.learning_confidence_level,
+        "selection_rule": cfg.search.selection_rule,
     }
     for item in overrides:
         key, _, value = item.partition("=")
@@ -476,6 +487,17 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
         rule = argparse.Namespace(
             multiplicity=args.multiplicity and name != "POEM uncorrected",
             per_temperature=name == "POEM strict",
+            rule=(
+                "holdout"
+                if name == "POEM holdout"
+                else "bonferroni"
+                if name in ("POEM strict", "POEM bonferroni")
+                else "simultaneous"
+                if name == "POEM max-t"
+                else "uncorrected"
+                if name == "POEM uncorrected" or not args.multiplicity
+                else defaults["selection_rule"]
+            ),
         )
         out[name] = served_choice(
             pool, extra, h0, floor, defaults, min_ess, ds, (valid, train), contexts, rule
@@ -513,6 +535,8 @@ def served_choice(fits, candidates, h0, floor, defaults, min_ess, ds, logs, grou
         groups=groups,
         multiplicity=args.multiplicity,
         per_temperature=getattr(args, "per_temperature", False),
+        rule=getattr(args, "rule", None)
+        or (defaults["selection_rule"] if args.multiplicity else "uncorrected"),
     )
     trial = chosen.selected_trial
     retempered = chosen.kind == RETEMPERED
@@ -615,13 +639,16 @@ def summarise(ds_name: str, runs: list[dict], args, wall: float, defaults: dict)
         "B": ("POEM(B)", "IPS(B)"),
         "default": ("POEM", "IPS"),
         "fits only": ("POEM fits only", "IPS"),
+        "holdout": ("POEM holdout", "IPS"),
+        "max-t": ("POEM max-t", "IPS"),
+        "bonferroni": ("POEM bonferroni", "IPS"),
     }.items():
         a = methods[poem_row]["per_run"]
         p_value[kind] = one_tailed(a, methods[ips_row]["per_run"])
         p_h0[kind] = one_tailed(a, methods["h0"]["per_run"])
         p_sharp[kind] = one_tailed(a, methods[SHARPENED]["per_run"])
     worst = {}  # run by run: the served policy against h₀ and the sharpened h₀
-    for name in ("POEM", "POEM uncorrected", "POEM strict"):
+    for name in ("POEM", *(n for n in COMBINED if n.startswith("POEM ") and n != "POEM fits only")):
         served = np.array(methods[name]["per_run"])
         worse = served - np.array(methods[SHARPENED]["per_run"])
         worst[name] = {

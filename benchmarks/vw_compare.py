@@ -72,7 +72,7 @@ from poem.learners.champion_candidates import (
 )
 from poem.learners.ipw_classifier import IPWClassifier
 from poem.learners.search import ess_floor
-from poem.learners.selection import select_challenger
+from poem.learners.selection import RULES, select_challenger
 from poem.simulate import fit_logging_policy, supervised_to_bandit
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -247,6 +247,7 @@ def flow_defaults(config: Path) -> dict:
         "temperatures": cfg.search.temperatures,
         "confidence_level": cfg.search.confidence_level,
         "learning_confidence_level": cfg.search.learning_confidence_level,
+        "selection_rule": cfg.search.selection_rule,
         "refit_on": cfg.training.refit_on,
     }
 
@@ -328,6 +329,7 @@ def flow_search(defaults: dict, trials, valid, train, champion=None, refit_log=N
         evidence_logs=(valid, train),
         groups=groups,
         multiplicity=defaults.get("multiplicity", True),
+        rule=defaults["selection_rule"] if defaults.get("multiplicity", True) else "uncorrected",
     )
     policy, evidence, refit = chosen.policy, chosen.evidence, None
     if chosen.kind == "learned":
@@ -579,6 +581,12 @@ def main(argv=None) -> int:
         action="store_false",
         help="the uncorrected selection of earlier releases (poem.learners.selection)",
     )
+    parser.add_argument(
+        "--rule",
+        choices=RULES,
+        default=None,
+        help="the challenger selection rule (default: the config's search.selection_rule)",
+    )
     args = parser.parse_args(argv)
     try:
         import vowpalwabbit  # noqa: F401
@@ -587,6 +595,8 @@ def main(argv=None) -> int:
         return 1
     defaults = flow_defaults(args.config)
     defaults["multiplicity"] = args.multiplicity
+    if args.rule is not None:
+        defaults["selection_rule"] = args.rule
     for item in args.param:
         key, _, value = item.partition("=")
         defaults["params"][key] = yaml.safe_load(value)

@@ -53,8 +53,8 @@ class CheckSettings:
     """How to read and check a log (from ``check``'s flags or ``mlflow.yml``'s data/checks).
 
     ``poem-pipeline check``, ``retrain`` and the scheduled flow build it with the one
-    translation :func:`flows.checking.check_settings` of ``mlflow.yml``; its defaults are
-    the config's (``tests/flows/test_check_settings.py`` holds them equal).
+    translation :func:`flows.checking.check_settings` of ``mlflow.yml``. Its defaults are
+    written here once: the ``checks:`` section of the config reads them from this class.
 
     Parameters
     ----------

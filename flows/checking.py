@@ -2,7 +2,7 @@
 
 ``poem-pipeline check``, the ``retrain`` flow and the scheduled flow all call
 :func:`check_settings`, so a log is refused by one exactly when it is refused by the others
-(``tests/flows/test_check_settings.py`` runs both over each ``checks:`` key).
+(``tests/flows/test_own_log.py`` runs both over each ``checks:`` key).
 """
 
 from __future__ import annotations

@@ -263,7 +263,7 @@ def run_closed_loop(
                 )
             round_log = env.serve_round(_predict(model), round_, seed, log)
             partition = workdir / "logs" / env.partition(round_)
-            result = retrain(config, logs=partition)
+            result = retrain(cfg, logs=partition)  # settings loaded once, above
             challenger = load_version_policy(client, tracking, result.challenger_version)
             losses[result.challenger_version] = true_loss(challenger)
             champion = result.champion_version or served.model_version

@@ -249,7 +249,7 @@ def scheduled_retrain(
                 "partitions": names,
             }
         logger.info("retraining on %s", names)
-        result = retrain(config_path, logs=staged)
+        result = retrain(cfg, logs=staged)  # the settings loaded above: read once per run
     line = decision_line(result, names)
     logger.info(line)
     print(line, flush=True)  # the worker's console: one line per run, naming the decision

@@ -24,13 +24,14 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from data_checks.estimation import ESTIMATED, LOGGED, PROPENSITY_SOURCE_KEY
 from flows.cluster import data_client, flow_task_runner, use_partitions
-from flows.config import ConfigError, load_config
+from flows.config import ConfigError, PipelineConfig, load_config
 from flows.learners import same_fits
 from flows.registry import version_tags
 from flows.store_faults import discard_unfinished_models
 from flows.tasks import current_progress, reset_progress, set_progress
 from flows.tasks.gate import (
     declared_floor,
+    estimated_gate_inputs,
     gate_candidate,
     gate_metrics,
     load_champion,
@@ -69,6 +70,7 @@ __all__ = [
     "retrain",
     "retrain_progress",
     "run_retrain",
+    "run_settings",
 ]
 
 
@@ -365,10 +367,14 @@ def _stages(cfg: Any, run: Any, fingerprint: str, client: Any = None) -> tuple:
             training, header, cfg.training, trials[best].params, run, champion, selection.estimator
         )
     blocking = [c.name for c in propensity.warnings] if cfg.checks.block_on_warnings else []
-    test_rows = gate_inputs(policy, champion, parts)
+    source_of_p = log_metadata[PROPENSITY_SOURCE_KEY]
+    if source_of_p == ESTIMATED:  # DR + translated terms with the model's error margin
+        test_rows = estimated_gate_inputs(policy, champion, parts)
+    else:
+        test_rows = gate_inputs(policy, champion, parts)
     floor = declared_floor(cfg.data, cfg.checks)
     attempt = open_attempt(cfg.tracking, champion_version, test_rows, cfg.gate, run)
-    comparison = gate_candidate(test_rows, cfg.gate, blocking, floor, attempt)
+    comparison = gate_candidate(test_rows, cfg.gate, blocking, floor, attempt, source_of_p)
     report_gate(comparison, champion_version, run)
     return comparison, trials, best, policy, header.n_rows, champion_version, log_metadata
 
@@ -393,18 +399,22 @@ def _close_failed_run(run: Any, data_path: str, exc: BaseException) -> None:
 
 @flow(name="retrain", task_runner=ThreadPoolTaskRunner(max_workers=8), validate_parameters=False)
 def retrain(
-    config_path: str | Path, logs: str | Path | None = None, overrides: dict[str, Any] | None = None
+    config: PipelineConfig | str | Path,
+    logs: str | Path | None = None,
+    overrides: dict[str, Any] | None = None,
 ) -> RetrainResult:
     """Validate new logs, learn a policy, gate it against the champion, register and promote.
 
     Parameters
     ----------
-    config_path : str or Path
-        ``mlflow.yml``.
+    config : PipelineConfig or str or Path
+        The run's settings, loaded once by the caller (``poem-pipeline retrain``, the
+        scheduled flow), or the path of ``mlflow.yml`` to load them from (once, here).
     logs : str or Path or None, default=None
         Log file or folder overriding ``data.path``.
     overrides : dict or None, default=None
-        Dotted config keys → values applied on top of the file (``retrain --set``).
+        Dotted config keys → values applied on top of the file (``retrain --set``); only with
+        a path (a loaded config already holds its overrides).
 
     Returns
     -------
@@ -419,11 +429,11 @@ def retrain(
         On Ctrl-C after the MLflow run started (the run is marked KILLED).
     flows.config.ConfigError
         When ``mlflow.yml`` is invalid.
+    TypeError
+        When ``overrides`` come with a loaded config.
     """
     progress = current_progress() or RetrainProgress()
-    cfg = load_config(config_path, overrides)
-    if logs is not None:
-        cfg = cfg.with_data_path(logs)
+    cfg = run_settings(config, logs, overrides)
     progress.tracking = cfg.tracking
     flow_run_id = str(flow_run.get_id() or "local")
     fingerprint = fingerprint_logs(cfg.data)
@@ -513,11 +523,57 @@ def retrain(
     return result
 
 
+def run_settings(
+    config: PipelineConfig | str | Path,
+    logs: str | Path | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> PipelineConfig:
+    """The settings of one run: ``config`` itself, or the file loaded once; ``logs`` applied.
+
+    Parameters
+    ----------
+    config : PipelineConfig or str or Path
+        The validated settings, or the path of ``mlflow.yml``.
+    logs : str or Path or None, default=None
+        Log file or folder overriding ``data.path``.
+    overrides : dict or None, default=None
+        Dotted keys → values for :func:`flows.config.load_config` (only with a path).
+
+    Returns
+    -------
+    PipelineConfig
+        The run's one settings object.
+
+    Raises
+    ------
+    flows.config.ConfigError
+        When the file is invalid.
+    TypeError
+        When ``overrides`` come with a loaded config (apply them when loading it:
+        ``load_config(path, overrides)``).
+    """
+    if isinstance(config, PipelineConfig):
+        if overrides:
+            raise TypeError(
+                f"overrides {sorted(overrides)} given with a loaded config: pass them to "
+                "load_config(path, overrides), or pass the path"
+            )
+        cfg = config
+    else:
+        cfg = load_config(config, overrides)
+    return cfg if logs is None else cfg.with_data_path(logs)
+
+
 def run_retrain(
-    config_path: str | Path, logs: str | Path | None = None, overrides: dict[str, Any] | None = None
+    config: PipelineConfig | str | Path,
+    logs: str | Path | None = None,
+    overrides: dict[str, Any] | None = None,
 ) -> RetrainResult:
-    """Run :func:`retrain` on the task runner of :func:`flows.cluster.flow_task_runner`."""
-    cfg = load_config(config_path, overrides)
-    runner = flow_task_runner(cfg.dask, logs if logs is not None else cfg.data.path)
+    """Run :func:`retrain` on the task runner of :func:`flows.cluster.flow_task_runner`.
+
+    The settings are loaded here once (when ``config`` is a path) and passed to the flow.
+    """
+    cfg = run_settings(config, logs, overrides)
+    runner = flow_task_runner(cfg.dask, cfg.data.path)
     flow_ = retrain if runner is None else retrain.with_options(task_runner=runner)
-    return flow_(config_path, logs, overrides)
+    return flow_(cfg)

@@ -15,8 +15,10 @@ import hashlib
 import json
 import math
 import os
+import re
 import socket
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -38,6 +40,8 @@ from poem.io.logs import log_fingerprint
 
 __all__ = [
     "COMPARE_METRICS",
+    "OUTAGE_DELAYS",
+    "OutageRetryingClient",
     "compare_metrics",
     "PARENT_RUN_TAG",
     "TrackedRun",
@@ -47,6 +51,7 @@ __all__ = [
     "ensure_experiment",
     "experiment_ui_tags",
     "headline_view_url",
+    "is_database_outage",
     "finish_run",
     "flatten",
     "describe_run",
@@ -60,6 +65,7 @@ __all__ = [
     "recent_runs",
     "redact",
     "run_name",
+    "single_attempts",
     "start_run",
     "store_lock",
     "store_lock_path",
@@ -161,6 +167,78 @@ HTTP_DEFAULTS = {
 }
 
 
+# urllib3's words when the server answered 503 to every one of MLflow's HTTP retries: the
+# tracking server is up and its database is not (a PostgreSQL restart: MLflow answers 503
+# TEMPORARILY_UNAVAILABLE while its connections fail)
+DATABASE_OUTAGE = re.compile(r"too many 503 error responses")
+# waits before each further attempt of a call that met a database outage (33 s in all, with
+# MLflow's own ~3 s of HTTP retries per attempt): a restart of the tracking database
+OUTAGE_DELAYS = (3.0, 10.0, 20.0)
+
+
+def is_database_outage(exc: BaseException) -> bool:
+    """True when ``exc`` is a tracking server's 503 to all of MLflow's HTTP retries."""
+    return (
+        isinstance(exc, MlflowException)
+        and exc.message.startswith("API request to")
+        and DATABASE_OUTAGE.search(exc.message) is not None
+    )
+
+
+_RETRYING = threading.local()  # a call inside a retried call is not retried again
+
+
+@contextlib.contextmanager
+def single_attempts() -> Iterator[None]:
+    """Calls of :class:`OutageRetryingClient` in this block (this thread) are made once.
+
+    For a caller that already retries on its own delays (closing a run at the end, reading an
+    alias after a failure), so that an outage does not cost both bounds multiplied.
+    """
+    previous = getattr(_RETRYING, "active", False)
+    _RETRYING.active = True
+    try:
+        yield
+    finally:
+        _RETRYING.active = previous
+
+
+class OutageRetryingClient(MlflowClient):
+    """An :class:`mlflow.MlflowClient` whose calls wait out a restart of the server's database.
+
+    A tracking server whose database is restarting answers 503 to each of MLflow's HTTP retries
+    (about 3 s, :data:`HTTP_DEFAULTS`) and a PostgreSQL restart takes 5–30 s, so a write
+    outside a retried stage (``select-challenger``'s metrics, ``split-logs``' params) failed the
+    run. A public method that fails that way (:func:`is_database_outage`) is called again after
+    each of :attr:`delays` (:data:`OUTAGE_DELAYS`); any other error, and a server that does not
+    answer at all (connection refused: not retried here), is raised at once.
+    """
+
+    delays: tuple[float, ...] = OUTAGE_DELAYS
+
+    def __getattribute__(self, name: str) -> Any:
+        attribute = super().__getattribute__(name)
+        if name.startswith("_") or not callable(attribute):
+            return attribute
+        delays = super().__getattribute__("delays")
+
+        @functools.wraps(attribute)
+        def retried(*args: Any, **kwargs: Any) -> Any:
+            if getattr(_RETRYING, "active", False):
+                return attribute(*args, **kwargs)
+            with single_attempts():
+                for delay in delays:
+                    try:
+                        return attribute(*args, **kwargs)
+                    except MlflowException as exc:
+                        if not is_database_outage(exc):
+                            raise
+                    time.sleep(delay)
+                return attribute(*args, **kwargs)
+
+        return retried
+
+
 def quiet_run_links() -> None:
     """Stop MLflow printing "View run … at: …" for every run it ends on a tracking server.
 
@@ -178,7 +256,8 @@ def client_for(tracking: TrackingConfig, *, read_only: bool = False) -> MlflowCl
     (:func:`_initialise_store`); with ``read_only`` an existing database is only checked (no
     lock file, no migration). A database server is connected to once per process
     (:func:`flows.store_faults.check_database`: a wrong password in one line, at once). An
-    ``http(s)://`` server gets :data:`HTTP_DEFAULTS`.
+    ``http(s)://`` server gets :data:`HTTP_DEFAULTS`, and an :class:`OutageRetryingClient`
+    (a restart of its database is waited out, within :data:`OUTAGE_DELAYS`).
     """
     database = sqlite_path(tracking.uri)
     if read_only and database is not None and database.is_file():
@@ -191,6 +270,7 @@ def client_for(tracking: TrackingConfig, *, read_only: bool = False) -> MlflowCl
         for key, value in HTTP_DEFAULTS.items():
             os.environ.setdefault(key, value)
         quiet_run_links()
+        return OutageRetryingClient(tracking_uri=tracking.uri, registry_uri=tracking.uri)
     return MlflowClient(tracking_uri=tracking.uri, registry_uri=tracking.uri)
 
 

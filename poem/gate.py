@@ -20,10 +20,12 @@ from typing import Any
 
 import numpy as np
 
+from poem.data import LoggedBandit
 from poem.estimators.compare import PolicyComparison, compare_policies
 from poem.estimators.improvement import decision_coin, draw_entropy
 from poem.estimators.weights import _check_values, importance_weights
 from poem.ledger import Attempt, TestWindow, window_of
+from poem.policies import StochasticPolicy
 
 __all__ = [
     "GateRows",
@@ -70,6 +72,7 @@ class GateRows:
 
 
 _TV_CHUNK = 1_000_000  # probabilities (rows × actions) held at once per policy
+_TV_FAMILIES = ("discrete", "candidates", "multilabel")  # full per-row distributions
 
 
 def _row_total_variation(family: Any, pc: np.ndarray, ph: np.ndarray, inputs: Any) -> np.ndarray:
@@ -84,7 +87,9 @@ def _row_total_variation(family: Any, pc: np.ndarray, ph: np.ndarray, inputs: An
     return -np.expm1(np.sum(np.log1p(-np.minimum(gap, 1.0)), axis=1))
 
 
-def policy_total_variation(challenger: Any, champion: Any, log: Any) -> np.ndarray | None:
+def policy_total_variation(
+    challenger: StochasticPolicy, champion: StochasticPolicy | None, log: LoggedBandit
+) -> np.ndarray | None:
     r"""An upper bound U(xᵢ) on the two policies' total variation distance at each row's context.
 
     .. math::
@@ -105,35 +110,50 @@ def policy_total_variation(challenger: Any, champion: Any, log: Any) -> np.ndarr
     only, never on the logged actions or losses, so the gate may use it before the rows'
     outcomes are seen. Computed in chunks of rows.
 
+    Parameters
+    ----------
+    challenger, champion : StochasticPolicy
+        The two policies (``champion`` None: the logging policy, no TV needed).
+    log : LoggedBandit
+        The rows (their contexts, or candidate sets).
+
     Returns
     -------
     ndarray of shape (n_samples,) or None
         U(xᵢ) in [0, 1]. None when ``champion`` is None (the logging policy), the two
-        policies are not :class:`StochasticPolicy` of one family, or the log has neither
-        contexts nor candidate sets.
+        policies are of different families or of a family without full per-row
+        distributions, or the log has neither contexts nor candidate sets.
+
+    Raises
+    ------
+    TypeError
+        When a policy is not a :class:`~poem.policies.StochasticPolicy` (the gate computes
+        its vectors from served policies, nothing else).
     """
     if champion is None:
         return None
-    families = [getattr(p, "family", None) for p in (challenger, champion)]
-    if any(f is None for f in families) or families[0].name != families[1].name:
-        return None
-    family = families[0]
-    if family.name not in ("discrete", "candidates", "multilabel"):
+    for role, policy in (("challenger", challenger), ("champion", champion)):
+        if not isinstance(policy, StochasticPolicy):
+            raise TypeError(
+                f"{role} must be a StochasticPolicy (the gate's vectors come from served "
+                f"policies), got {type(policy).__name__}"
+            )
+    family = challenger.family
+    if family.name != champion.family.name or family.name not in _TV_FAMILIES:
         return None
     if family.name == "candidates":
-        if getattr(log, "candidates", None) is None:
+        if log.candidates is None:
             return None
         inputs = family.inputs_from_log(log)
         pc, ph = (p.family.predict_proba(p.coef, inputs, **p._kw()) for p in (challenger, champion))
         return np.clip(_row_total_variation(family, pc, ph, inputs), 0.0, 1.0)
-    contexts = getattr(log, "contexts", None)
-    if contexts is None:
+    if log.contexts is None:
         return None
-    n = int(contexts.shape[0])
+    n = int(log.contexts.shape[0])
     step = max(1, _TV_CHUNK // max(int(getattr(family, "n_actions", 1) or 1), 1))
     out = np.empty(n)
     for start in range(0, n, step):
-        rows = contexts[start : start + step]
+        rows = log.contexts[start : start + step]
         pc, ph = (
             np.asarray(p.predict_proba(rows), dtype=np.float64) for p in (challenger, champion)
         )

@@ -48,7 +48,7 @@ __all__ = [
 
 SKETCH_SIZE = 32  # smallest row keys kept per untimed window (bottom-k sketch)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_SALTS = {"loss": 1, "propensity": 2, "action": 3, "context": 4, "candidate": 5}
+_SALTS = {"loss": 1, "propensity": 2, "action": 3, "context": 4, "candidate": 5, "time": 6}
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
@@ -96,9 +96,11 @@ def _matrix_keys(matrix: Any, salt: int, offsets: np.ndarray | None = None) -> n
 def row_keys(log: Any) -> np.ndarray:
     """A 64-bit key per row: its event id where the log has them, else a hash of its values.
 
-    The value hash combines the row's loss, propensity, action and context (or candidate
-    features), so equal rows (in any log, read in any order) get equal keys and different
-    rows different ones (up to 2⁻⁶⁴ collisions).
+    The value hash combines the row's loss, propensity, action, context (or candidate
+    features) and timestamp where the log has them, so equal rows (in any log, read in any
+    order) get equal keys and different rows different ones (up to 2⁻⁶⁴ collisions). Equal
+    values at another time are another event: a day that replays yesterday's contexts is
+    not yesterday's window.
 
     Parameters
     ----------
@@ -132,6 +134,12 @@ def row_keys(log: Any) -> np.ndarray:
             key = key + _matrix_keys(
                 candidates.features, _SALTS["candidate"], np.asarray(candidates.offsets)
             )
+        timestamps = getattr(log, "timestamps", None)
+        if (
+            timestamps is not None
+        ):  # the same context, action and loss at another time: another event
+            ns = np.asarray(timestamps, dtype="datetime64[ns]").view(np.int64).view(np.uint64)
+            key = key + _mix(ns ^ _mix(np.uint64(_SALTS["time"])))
         return _mix(key)
 
 

@@ -33,10 +33,9 @@ from poem.ledger import row_keys, test_window
 from poem.splits import split_rows, split_summary
 
 __all__ = [
-    "FixedProbabilities",
     "LogHeader",
     "PartitionedSplit",
-    "RowsView",
+    "PolicyRows",
     "as_partitions",
     "concat_logs",
     "kept_rows",
@@ -211,39 +210,33 @@ def log_header(source: Any) -> LogHeader:
 
 # -- per-row vectors for the estimators and the gate ---------------------------------------------
 @dataclass(frozen=True)
-class RowsView:
-    """The per-row columns the estimators read, gathered from partitions (in log order).
+class PolicyRows:
+    """Per-row vectors of some rows and each policy's π(yᵢ|xᵢ) on them (log order).
 
-    Duck-types the attributes of :class:`~poem.data.LoggedBandit` that
-    :func:`~poem.estimators.ips.evaluate_policy` and :func:`poem.gate.counterfactual_ab_test`
-    read (``losses``, ``propensities``, ``loss_bounds``, ``n_rows``), with
-    :class:`FixedProbabilities` standing in for the policies.
+    Attributes
+    ----------
+    losses : ndarray of shape (n_samples,)
+        δᵢ.
+    propensities : ndarray of shape (n_samples,)
+        Logged pᵢ.
+    loss_bounds : tuple of float
+        Declared (δ_min, δ_max).
+    probabilities : tuple of ndarray of shape (n_samples,)
+        One per policy given to :func:`policy_rows`: π(yᵢ|xᵢ).
+    timestamps : ndarray or None, default=None
+        The rows' timestamps, when the log has them.
     """
 
     losses: np.ndarray
     propensities: np.ndarray
     loss_bounds: tuple[float, float]
+    probabilities: tuple[np.ndarray, ...]
     timestamps: Any = None
 
     @property
     def n_rows(self) -> int:
         """Number of rows."""
         return int(self.losses.shape[0])
-
-
-@dataclass(frozen=True)
-class FixedProbabilities:
-    """A policy's π(yᵢ|xᵢ) on a :class:`RowsView`'s rows, computed where the rows live."""
-
-    probabilities: np.ndarray
-
-    def log_action_probability_on(self, log: Any) -> np.ndarray:
-        """π(yᵢ|xᵢ) of the view's rows."""
-        if log.n_rows != self.probabilities.size:
-            raise ValueError(
-                f"probabilities for {self.probabilities.size:,} rows, log has {log.n_rows:,}"
-            )
-        return self.probabilities
 
 
 def _policy_rows(log: Any, rows: np.ndarray, *, policies: tuple) -> tuple | None:
@@ -270,9 +263,7 @@ def _stack(values: list) -> Any:
     return np.concatenate([np.asarray(v) for v in values])
 
 
-def policy_rows(
-    source: Any, rows: list[np.ndarray], policies: tuple = ()
-) -> tuple[RowsView, list[FixedProbabilities]]:
+def policy_rows(source: Any, rows: list[np.ndarray], policies: tuple = ()) -> PolicyRows:
     """Losses, propensities and each policy's probabilities of the given rows, in log order.
 
     Parameters
@@ -286,9 +277,9 @@ def policy_rows(
 
     Returns
     -------
-    view : RowsView
-    probabilities : list of FixedProbabilities
-        One per policy.
+    PolicyRows
+        The rows' vectors, with one probability vector per policy (for
+        :func:`poem.estimators.ips.evaluate_rows`).
 
     Raises
     ------
@@ -298,16 +289,13 @@ def policy_rows(
     pieces = [p for p in source.map(_policy_rows, rows, policies=tuple(policies), gather=True) if p]
     if not pieces:
         raise ValueError("no rows selected in any of the partitions (0 rows)")
-    view = RowsView(
+    return PolicyRows(
         np.concatenate([p[0] for p in pieces]),
         np.concatenate([p[1] for p in pieces]),
         pieces[0][2],
+        tuple(np.concatenate([p[3][j] for p in pieces]) for j in range(len(policies))),
         _stack([p[4] for p in pieces]),
     )
-    probs = [
-        FixedProbabilities(np.concatenate([p[3][j] for p in pieces])) for j in range(len(policies))
-    ]
-    return view, probs
 
 
 def partitioned_gate_rows(

@@ -96,14 +96,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         type=float,
         default=None,
         help="propensities must be strictly greater than this (default: checks.min_propensity "
-        "of the config, 0)",
+        "of the config, as retrain)",
     )
     parser.add_argument(
         "--max-quarantine-fraction",
         type=float,
         default=None,
         help="fail when more than this fraction of rows is quarantined (default: "
-        "checks.max_quarantine_fraction of the config, 0.01, as retrain)",
+        "checks.max_quarantine_fraction of the config, as retrain)",
     )
     parser.add_argument(
         "--target-policy",

@@ -217,7 +217,7 @@ def _checked_run(
         return fail(str(exc), EXIT_FAILED)
     with interruptible():
         try:
-            return _run_flow(config, path, overrides, verbose, t0, cfg, server)
+            return _run_flow(cfg.with_data_path(path), verbose, t0, server)
         except KeyboardInterrupt as exc:
             run_id = _run_id(exc)
             what = (
@@ -248,15 +248,8 @@ def _run_id(exc: BaseException | None) -> str | None:
     return None
 
 
-def _run_flow(
-    config: Path,
-    logs: Path,
-    overrides: dict[str, Any] | None,
-    verbose: bool,
-    t0: float,
-    cfg: PipelineConfig,
-    server: TemporaryServer | None,
-) -> int:
+def _run_flow(cfg: PipelineConfig, verbose: bool, t0: float, server: TemporaryServer | None) -> int:
+    """Run the flow on ``cfg``, the settings loaded once by :func:`_checked_run`."""
     # imported here: Prefect, MLflow and GX take seconds to import and configure logging
     import great_expectations.data_context.types.base  # noqa: F401
     import prefect.main  # noqa: F401 - configures Prefect's loggers: before quiet(), not after
@@ -278,7 +271,7 @@ def _run_flow(
         quiet(libraries=not verbose)  # again: Prefect configures its loggers when it starts
         progress.start = t0
         try:
-            result = retrain(config, logs, overrides or None)
+            result = retrain(cfg)  # the settings object: not loaded again
         except Exception as exc:  # noqa: BLE001 - the CLI reports any failure as an exit code
             if server is not None and server.died:  # Prefect's calls to the dead API failed
                 raise PrefectServerDied(server.died) from exc

@@ -2,16 +2,78 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import importlib
+import inspect
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 Scalar = bool | int | float | str | None
 
 
 class Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+
+def library_object(owner: str) -> Any:
+    """The library object ``"package.module:Name"``, imported when first asked for.
+
+    Config modules name library objects this way, not by an import statement, so that
+    ``--help`` imports no library.
+    """
+    module, _, qualname = owner.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+@functools.cache
+def _default_of(owner: str, name: str) -> Any:
+    obj = library_object(owner)
+    if dataclasses.is_dataclass(obj):
+        (found,) = (f for f in dataclasses.fields(obj) if f.name == name)
+        if found.default_factory is not dataclasses.MISSING:
+            return found.default_factory()
+        default = found.default
+    else:
+        default = inspect.signature(obj).parameters[name].default
+    if default in (dataclasses.MISSING, inspect.Parameter.empty):
+        raise TypeError(f"{owner} has no default for {name!r}")
+    return default
+
+
+def library_default(owner: str, name: str) -> Callable[[], Any]:
+    """A pydantic ``default_factory``: the library's own default of ``name``.
+
+    A default the library already writes (a dataclass field or a function parameter) is
+    written once, there; the config reports it. ``owner`` is ``"module:Name"``, imported
+    when a default is first needed, not when the config module is (``--help`` imports no
+    library).
+
+    Parameters
+    ----------
+    owner : str
+        ``"package.module:Dataclass"`` or ``"package.module:function"``.
+    name : str
+        The field or parameter.
+
+    Returns
+    -------
+    callable
+        Returns the default; raises ``TypeError`` if the library gives none.
+    """
+
+    def factory() -> Any:
+        return _default_of(owner, name)
+
+    factory.__qualname__ = f"library_default({owner!r}, {name!r})"
+    factory.owner = owner  # type: ignore[attr-defined]  # where the default is written
+    return factory
 
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
@@ -51,3 +113,8 @@ def check_uri(uri: str, schemes: Sequence[str], what: str, *, plain_paths: bool)
     if scheme == "sqlite" and not uri.startswith("sqlite:///"):
         raise ValueError(f"{what} must look like sqlite:///relative.db or sqlite:////abs/path.db")
     return uri
+
+
+def library_field(owner: str, name: str, **limits: Any) -> Any:
+    """A pydantic field whose default is :func:`library_default` (validated like a given value)."""
+    return Field(default_factory=library_default(owner, name), validate_default=True, **limits)

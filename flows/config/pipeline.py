@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
-from flows.config._base import Section
+from flows.config._base import Section, library_object
 from flows.config.checks import ChecksConfig
 from flows.config.dask import DaskConfig
 from flows.config.data import DataConfig
-from flows.config.gate import GateConfig
+from flows.config.gate import OPTION, GateConfig
 from flows.config.search import SearchConfig
 from flows.config.tracking import TrackingConfig
 from flows.config.training import TrainingConfig
@@ -28,10 +28,10 @@ class PipelineConfig(Section):
 
     tracking: TrackingConfig = TrackingConfig()
     data: DataConfig = DataConfig()
-    checks: ChecksConfig = ChecksConfig()
-    search: SearchConfig = SearchConfig()
+    checks: ChecksConfig = Field(default_factory=ChecksConfig)  # the library's defaults
+    search: SearchConfig = Field(default_factory=SearchConfig)  # the library's defaults
     training: TrainingConfig = TrainingConfig()
-    gate: GateConfig = GateConfig()
+    gate: GateConfig = Field(default_factory=GateConfig)  # the library's defaults
     dask: DaskConfig = DaskConfig()
 
     @model_validator(mode="before")
@@ -50,12 +50,10 @@ class PipelineConfig(Section):
         return raw
 
     @model_validator(mode="after")
-    def _snips_needs_a_weight_bound(self) -> PipelineConfig:
-        if self.gate.estimator == "snips" and self.checks.min_propensity <= 0:
-            raise ValueError(
-                "gate.estimator 'snips' needs a declared weight bound: set "
-                "checks.min_propensity > 0 (the logger's floor), or use gate.estimator: ips"
-            )
+    def _gate_option_checks(self) -> PipelineConfig:
+        # the option's own checks, with the declared floor (e.g. snips needs one)
+        option = library_object(OPTION)(self.gate.estimator)
+        option.check_config(self.gate.clip, self.checks.min_propensity)
         return self
 
     @model_validator(mode="after")

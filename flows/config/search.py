@@ -8,8 +8,12 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from flows.config._base import MAX_TEMPERATURES, MAX_TRIALS, TEMPERATURES, Scalar, Section
+from flows.config._base import library_field as _of
 
 __all__ = ["SearchConfig"]
+
+SELECTION = "poem.learners.selection:select_challenger"
+SelectionRule = Literal["bonferroni", "simultaneous", "holdout", "uncorrected"]  # selection.RULES
 
 
 class SearchConfig(Section):
@@ -18,7 +22,8 @@ class SearchConfig(Section):
     Trials whose validation ESS is below ``min_ess_fraction`` of the validation rows, or below
     ``min_ess`` rows, rank after the others (:func:`poem.learners.search.select_trial`). With a
     champion, ``learning_confidence_level`` is the level of
-    :func:`flows.tasks.search.choose_challenger`, which decides whether a selected fit is served.
+    :func:`flows.tasks.search.choose_challenger`, which decides whether a selected fit is served,
+    by ``selection_rule`` (:data:`poem.learners.selection.RULES`).
     """
 
     grid: dict[str, list[Scalar]] = Field(
@@ -33,8 +38,10 @@ class SearchConfig(Section):
     temperatures: list[float] | None = Field(default_factory=lambda: list(TEMPERATURES))
     min_ess_fraction: float = Field(0.01, ge=0, lt=1)
     min_ess: float = Field(10.0, ge=0)
-    confidence_level: float = Field(0.95, gt=0, lt=1)
-    learning_confidence_level: float = Field(0.9, gt=0, lt=1)
+    # the defaults of :func:`poem.learners.selection.select_challenger`, written there once
+    confidence_level: float = _of(SELECTION, "confidence_level", gt=0, lt=1)
+    learning_confidence_level: float = _of(SELECTION, "learning_confidence_level", gt=0, lt=1)
+    selection_rule: SelectionRule = "simultaneous"
     max_workers: int = Field(2, ge=1, le=64)
     cache_expiration_hours: float = Field(24.0, gt=0, le=24 * 365 * 10)
 

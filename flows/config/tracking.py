@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import re
 
-from pydantic import field_validator, model_validator
+from pydantic import field_serializer, field_validator, model_validator
 
 from flows.config._base import (
     ALIAS,
@@ -15,6 +15,7 @@ from flows.config._base import (
     Section,
     check_uri,
 )
+from flows.redact import redact
 
 __all__ = ["TrackingConfig"]
 
@@ -32,6 +33,12 @@ class TrackingConfig(Section):
     # gate against the logging policy although the model had a champion that no longer
     # resolves (a deleted version); recorded on the new version (retrain --start-over-from-logger)
     start_over_from_logger: bool = False
+
+    @field_serializer("uri", "artifact_location", when_used="json")
+    def _without_password(self, value: str) -> str:
+        # a JSON dump is a record (Prefect's flow-run parameters, config/resolved.yml, MLflow
+        # params): no password in it; the object itself keeps the URI as given
+        return redact(value)
 
     @field_validator("uri")
     @classmethod

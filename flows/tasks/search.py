@@ -91,6 +91,7 @@ def search_trial(
         training,
         validation_rows(split),
         confidence_level=confidence_level,
+        keep_estimator=True,  # the selection compares every fit (search.selection_rule)
         **(serving or {}),
     )
     return recorded(trial, params)
@@ -188,8 +189,10 @@ def choose_challenger(
     The champion re-tempered joins ``trials``; a first-ranked fit is served only when the
     paired doubly robust evidence on ``logs`` (:func:`evidence_logs`) shows it better than the
     best candidate at the multiplicity-corrected level, a re-tempering only when shown better
-    than the champion as served. Logs the metrics ``learning_*`` / ``retemper_*`` and the tags
-    ``learning_evidence`` (``shown`` / ``not shown`` / ``none``) and ``selection_reason``.
+    than the champion as served, by ``search.selection_rule``. Logs the metrics ``learning_*`` /
+    ``retemper_*`` and the tags ``learning_evidence`` (``shown`` / ``not shown`` / ``none``),
+    ``selection_reason`` (why the served trial is served: when the evidence is weak, that the
+    champion was kept) and ``selection_rule``.
     """
     serve_floor = cfg.training.params.get("exploration_floor")
     serving = serving_choice(cfg.search, split.n_rows("validation"))
@@ -205,6 +208,7 @@ def choose_challenger(
         learning_confidence_level=cfg.search.learning_confidence_level,
         evidence_logs=logs,
         fit=lambda params: fit_learner(rows, header, cfg.training, params, champion),
+        rule=cfg.search.selection_rule,
     )
     client = run.client()
     log_metrics(client, run.run_id, selection.metrics())
@@ -214,12 +218,13 @@ def choose_challenger(
     if evidence is not None:
         task_logger().info(
             "fit vs champion re-tempered: R difference %.4g, %.4g%% upper bound %.4g (model "
-            "term %.4g, bound %.4g; corrected for %d candidates) on %d validation rows",
+            "term %.4g, bound %.4g; rule %s over %d fits) on %d validation rows",
             evidence.difference,
             100 * evidence.confidence_level,
             evidence.upper,
             evidence.model_difference,
             evidence.model_upper,
+            selection.rule,
             selection.n_compared,
             evidence.n_validation,
         )

@@ -23,6 +23,7 @@ from flows.tracking import (
     log_text,
     reap_stale_runs,
     run_name,
+    single_attempts,
     start_run,
 )
 
@@ -108,7 +109,8 @@ def close_run(
     for delay in (0.0, *(delays if remote else ())):
         time.sleep(delay)
         try:
-            finish_tracking.fn(run, status, outcome, data_path, reason)
+            with single_attempts():  # these delays are the bound, not the client's on top
+                finish_tracking.fn(run, status, outcome, data_path, reason)
             return None
         except Exception as exc:  # noqa: BLE001 - reported by the caller, with the run's error
             error = exc
@@ -132,7 +134,8 @@ def read_alias(
         time.sleep(delay)
         try:
             client = run.client()
-            found = client.get_model_version_by_alias(run.tracking.registered_model, alias)
+            with single_attempts():  # retried on these delays
+                found = client.get_model_version_by_alias(run.tracking.registered_model, alias)
             return True, str(found.version)
         except MlflowException as exc:
             if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):

@@ -21,7 +21,7 @@ from poem.estimators.dr import (
     fit_loss_model,
     self_normalized_doubly_robust,
 )
-from poem.estimators.ips import Estimate, clipped_ips, evaluate_policy, ips, snips
+from poem.estimators.ips import Estimate, clipped_ips, evaluate_policy, evaluate_rows, ips, snips
 from poem.estimators.weights import (
     clip_weights,
     clipped_fraction,
@@ -48,6 +48,7 @@ __all__ = [
     "empirical_bernstein_bound",
     "evaluate_policy",
     "evaluate_policy_dr",
+    "evaluate_rows",
     "fit_loss_model",
     "importance_weights",
     "ips",

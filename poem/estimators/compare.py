@@ -13,28 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from poem.estimators.bounds import (
-    INTERVAL_METHODS,
-    _check_confidence_level,
-    _check_option,
-    standard_error,
-)
+from poem.estimators.bounds import INTERVAL_METHODS, _check_confidence_level, _check_option
 from poem.estimators.gate_options import gate_option
 from poem.estimators.improvement import draw_entropy, improvement_lower_bound
-from poem.estimators.ips import (
-    ESTIMATORS,
-    Estimate,
-    _dispatch,
-    _interval,
-    _mean_statistic,
-    _ratio_statistic,
-    _snips_value_and_influence,
-    resolve_loss_baseline,
-    shift_estimate,
-)
-from poem.estimators.reliability import interval_flags
+from poem.estimators.ips import Estimate, resolve_loss_baseline, shift_estimate
 from poem.estimators.weights import (
-    _check_clip,
     _check_losses,
     _check_real,
     _check_values,
@@ -74,6 +57,9 @@ class PolicyComparison:
         1 − the difference's confidence level.
     family_alpha : float or None
         The α all attempts on the window share (the ledger's), or None when not ledgered.
+    propensity_source : {"logged", "estimated"}
+        Whether the test rows' propensities were logged or estimated (then the decision rests
+        on estimated propensities: :func:`poem.gate_estimated.estimated_gate_decision`).
     """
 
     challenger: Estimate
@@ -90,6 +76,7 @@ class PolicyComparison:
     attempt: int = 1
     family_alpha: float | None = None
     seed_given: bool = False
+    propensity_source: str = "logged"
 
     @property
     def alpha(self) -> float:
@@ -103,7 +90,7 @@ class PolicyComparison:
 
     @property
     def estimator(self) -> str:
-        """The gate option (``"ips"``, ``"clipped_ips"`` or ``"snips"``)."""
+        """The gate option's name (:data:`~poem.estimators.gate_options.GATE_OPTIONS`)."""
         return self.difference.estimator.removesuffix("_difference")
 
     @property
@@ -137,6 +124,7 @@ class PolicyComparison:
             out["gate_randomization"] = self.randomization
         out |= {"gate_attempt": self.attempt, "gate_alpha": self.alpha}
         out["gate_seed_given"] = float(self.seed_given)  # the seed itself: to_dict (128 bits)
+        out["gate_estimated_propensities"] = float(self.propensity_source == "estimated")
         out["challenger_effective_sample_size"] = self.challenger.effective_sample_size
         out["champion_effective_sample_size"] = self.champion.effective_sample_size
         return {k: float(v) for k, v in out.items()}
@@ -157,6 +145,7 @@ class PolicyComparison:
             "alpha": self.alpha,
             "family_alpha": self.family_alpha,
             "estimator": self.estimator,
+            "propensity_source": self.propensity_source,
             "reasons": list(self.reasons),
             "flags": list(self.flags),
             "metrics": self.metrics(),
@@ -184,9 +173,17 @@ class PolicyComparison:
             ("champion", self.champion),
             ("difference (challenger − champion)", self.difference),
         ]
+        source = []
+        if self.propensity_source == "estimated":
+            source = [
+                "**Rests on estimated propensities** (the log recorded none): doubly robust "
+                "terms with a margin for the propensity model's error; see the reasons.",
+                "",
+            ]
         lines = [
             f"## Counterfactual A/B gate: {self.decision}",
             "",
+            *source,
             f"| | estimator | risk | {100 * level:g}% interval ({self.difference.method}) "
             "| std. error | effective sample size | clipped | interval reliable |",
             "|---|---|---|---|---|---|---|---|",
@@ -295,7 +292,9 @@ def compare_policies(
     min_ess : float, default=100.0
         Required challenger effective sample size, ≥ 0, i.e. n_min.
     estimator : {"ips", "clipped_ips", "snips"}, default="ips"
-        Estimator of both risks, of their difference and of the bound's terms.
+        The gate option (:func:`~poem.estimators.gate_options.gate_option`: any name in
+        ``GATE_OPTIONS``): the estimator of both risks, of their difference and of the bound's
+        terms.
     clip : float or None, default=None
         Weight cap M; required for ``"clipped_ips"`` and rejected otherwise. The bound clips
         only the challenger's weights (pessimistic); the reported clipped estimates estimate
@@ -361,7 +360,7 @@ def compare_policies(
     level = _check_confidence_level(confidence_level)
     epsilon = _check_threshold(min_improvement, "min_improvement")
     n_min = _check_threshold(min_ess, "min_ess")
-    _check_option(estimator, "estimator", ESTIMATORS)
+    option = gate_option(estimator)  # owns the reported estimates, their intervals, the terms
     _check_option(interval, "interval", INTERVAL_METHODS)
     if loss_bounds is None:
         lo, hi = float(raw.min()), float(raw.max())
@@ -397,8 +396,8 @@ def compare_policies(
         _check_values(outside, "total_variation", "are outside [0, 1]")
         tv = np.minimum(tv, 1.0)
     kwargs = {"confidence_level": level, "interval": interval, "random_state": random_state}
-    challenger = shift_estimate(_dispatch(estimator, d, wc, clip, **kwargs), c)
-    champion = shift_estimate(_dispatch(estimator, d, wh, clip, **kwargs), c)
+    challenger = shift_estimate(option.estimate(d, wc, clip, **kwargs), c)
+    champion = shift_estimate(option.estimate(d, wh, clip, **kwargs), c)
     lcb = improvement_lower_bound(
         raw,
         wc,
@@ -415,7 +414,7 @@ def compare_policies(
     # a challenger with the champion's probability of every logged action cannot be shown
     # better (the bound-free terms would add the noise (b − a)(r^h − 1) to its zero terms)
     ucb = max(-float(lcb), 0.0) if np.array_equal(wc, wh) else -float(lcb)
-    difference = _paired_difference(d, wc, wh, estimator, clip, level, interval, random_state)
+    difference = option.paired_difference(d, wc, wh, clip, level, interval, random_state)
     difference = replace(
         difference,
         effective_sample_size=min(challenger.effective_sample_size, champion.effective_sample_size),
@@ -436,7 +435,7 @@ def compare_policies(
         f"{'passed' if enough else 'failed'}: effective sample size: the challenger's is "
         f"{challenger.effective_sample_size:,.1f} of {d.size:,} rows, "
         f"{'at least' if enough else 'below'} min_ess = {n_min:,.4g}",
-        f"assumed: {gate_option(estimator).assumption(logger, bound, tv is not None)}",
+        f"assumed: {option.assumption(logger, bound, tv is not None)}",
     )
     return PolicyComparison(
         challenger,
@@ -452,26 +451,3 @@ def compare_policies(
         max_weight=bound,
         seed_given=seed_given,
     )
-
-
-def _paired_difference(d, wc, wh, estimator, clip, level, interval, random_state) -> Estimate:
-    """The reported paired difference: estimate, two-sided interval and reliability flags."""
-    if estimator == "clipped_ips":
-        M = _check_clip(clip)
-        wc, wh = np.minimum(M, wc), np.minimum(M, wh)
-    if estimator == "snips":
-        value_c, e_c = _snips_value_and_influence(d, wc)
-        value_h, e_h = _snips_value_and_influence(d, wh)
-        terms, value, per_policy = e_c - e_h, value_c - value_h, _ratio_statistic
-    else:
-        terms = d * (wc - wh)  # paired differences dᵢ (DESIGN §5)
-        value, per_policy = float(terms.mean()), _mean_statistic
-
-    def statistic(loss, a, b):
-        return per_policy(loss, a) - per_policy(loss, b)
-
-    se, n, arrays = standard_error(terms), int(d.size), (d, wc, wh)
-    lower, upper = _interval(statistic, arrays, value, se, n, level, interval, random_state)
-    flags = interval_flags(terms, np.maximum(wc, wh))
-    name = f"{estimator}_difference"
-    return Estimate(name, float(value), se, lower, upper, n, level, 0.0, 0.0, interval, flags)

@@ -4,8 +4,12 @@ Each option of ``gate.estimator`` is one :class:`GateOption` in :data:`GATE_OPTI
 capital processes its bound bets on (:class:`Capital`: terms Xᵢ whose conditional mean is at
 most the improvement R(champion) − R(challenger), lower bounds Lᵢ ≤ Xᵢ fixed before the test
 rows are seen, a cap κ on the bets), whether it needs a declared weight bound B, and its
-config checks. :func:`poem.estimators.improvement.improvement_lower_bound` turns the
-capitals into the bound; nothing else branches on the option's name.
+config checks (:meth:`GateOption.check_config`, which ``gate:`` in the flow's config calls),
+and the estimates the report states (:meth:`GateOption.estimate` for each policy,
+:meth:`GateOption.paired_difference` for their difference, with their intervals).
+:func:`poem.estimators.improvement.improvement_lower_bound` turns the capitals into the bound;
+nothing else branches on the option's name: a new option is one subclass added to
+:data:`GATE_OPTIONS`.
 
 The weight bound B (every importance weight ≤ B) must be known before the test rows are
 seen: 1 / the logger's declared minimum propensity, never the largest weight a log happens to
@@ -22,6 +26,20 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+
+from poem.estimators.bounds import standard_error
+from poem.estimators.ips import (
+    Estimate,
+    _interval,
+    _mean_statistic,
+    _ratio_statistic,
+    _snips_value_and_influence,
+    clipped_ips,
+    ips,
+    snips,
+)
+from poem.estimators.reliability import interval_flags
+from poem.estimators.weights import _check_clip
 
 __all__ = [
     "GATE_ESTIMATORS",
@@ -151,12 +169,17 @@ def snips_baseline_terms(losses, rc, rh, loss_bounds, max_weight, logger):
 class GateOption:
     """One value of ``gate.estimator``: the capitals its bound bets on and what it assumes.
 
-    Subclasses set :attr:`name` and implement :meth:`capitals`; :meth:`needs_weight_bound`
-    and :meth:`check` say what they need. Registered in :data:`GATE_OPTIONS`.
+    Subclasses set :attr:`name` and implement :meth:`capitals`; :meth:`needs_weight_bound`,
+    :meth:`check` and :meth:`check_config` say what they need (``uses_clip``: a clip value M
+    is required; ``needs_declared_floor``: the flow's config must declare
+    ``checks.min_propensity`` > 0); :meth:`estimate` and :meth:`paired_difference` are the
+    estimates the report states (IPS unless overridden). Registered in :data:`GATE_OPTIONS`
+    (one entry per option; config validation and the report read it when they run).
     """
 
     name: ClassVar[str] = ""
     uses_clip: ClassVar[bool] = False
+    needs_declared_floor: ClassVar[bool] = False
 
     def needs_weight_bound(self, logger: bool) -> bool:
         """Whether a declared weight bound B is needed (``logger``: champion is the logger)."""
@@ -175,7 +198,82 @@ class GateOption:
         if self.uses_clip and not (np.isfinite(float(clip)) and float(clip) > 0):
             raise ValueError(f"clip must be > 0, got {clip!r}")
         if not self.uses_clip and clip is not None:
-            raise ValueError(f"clip is only used by estimator 'clipped_ips', not {self.name!r}")
+            users = " or ".join(repr(o.name) for o in GATE_OPTIONS.values() if o.uses_clip)
+            raise ValueError(f"clip is only used by estimator {users}, not {self.name!r}")
+
+    def check_config(self, clip: float | None, min_propensity: float | None = None) -> None:
+        """The checks of the flow's ``gate:`` config (``checks.min_propensity`` when given).
+
+        Raises
+        ------
+        ValueError
+            One line naming the keys and what to set.
+        """
+        if self.uses_clip and clip is None:
+            raise ValueError(f"estimator {self.name!r} needs a clip value")
+        if not self.uses_clip and clip is not None:
+            users = [o.name for o in GATE_OPTIONS.values() if o.uses_clip]
+            raise ValueError(
+                f"gate.clip ({clip}) is only used by estimator "
+                f"{' or '.join(repr(u) for u in users)}, but gate.estimator is {self.name!r}; "
+                f"set gate.clip: null or gate.estimator: {users[0]}"
+            )
+        if self.needs_declared_floor and min_propensity is not None and min_propensity <= 0:
+            raise ValueError(
+                f"gate.estimator {self.name!r} needs a declared weight bound: set "
+                "checks.min_propensity > 0 (the logger's floor), or use gate.estimator: ips"
+            )
+
+    def _check_reported_clip(self, clip: float | None) -> None:
+        """``clip`` given exactly to the options that use one (the report's estimates)."""
+        if self.uses_clip and clip is None:
+            raise ValueError(f"clip is required when estimator={self.name!r}")
+        if not self.uses_clip and clip is not None:
+            users = [o.name for o in GATE_OPTIONS.values() if o.uses_clip]
+            raise ValueError(
+                f"clip is only used by estimator={' or '.join(repr(u) for u in users)}, got "
+                f"clip={clip!r} with estimator={self.name!r}"
+            )
+
+    def estimate(self, losses, weights, clip, **options) -> Estimate:
+        """One policy's reported risk on the (translated) losses: :func:`~poem.estimators.ips.ips`.
+
+        ``options``: ``confidence_level``, ``interval``, ``random_state`` of the interval.
+        It is reported, it does not decide (the bound does).
+        """
+        self._check_reported_clip(clip)
+        return ips(losses, weights, **options)
+
+    def paired_difference(self, losses, rc, rh, clip, level, interval, random_state) -> Estimate:
+        r"""The reported paired difference R(challenger) − R(champion), interval and flags.
+
+        .. math:: d_i = (\delta_i - c)(r^c_i - r^h_i)
+
+        (DESIGN §5), the mean with its ``interval`` at ``level`` and reliability flags
+        (:func:`poem.estimators.reliability.interval_flags`). Reported, not deciding.
+        """
+        terms = losses * (rc - rh)  # paired differences dᵢ (DESIGN §5)
+        return self._paired(
+            terms,
+            float(terms.mean()),
+            _mean_statistic,
+            losses,
+            rc,
+            rh,
+            level,
+            interval,
+            random_state,
+        )
+
+    def _paired(self, terms, value, per_policy, d, wc, wh, level, interval, random_state):
+        def statistic(loss, a, b):
+            return per_policy(loss, a) - per_policy(loss, b)
+
+        se, n, arrays = standard_error(terms), int(d.size), (d, wc, wh)
+        lower, upper = _interval(statistic, arrays, value, se, n, level, interval, random_state)
+        flags = interval_flags(terms, np.maximum(wc, wh))
+        name = f"{self.name}_difference"
+        return Estimate(name, float(value), se, lower, upper, n, level, 0.0, 0.0, interval, flags)
 
     def capitals(
         self, losses, rc, rh, *, loss_bounds, max_weight, clip, logger, total_variation=None
@@ -247,6 +345,21 @@ class ClippedIPSOption(GateOption):
     name = "clipped_ips"
     uses_clip = True
 
+    def estimate(self, losses, weights, clip, **options) -> Estimate:
+        """:func:`~poem.estimators.ips.clipped_ips` at M = ``clip`` (reported, not deciding)."""
+        self._check_reported_clip(clip)
+        return clipped_ips(losses, weights, clip, **options)
+
+    def paired_difference(self, losses, rc, rh, clip, level, interval, random_state):
+        r"""The paired difference on the clipped weights.
+
+        .. math:: d_i = (\delta_i - c)(\min(M, r^c_i) - \min(M, r^h_i))
+        """
+        M = _check_clip(clip)
+        return super().paired_difference(
+            losses, np.minimum(M, rc), np.minimum(M, rh), None, level, interval, random_state
+        )
+
     def capitals(
         self, losses, rc, rh, *, loss_bounds, max_weight, clip, logger, total_variation=None
     ):
@@ -271,6 +384,28 @@ class SNIPSOption(GateOption):
     """
 
     name = "snips"
+    needs_declared_floor = True
+
+    def estimate(self, losses, weights, clip, **options) -> Estimate:
+        """:func:`~poem.estimators.ips.snips` (reported, not deciding)."""
+        self._check_reported_clip(clip)
+        return snips(losses, weights, **options)
+
+    def paired_difference(self, losses, rc, rh, clip, level, interval, random_state):
+        """The paired delta-method terms of the two SNIPS estimates (Owen 2013, §9.2)."""
+        value_c, e_c = _snips_value_and_influence(losses, rc)
+        value_h, e_h = _snips_value_and_influence(losses, rh)
+        return self._paired(
+            e_c - e_h,
+            value_c - value_h,
+            _ratio_statistic,
+            losses,
+            rc,
+            rh,
+            level,
+            interval,
+            random_state,
+        )
 
     def capitals(
         self, losses, rc, rh, *, loss_bounds, max_weight, clip, logger, total_variation=None
@@ -299,8 +434,9 @@ def gate_option(name: Any) -> GateOption:
     Raises
     ------
     ValueError
-        If ``name`` is not exactly one of :data:`GATE_ESTIMATORS`.
+        If ``name`` is not exactly one of the options in :data:`GATE_OPTIONS` (read when
+        called: an option added there is accepted).
     """
     if not isinstance(name, str) or name not in GATE_OPTIONS:
-        raise ValueError(f"estimator must be one of {list(GATE_ESTIMATORS)}, got {name!r}")
+        raise ValueError(f"estimator must be one of {list(GATE_OPTIONS)}, got {name!r}")
     return GATE_OPTIONS[name]

@@ -31,7 +31,15 @@ from poem.estimators.weights import (
     importance_weights,
 )
 
-__all__ = ["ESTIMATORS", "Estimate", "clipped_ips", "evaluate_policy", "ips", "snips"]
+__all__ = [
+    "ESTIMATORS",
+    "Estimate",
+    "clipped_ips",
+    "evaluate_policy",
+    "evaluate_rows",
+    "ips",
+    "snips",
+]
 
 ESTIMATORS = ("ips", "clipped_ips", "snips")
 
@@ -397,10 +405,72 @@ def evaluate_policy(
     Swaminathan & Joachims (2015), JMLR 16, arXiv:1502.02362, Eq. (1).
     """
     _check_option(estimator, "estimator", ESTIMATORS)
-    c = resolve_loss_baseline(loss_baseline, log.loss_bounds)
-    weights = importance_weights(policy.log_action_probability_on(log), log.propensities)
+    return evaluate_rows(
+        log.losses,
+        policy.log_action_probability_on(log),
+        log.propensities,
+        log.loss_bounds,
+        estimator=estimator,
+        clip=clip,
+        confidence_level=confidence_level,
+        interval=interval,
+        random_state=random_state,
+        loss_baseline=loss_baseline,
+    )
+
+
+def evaluate_rows(
+    losses: Any,
+    probabilities: Any,
+    propensities: Any,
+    loss_bounds: tuple[float, float],
+    *,
+    estimator: str = "ips",
+    clip: float | None = None,
+    confidence_level: float = 0.95,
+    interval: str = "t",
+    random_state: Any = 0,
+    loss_baseline: str | float = "max",
+) -> Estimate:
+    r"""A policy's risk from per-row vectors: :func:`evaluate_policy` without the log.
+
+    .. math:: r_i = \pi(y_i \mid x_i) / p_i
+
+    where π(yᵢ|xᵢ) is the policy's probability of the logged action (computed where the rows
+    live, e.g. :func:`poem.log_rows.policy_rows`) and pᵢ the logged propensity.
+
+    Parameters
+    ----------
+    losses : array-like of shape (n_samples,)
+        Logged losses, i.e. δᵢ.
+    probabilities : array-like of shape (n_samples,)
+        The policy's probability of each logged action, i.e. π(yᵢ|xᵢ).
+    propensities : array-like of shape (n_samples,)
+        Logged propensities, i.e. pᵢ.
+    loss_bounds : tuple of float
+        Declared (δ_min, δ_max) (``loss_baseline="max"`` uses δ_max).
+    estimator, clip, confidence_level, interval, random_state, loss_baseline
+        As for :func:`evaluate_policy`.
+
+    Returns
+    -------
+    Estimate
+        The estimate, in the losses' units.
+
+    Raises
+    ------
+    ValueError
+        As :func:`evaluate_policy`.
+
+    References
+    ----------
+    Swaminathan & Joachims (2015), JMLR 16, arXiv:1502.02362, Eq. (1).
+    """
+    _check_option(estimator, "estimator", ESTIMATORS)
+    c = resolve_loss_baseline(loss_baseline, loss_bounds)
+    weights = importance_weights(probabilities, propensities)
     options = dict(confidence_level=confidence_level, interval=interval, random_state=random_state)
-    d = np.asarray(log.losses) - c
+    d = np.asarray(losses) - c
     return shift_estimate(_dispatch(estimator, d, weights, clip, **options), c)
 
 

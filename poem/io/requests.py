@@ -52,6 +52,12 @@ class RequestTooLargeError(InvalidRequestError):
     """A request over the row or body limit (HTTP 413 for the body)."""
 
 
+def _refuse_over(count: int, limit: int, template: str) -> None:
+    """Raise :class:`RequestTooLargeError` with ``template`` filled when ``count > limit``."""
+    if count > limit:
+        raise RequestTooLargeError(template.format(count=count, limit=limit))
+
+
 def check_body_size(n_bytes: int, limit: int) -> None:
     """Refuse a body of more than ``limit`` bytes, before it is parsed.
 
@@ -60,11 +66,12 @@ def check_body_size(n_bytes: int, limit: int) -> None:
     RequestTooLargeError
         Naming both sizes and what to do.
     """
-    if n_bytes > limit:
-        raise RequestTooLargeError(
-            f"the request body has {n_bytes:,} bytes, more than the {limit:,} this server "
-            "accepts (POEM_SERVING_MAX_BODY_BYTES); send fewer rows per request"
-        )
+    _refuse_over(
+        n_bytes,
+        limit,
+        "the request body has {count:,} bytes, more than the {limit:,} this server accepts "
+        "(POEM_SERVING_MAX_BODY_BYTES); send fewer rows per request",
+    )
 
 
 def check_row_count(n_rows: int, limit: int) -> None:
@@ -75,11 +82,12 @@ def check_row_count(n_rows: int, limit: int) -> None:
     RequestTooLargeError
         Naming both counts and what to do.
     """
-    if n_rows > limit:
-        raise RequestTooLargeError(
-            f"the request has {n_rows:,} rows, more than the {limit:,} this server accepts "
-            "per request (POEM_SERVING_MAX_ROWS); split it"
-        )
+    _refuse_over(
+        n_rows,
+        limit,
+        "the request has {count:,} rows, more than the {limit:,} this server accepts "
+        "per request (POEM_SERVING_MAX_ROWS); split it",
+    )
 
 
 def check_columns(columns: Sequence[Any], feature_names: Sequence[str]) -> None:

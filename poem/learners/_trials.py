@@ -7,13 +7,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from poem.estimators.ips import Estimate, evaluate_policy
-from poem.log_rows import FixedProbabilities
+from poem.estimators.ips import Estimate, evaluate_rows
 
 __all__ = [
     "SCORINGS",
     "Trial",
     "ess_floor",
+    "rows_scores",
     "select_trial",
     "trial_from_model",
     "validation_scores",
@@ -90,17 +90,31 @@ def validation_scores(
 ) -> tuple[Estimate, Estimate]:
     """IPS and SNIPS estimates of a policy's risk on the validation log (SNIPS NaN if undefined).
 
-    ``policy`` needs ``log_action_probability_on(log)``; ``validation_log`` the attributes
-    :func:`~poem.estimators.ips.evaluate_policy` reads.
+    ``policy`` needs ``log_action_probability_on(log)``; the scores are
+    :func:`rows_scores` of its probabilities on the log's rows.
     """
-    policy = FixedProbabilities(policy.log_action_probability_on(validation_log))  # once for both
-    ips_est = evaluate_policy(
-        policy, validation_log, estimator="ips", confidence_level=confidence_level
+    probabilities = policy.log_action_probability_on(validation_log)  # once for both
+    return rows_scores(
+        validation_log.losses,
+        probabilities,
+        validation_log.propensities,
+        validation_log.loss_bounds,
+        confidence_level,
     )
+
+
+def rows_scores(
+    losses: Any,
+    probabilities: Any,
+    propensities: Any,
+    loss_bounds: tuple[float, float],
+    confidence_level: float = 0.95,
+) -> tuple[Estimate, Estimate]:
+    """IPS and SNIPS (NaN if undefined) of per-row vectors (``evaluate_rows``)."""
+    rows = (losses, probabilities, propensities, loss_bounds)
+    ips_est = evaluate_rows(*rows, estimator="ips", confidence_level=confidence_level)
     try:
-        snips_est = evaluate_policy(
-            policy, validation_log, estimator="snips", confidence_level=confidence_level
-        )
+        snips_est = evaluate_rows(*rows, estimator="snips", confidence_level=confidence_level)
     except ValueError:  # every weight is 0: SNIPS is undefined, recorded as NaN (ranks last)
         nan = float("nan")
         snips_est = Estimate(

@@ -68,6 +68,8 @@ __all__ = [
     "confirm_fit",
     "evidence_model",
     "learning_evidence",
+    "paired_terms",
+    "simultaneous_level",
 ]
 
 
@@ -231,6 +233,104 @@ def evidence_model(
     return EvidenceModel(logged, expected, clusters, n_clusters, rows.n_rows)
 
 
+def paired_terms(
+    fit: Any, candidate: Any, validation_log: LoggedBandit, model: EvidenceModel
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row terms of Δ̂ (:func:`learning_evidence`) and of its model term, in loss units.
+
+    Returns ``(terms, gain)``: ``terms[i]`` = v̂ᵢ(π_f) − v̂ᵢ(π_c) + (r^f_i − r^c_i)(δᵢ − δ̂ᵢ),
+    ``gain[i]`` = v̂ᵢ(π_f) − v̂ᵢ(π_c).
+    """
+    inputs = (
+        validation_log.candidates
+        if validation_log.family == "candidates"
+        else validation_log.contexts
+    )
+    residual = np.asarray(validation_log.losses, dtype=np.float64) - model.logged
+    p = np.asarray(validation_log.propensities, dtype=np.float64)
+    gain, weights = np.zeros(validation_log.n_rows), np.zeros(validation_log.n_rows)
+    for sign, policy in ((1.0, fit), (-1.0, candidate)):
+        gain += sign * model.expected(policy.predict_proba(inputs))
+        weights += sign * policy.action_probability(inputs, validation_log.actions) / p
+    return gain + weights * residual, gain
+
+
+def simultaneous_level(
+    fits: list[Any],
+    candidate: Any,
+    validation_log: LoggedBandit,
+    model: EvidenceModel,
+    *,
+    confidence_level: float = 0.9,
+    n_draws: int = 4000,
+    random_state: int = 0,
+) -> float:
+    r"""The one-sided level whose t quantile bounds all K paired differences at once (max-t).
+
+    The K comparisons of the fits :math:`\pi_1..\pi_K` with one candidate are strongly
+    dependent (fits of one grid differ little), so Bonferroni's 1 − γ/K is conservative. With
+    :math:`Z_k = (\hat\Delta_k - \Delta_k)/\widehat{se}_k` asymptotically jointly normal with
+    the correlation of the per-cluster sums :math:`S_{gk}` of the centred terms, the critical
+    value is the 1 − γ quantile of :math:`\max_k Z^*_k`, drawn by the Gaussian multiplier
+    bootstrap :math:`Z^*_k = \sum_g \xi_g S_{gk} / \sqrt{\sum_g S_{gk}^2}`, ξ_g ~ N(0, 1)
+    (Chernozhukov, Chetverikov & Kato 2013; the single-step max-T of Westfall & Young 1993).
+    Then every :math:`\Delta_k \le \hat\Delta_k + c\,\widehat{se}_k` holds together with
+    probability ≈ 1 − γ, whichever fit the validation rows rank first; c is the larger of the
+    DR terms' and the model terms' critical values (each half of the intersection–union test
+    is simultaneous on its own), returned as the level L = Φ(c) that
+    :func:`learning_evidence` is then called at (its t quantile with G − 1 degrees of freedom
+    is ≥ c: small G stays conservative). K = 1 gives
+    ``confidence_level`` (up to the draws); K independent fits about Šidák's 1 − γ/K.
+
+    Parameters
+    ----------
+    fits : list of StochasticPolicy
+        The fits as served (duplicates are harmless: perfectly correlated).
+    candidate : StochasticPolicy
+        The champion candidate they are compared with.
+    validation_log, model
+        The rows and their cross-fitted loss model (:func:`evidence_model`).
+    confidence_level : float, default=0.9
+        1 − γ, the simultaneous level.
+    n_draws : int, default=4000
+        Bootstrap draws.
+    random_state : int, default=0
+        Seed of the draws.
+
+    Returns
+    -------
+    float
+        The per-comparison level, in [``confidence_level``, 1).
+    """
+    level = float(confidence_level)
+    if not fits:
+        return level
+    clusters = model.clusters
+    g = model.n_clusters
+    columns = []
+    for fit in fits:
+        terms, gain = paired_terms(fit, candidate, validation_log, model)
+        columns += [terms - terms.mean(), gain - gain.mean()]
+    centred = np.column_stack(columns)
+    sums = (
+        centred
+        if clusters is None
+        else np.stack([np.bincount(clusters, weights=c, minlength=g) for c in centred.T], axis=1)
+    )
+    scale = np.sqrt(np.sum(sums**2, axis=0))
+    keep = scale > 1e-12 * max(1.0, float(scale.max(initial=0.0)))
+    if not keep.any():
+        return level
+    xi = np.random.default_rng(random_state).standard_normal((n_draws, g))
+    draws = (xi @ np.where(keep, sums, 0.0)) / np.where(keep, scale, 1.0)
+    c = max(  # the DR bounds (even columns) and the model-term bounds (odd), each simultaneous
+        float(np.quantile(np.max(draws[:, part][:, keep[part]], axis=1), level))
+        for part in (slice(0, None, 2), slice(1, None, 2))
+        if keep[part].any()
+    )
+    return min(max(level, float(stats.norm.cdf(c))), 1.0 - 1e-12)
+
+
 def learning_evidence(
     fit: Any,
     candidate: Any,
@@ -301,20 +401,10 @@ def learning_evidence(
             validation_log, model_log, n_folds=n_folds, random_state=random_state, groups=groups
         )
     n, clusters, n_clusters = validation_log.n_rows, model.clusters, model.n_clusters
-    logged, expected = model.logged, model.expected
-    inputs = (
-        validation_log.candidates
-        if validation_log.family == "candidates"
-        else validation_log.contexts
-    )
+    logged = model.logged
     losses = np.asarray(validation_log.losses, dtype=np.float64)
-    p = np.asarray(validation_log.propensities, dtype=np.float64)
     residual = losses - logged
-    gain, weights = np.zeros(n), np.zeros(n)
-    for sign, policy in ((1.0, fit), (-1.0, candidate)):
-        gain += sign * expected(policy.predict_proba(inputs))
-        weights += sign * policy.action_probability(inputs, validation_log.actions) / p
-    terms = gain + weights * residual
+    terms, gain = paired_terms(fit, candidate, validation_log, model)
     t = float(stats.t.ppf(level, n_clusters - 1))
     mean, se = _mean_and_se(terms, clusters)
     model_mean, model_se = _mean_and_se(gain, clusters)

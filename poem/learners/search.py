@@ -24,6 +24,7 @@ from poem.learners._trials import (
     SCORINGS,
     Trial,
     ess_floor,
+    rows_scores,
     select_trial,
     trial_from_model,
     validation_scores,
@@ -158,8 +159,11 @@ def policy_scores(
     ``validation_log`` is a log, or ``(partition set, rows)`` (:func:`run_trial`).
     """
     if isinstance(validation_log, tuple):
-        view, probabilities = policy_rows(*validation_log, tuple(policies))
-        return [validation_scores(p, view, confidence_level) for p in probabilities]
+        rows = policy_rows(*validation_log, tuple(policies))
+        return [
+            rows_scores(rows.losses, p, rows.propensities, rows.loss_bounds, confidence_level)
+            for p in rows.probabilities
+        ]
     return [validation_scores(p, validation_log, confidence_level) for p in policies]
 
 

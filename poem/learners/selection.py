@@ -29,6 +29,25 @@ returns what the flow serves (:class:`ChallengerSelection`):
    champion as served (α = 1); otherwise the champion itself (α = 1) is the challenger, which
    the gate then has no reason to promote.
 
+**The simultaneous rule** (``rule="simultaneous"``) replaces Bonferroni's 1 − γ/K by the
+max-t level of the K paired comparisons
+(:func:`~poem.learners.learning_evidence.simultaneous_level`): the fits of one grid differ
+little, their paired differences with the candidate are strongly correlated, and the 1 − γ
+quantile of the largest of K correlated t statistics (Gaussian multiplier bootstrap over the
+validation clusters) bounds all K at once. K independent fits give about Bonferroni's level,
+K copies of one fit the uncorrected one. The re-tempering's confirmation (step 4) uses the
+max-t level over the other temperatures.
+
+**The held-out confirm rule** (``rule="holdout"``) pays no multiplicity cost: the evidence
+validation rows are split once, by cluster (``groups``: a context and all its replays) and
+seeded, into a *selection* part 𝒮 and a *confirm* part 𝒞 (:func:`confirm_split`,
+``confirm_fraction`` of the clusters in 𝒞). Every fit is re-scored on 𝒮 at every serving
+temperature (no refit: the fits learned on the training rows only) and served at the
+temperature 𝒮 picks; the champion candidates are scored on 𝒮; steps 2–4 then run with the
+ranking on 𝒮 and one **un-corrected** paired bound at level 1 − γ on 𝒞 for the single
+winner (the fit against the best candidate; a re-tempering against the champion as served).
+No row of 𝒞 chose the winner, so its bound is a valid one-sided test whatever was tried on 𝒮.
+
 When the evidence is weak the result says so (:attr:`ChallengerSelection.reason`,
 :meth:`ChallengerSelection.tags`), and the flow logs it to MLflow. Plain library code: the
 flow's task (:mod:`flows.tasks.search`), ``benchmarks/paper_multilabel.py`` and
@@ -37,10 +56,14 @@ flow's task (:mod:`flows.tasks.search`), ``benchmarks/paper_multilabel.py`` and
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
+from poem.estimators._loss_model import cluster_codes
 from poem.learners._trials import Trial, select_trial
 from poem.learners.champion_candidates import (
     LEARNED,
@@ -54,9 +77,20 @@ from poem.learners.learning_evidence import (
     confirm_fit,
     evidence_model,
     learning_evidence,
+    simultaneous_level,
 )
+from poem.learners.search import policy_scores
 
-__all__ = ["ChallengerSelection", "corrected_level", "n_compared", "select_challenger"]
+__all__ = [
+    "RULES",
+    "ChallengerSelection",
+    "confirm_split",
+    "corrected_level",
+    "n_compared",
+    "select_challenger",
+]
+
+RULES = ("bonferroni", "simultaneous", "holdout", "uncorrected")  # select_challenger's rule=
 
 # reasons (the MLflow tag ``selection_reason``)
 FIT_SHOWN = "fit shown better than the champion re-tempered"
@@ -65,6 +99,12 @@ NO_CHAMPION = "fit ranked first; no champion to compare with (the gate decides)"
 CANDIDATE_FIRST = "champion re-tempered ranked first"
 RETEMPER_SHOWN = "re-tempering shown better than the champion as served"
 RETEMPER_NOT_SHOWN = "re-tempering not shown better (multiplicity-corrected): champion as served"
+HOLDOUT = {  # the same sentences under rule="holdout"
+    FIT_SHOWN: "fit shown better than the champion re-tempered on the held-out confirm rows",
+    FIT_NOT_SHOWN: "fit not shown better on the held-out confirm rows: champion kept",
+    RETEMPER_SHOWN: "re-tempering shown better than the champion as served on the confirm rows",
+    RETEMPER_NOT_SHOWN: "re-tempering not shown better on the confirm rows: champion as served",
+}
 
 
 @dataclass(frozen=True)
@@ -88,11 +128,16 @@ class ChallengerSelection:
     retemper_evidence : LearningEvidence or None
         The selected α ≠ 1 candidate against the champion as served (None: not needed).
     n_compared : int
-        K, the fits (or (fit, temperature) pairs) the fit's confirmation is corrected for.
+        K, the fits (or (fit, temperature) pairs) the fit's confirmation is corrected for
+        (1 under ``rule="holdout"``: one test on rows that chose nothing).
     confidence_level : float
         The corrected level 1 − γ/K of ``evidence`` (NaN when there was no comparison).
     reason : str
         One sentence: why the served trial is served.
+    rule : str
+        The selection rule (:data:`RULES`).
+    n_confirm : int
+        Evidence validation rows held out for the confirmation (0 unless ``rule="holdout"``).
     """
 
     trials: tuple[Trial, ...]
@@ -105,6 +150,8 @@ class ChallengerSelection:
     n_compared: int
     confidence_level: float
     reason: str
+    rule: str = "bonferroni"
+    n_confirm: int = 0
 
     @property
     def kind(self) -> str:
@@ -130,6 +177,8 @@ class ChallengerSelection:
             "learning_n_compared": float(self.n_compared),
             "learning_corrected_level": float(self.confidence_level),
             "learning_champion_kept": float(self.champion_kept),
+            "learning_holdout": float(self.rule == "holdout"),
+            "learning_n_confirm": float(self.n_confirm),
         }
         if self.evidence is not None:
             out.update({f"learning_{k}": v for k, v in self.evidence.to_dict().items()})
@@ -138,11 +187,15 @@ class ChallengerSelection:
         return out
 
     def tags(self) -> dict[str, str]:
-        """``learning_evidence`` (shown / not shown / none) and ``selection_reason``."""
+        """Tags: ``learning_evidence`` (shown / not shown / none), ``selection_reason/_rule``."""
         shown = "none" if self.evidence is None else "not shown"
         if self.evidence is not None and self.evidence.learned:
             shown = "shown"
-        return {"learning_evidence": shown, "selection_reason": self.reason}
+        return {
+            "learning_evidence": shown,
+            "selection_reason": self.reason,
+            "selection_rule": self.rule,
+        }
 
 
 def n_compared(
@@ -162,6 +215,98 @@ def corrected_level(level: float, k: int) -> float:
     return 1.0 - (1.0 - float(level)) / max(1, int(k))
 
 
+def confirm_split(
+    n_rows: int, groups: Any = None, confirm_fraction: float = 0.5, random_state: int = 0
+) -> tuple[Any, Any]:
+    """Rows of the selection part 𝒮 and the confirm part 𝒞 of ``n_rows`` validation rows.
+
+    A seeded permutation of the clusters (``groups``; None: every row its own) puts
+    ``round(confirm_fraction · G)`` of the G clusters, with all their rows, in 𝒞, at least one
+    and at most G − 1.
+
+    Returns
+    -------
+    select, confirm : ndarray of int
+        Sorted row indices of 𝒮 and 𝒞.
+
+    Raises
+    ------
+    ValueError
+        If ``confirm_fraction`` is not in (0, 1), ``groups`` does not label every row, or
+        there are fewer than 4 clusters (each part needs 2 for a paired bound).
+    """
+    if not 0.0 < float(confirm_fraction) < 1.0:
+        raise ValueError(f"confirm_fraction must be in (0, 1), got {confirm_fraction!r}")
+    if groups is None:
+        codes = np.arange(int(n_rows))
+    else:
+        labels = np.asarray(groups)
+        if labels.shape != (int(n_rows),):
+            raise ValueError(
+                f"groups must have one label per validation row ({n_rows}), got {labels.shape}"
+            )
+        codes = cluster_codes(labels)
+    g = int(codes.max(initial=-1)) + 1
+    if g < 4:
+        raise ValueError(
+            f"the held-out confirm rule needs at least 4 validation clusters (2 per part), got "
+            f"{g}; use rule='bonferroni'"
+        )
+    order = np.random.default_rng(random_state).permutation(g)
+    n_confirm = min(g - 2, max(2, int(round(float(confirm_fraction) * g))))
+    in_confirm = np.zeros(g, dtype=bool)
+    in_confirm[order[:n_confirm]] = True
+    mask = in_confirm[codes]
+    return np.flatnonzero(~mask), np.flatnonzero(mask)
+
+
+def _rescored(fits: Sequence[Trial], log: Any, temperatures, rule: dict, scoring: str, level):
+    """Each fit re-scored on ``log`` at every temperature, served at the one ``log`` picks."""
+    out, policies = [], []
+    for t in fits:
+        if t.estimator is None:
+            raise ValueError(
+                "rule='holdout' re-scores every fit on the selection rows: keep the fits' "
+                "estimators (run_trial(keep_estimator=True))"
+            )
+        base = t.estimator.policy_
+        temps = [float(a) for a in temperatures] if temperatures else [float(base.temperature)]
+        served = [base.with_serving(temperature=a) for a in temps]
+        options = [
+            replace(
+                t,
+                params={**t.params, "temperature": a} if temperatures else dict(t.params),
+                ips=ips,
+                snips=snips,
+                effective_sample_size=float(ips.effective_sample_size),
+            )
+            for a, (ips, snips) in zip(temps, policy_scores(served, log, level), strict=True)
+        ]
+        best = select_trial(options, scoring, **rule)
+        out.append(options[best])
+        policies.append(served[best])
+    return out, policies
+
+
+def _fit_policies(fits: Sequence[Trial], first: Any, ranked: int, fit=None) -> list:
+    """The fits' served policies (``first`` is the ranked-first fit's estimator).
+
+    A fit that kept no estimator is refitted by ``fit`` (``params ↦ fitted estimator``).
+    """
+    out = []
+    for i, t in enumerate(fits):
+        estimator = first if i == ranked else t.estimator
+        if estimator is None and fit is not None:
+            estimator = fit(t.params)
+        if estimator is None:
+            raise ValueError(
+                "rule='simultaneous' compares every fit with the candidate: keep the fits' "
+                "estimators (run_trial(keep_estimator=True))"
+            )
+        out.append(estimator.policy_)
+    return out
+
+
 def select_challenger(
     fits: Sequence[Trial],
     champion: Any,
@@ -178,8 +323,11 @@ def select_challenger(
     groups: Any = None,
     multiplicity: bool = True,
     per_temperature: bool = False,
+    rule: str | None = None,
+    confirm_fraction: float = 0.5,
+    random_state: int = 0,
 ) -> ChallengerSelection:
-    """Rank fits and champion candidates, confirm with multiplicity-corrected evidence, serve.
+    """Rank fits and champion candidates, confirm with multiplicity-safe evidence, serve.
 
     Parameters
     ----------
@@ -213,6 +361,15 @@ def select_challenger(
         served), kept to measure the correction against.
     per_temperature : bool, default=False
         Count every (fit, temperature) pair in K (the strict union bound), not every fit.
+    rule : {"bonferroni", "simultaneous", "holdout", "uncorrected"} or None, default=None
+        The selection rule (module docstring); None: ``"bonferroni"``, or ``"uncorrected"``
+        with ``multiplicity=False``. ``"simultaneous"`` and ``"holdout"`` need every fit's
+        estimator; ``"holdout"`` the evidence validation rows as a log.
+    confirm_fraction : float, default=0.5
+        Share of the validation clusters held out to confirm (``rule="holdout"``).
+    random_state : int, default=0
+        Seed of the confirm split (``rule="holdout"``) and of the max-t draws
+        (``rule="simultaneous"``).
 
     Returns
     -------
@@ -224,6 +381,32 @@ def select_challenger(
         When there is nothing to select, or a fit must be served but neither its estimator
         nor ``fit`` is there.
     """
+    if rule is None:
+        rule = "bonferroni" if multiplicity else "uncorrected"
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {list(RULES)}, got {rule!r}")
+    multiplicity = rule != "uncorrected"
+    if evidence_logs is None:
+        evidence_logs = (validation, None)
+    guard = {"min_effective_sample_size": min_effective_sample_size}
+    served_fits, n_confirm = None, 0
+    if rule == "holdout" and champion is not None and fits:
+        log = evidence_logs[0]
+        if isinstance(log, tuple):
+            raise ValueError("rule='holdout' needs the evidence validation rows as a log")
+        select_rows, confirm_rows = confirm_split(
+            log.n_rows, groups, confirm_fraction, random_state
+        )
+        validation = log.take(select_rows)
+        share = select_rows.size / log.n_rows  # the ESS guard scales with the rows scored
+        guard = {"min_effective_sample_size": float(min_effective_sample_size) * share}
+        fits, served_fits = _rescored(
+            fits, validation, temperatures, guard, scoring, confidence_level
+        )
+        evidence_logs = (log.take(confirm_rows), evidence_logs[1])
+        if groups is not None:
+            groups = np.asarray(groups)[confirm_rows]
+        n_confirm = int(confirm_rows.size)
     candidates = champion_trials(
         champion,
         validation,
@@ -234,16 +417,16 @@ def select_challenger(
     trials = (*fits, *candidates)
     if not trials:
         raise ValueError("no trials to select from: the grid gave 0 fits and there is no champion")
-    rule = {"min_effective_sample_size": min_effective_sample_size}
-    ranked = select_trial(trials, scoring, **rule)
-    k = n_compared(fits, temperatures, per_temperature) if multiplicity else 1
+    rule_kw = guard
+    ranked = select_trial(trials, scoring, **rule_kw)
+    k = n_compared(fits, temperatures, per_temperature) if rule in RULES[:2] else 1
     gamma = 1.0 - float(learning_confidence_level)
-    if evidence_logs is None:
-        evidence_logs = (validation, None)
+    holdout = n_confirm > 0
     evidence = retemper = model = None
     level, selected, estimator = float("nan"), ranked, None
     if challenger_kind(trials[ranked].params) == LEARNED:
         estimator = trials[ranked].estimator
+        fit_policy = None if served_fits is None else served_fits[ranked]
         if estimator is None:
             if fit is None:
                 raise ValueError("the ranked-first fit kept no estimator; pass fit=")
@@ -252,8 +435,21 @@ def select_challenger(
         if candidates:
             model = evidence_model(*evidence_logs, groups=groups)
             level = corrected_level(learning_confidence_level, k)
+            if rule == "simultaneous":
+                level = simultaneous_level(
+                    _fit_policies(fits, estimator, ranked, fit),
+                    selected_champion_policy(
+                        candidates[select_trial(candidates, scoring, **rule_kw)].params,
+                        champion,
+                        exploration_floor,
+                    ),
+                    evidence_logs[0],
+                    model,
+                    confidence_level=learning_confidence_level,
+                    random_state=random_state,
+                )
             reference, evidence = confirm_fit(
-                estimator.policy_,
+                estimator.policy_ if fit_policy is None else fit_policy,
                 candidates,
                 champion,
                 *evidence_logs,
@@ -261,11 +457,13 @@ def select_challenger(
                 exploration_floor=exploration_floor,
                 confidence_level=level,
                 model=model,
-                **rule,
+                **rule_kw,
             )
             reason = FIT_SHOWN
             if not evidence.learned:
                 selected, estimator, reason = len(fits) + reference, None, FIT_NOT_SHOWN
+            if holdout:
+                reason = HOLDOUT[reason]
     else:
         reason = CANDIDATE_FIRST
     params = trials[selected].params
@@ -275,22 +473,43 @@ def select_challenger(
         if multiplicity and alpha != 1.0 and as_served:
             if model is None:
                 model = evidence_model(*evidence_logs, groups=groups)
-            others = max(1, len(candidates) - 1)
+            others = 1 if holdout else max(1, len(candidates) - 1)
+            as_served_policy = selected_champion_policy(
+                candidates[as_served[0]].params, champion, exploration_floor
+            )
+            retemper_level = 1.0 - gamma / others
+            if rule == "simultaneous":
+                retemper_level = simultaneous_level(
+                    [
+                        selected_champion_policy(c.params, champion, exploration_floor)
+                        for i, c in enumerate(candidates)
+                        if i != as_served[0]
+                    ],
+                    as_served_policy,
+                    evidence_logs[0],
+                    model,
+                    confidence_level=learning_confidence_level,
+                    random_state=random_state,
+                )
             retemper = learning_evidence(
                 selected_champion_policy(params, champion, exploration_floor),
-                selected_champion_policy(
-                    candidates[as_served[0]].params, champion, exploration_floor
-                ),
+                as_served_policy,
                 evidence_logs[0],
-                confidence_level=1.0 - gamma / others,
+                confidence_level=retemper_level,
                 model=model,
             )
             if retemper.learned:
-                reason += "; " + RETEMPER_SHOWN
+                reason += "; " + (HOLDOUT[RETEMPER_SHOWN] if holdout else RETEMPER_SHOWN)
             else:
                 selected = len(fits) + as_served[0]
-                reason += "; " + RETEMPER_NOT_SHOWN
+                reason += "; " + (HOLDOUT[RETEMPER_NOT_SHOWN] if holdout else RETEMPER_NOT_SHOWN)
         policy = selected_champion_policy(trials[selected].params, champion, exploration_floor)
+    elif served_fits is not None:
+        policy = served_fits[selected]
+        estimator = copy.copy(estimator)  # the fit's own estimator stays as the search left it
+        estimator.policy_ = policy
+        if "temperature" in getattr(estimator, "get_params", dict)(deep=False):
+            estimator.set_params(temperature=policy.temperature)
     else:
         policy = estimator.policy_
     return ChallengerSelection(
@@ -304,4 +523,6 @@ def select_challenger(
         n_compared=k,
         confidence_level=level,
         reason=reason,
+        rule=rule,
+        n_confirm=n_confirm,
     )

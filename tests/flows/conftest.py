@@ -26,7 +26,9 @@ def prefect_harness(tmp_path_factory):
 
     storage = tmp_path_factory.mktemp("prefect-storage")
     with temporary_settings(updates={PREFECT_LOCAL_STORAGE_PATH: storage}):
-        with prefect_test_harness(server_startup_timeout=90):
+        # 90 s was not enough at load average 20 (2 cores): a session fixture's error is every
+        # later test's (38 errors in one run); a healthy start takes seconds either way
+        with prefect_test_harness(server_startup_timeout=300):
             yield
 
 

@@ -359,3 +359,113 @@ def test_snips_with_a_declared_floor_loads(tmp_path):
     assert (
         cfg.gate.estimator == "snips" and cfg.gate.retry_fraction == 0.2 and cfg.gate.seed is None
     )  # fresh entropy per attempt
+
+
+def test_the_gate_defaults_are_the_gate_functions(monkeypatch):
+    """``gate:`` wrote 0.95, 100, 't', ... again beside :func:`poem.gate.gate_decision`."""
+    from pydantic_core import PydanticUndefined
+
+    from flows.config._base import _default_of
+    from poem.gate import gate_decision
+
+    for name, f in GateConfig.model_fields.items():
+        if name in ("seed", "retry_fraction"):  # the config's own (the ledger pins them)
+            assert f.default is not PydanticUndefined
+            continue
+        assert f.default is PydanticUndefined, f"gate.{name} is written in the config"
+        assert f.default_factory.owner == "poem.gate:gate_decision"
+    monkeypatch.setattr(
+        gate_decision, "__kwdefaults__", {**gate_decision.__kwdefaults__, "min_ess": 7.0}
+    )
+    _default_of.cache_clear()
+    try:
+        assert PipelineConfig().gate.min_ess == 7.0
+    finally:
+        _default_of.cache_clear()
+
+
+def test_json_dumps_of_the_config_hold_no_password():
+    """The config is a Prefect flow-run parameter (a JSON dump): no tracking password in it."""
+    uri = "postgresql://poem:s3cret@127.0.0.1:5432/mlflow"
+    cfg = PipelineConfig(tracking={"uri": uri, "artifact_location": "s3://u:pw@bucket/a"})
+    assert cfg.tracking.uri == uri  # the object keeps it: MLflow connects with it
+    dumped = cfg.model_dump(mode="json")["tracking"]
+    assert dumped["uri"] == "postgresql://poem:***@127.0.0.1:5432/mlflow"
+    assert dumped["artifact_location"] == "s3://u:***@bucket/a"
+    assert "s3cret" not in cfg.model_dump_json() and "s3cret" not in cfg.to_yaml()
+
+
+def test_the_search_levels_are_the_selection_function_defaults(monkeypatch):
+    from flows.config import SearchConfig
+    from flows.config._base import _default_of
+    from poem.learners.selection import select_challenger
+
+    for name in ("confidence_level", "learning_confidence_level"):
+        field = SearchConfig.model_fields[name]
+        assert field.default_factory.owner == "poem.learners.selection:select_challenger"
+    kwdefaults = {**select_challenger.__kwdefaults__, "learning_confidence_level": 0.8}
+    monkeypatch.setattr(select_challenger, "__kwdefaults__", kwdefaults)
+    _default_of.cache_clear()
+    try:
+        assert PipelineConfig().search.learning_confidence_level == 0.8
+    finally:
+        _default_of.cache_clear()
+
+
+def test_search_selection_rule_is_the_library_rule_and_simultaneous_by_default(tmp_path):
+    """issue 35: the selection rule is a config key; its values are the library's rules."""
+    from typing import get_args
+
+    from flows.config.search import SelectionRule
+    from poem.learners.selection import RULES
+
+    assert get_args(SelectionRule) == RULES
+    assert load_config(REPO / "mlflow.yml").search.selection_rule == "simultaneous"
+    assert load_config(_write(tmp_path, "")).search.selection_rule == "simultaneous"
+    cfg = load_config(_write(tmp_path, "search:\n  selection_rule: holdout\n"))
+    assert cfg.search.selection_rule == "holdout"
+    with pytest.raises(ConfigError, match="selection_rule"):
+        load_config(_write(tmp_path, "search:\n  selection_rule: bonferoni\n"))
+
+
+def test_a_new_gate_option_is_one_class_and_one_registry_entry(tmp_path, monkeypatch):
+    # issue 34 item 5: config validation and the report read the option registry; nothing
+    # else branches on the option's name (before: a Literal in GateConfig, "snips" in
+    # PipelineConfig, ESTIMATORS and name tests in compare_policies)
+    from dataclasses import replace
+
+    import numpy as np
+
+    from poem.estimators.compare import compare_policies
+    from poem.estimators.gate_options import GATE_OPTIONS, IPSOption
+
+    class FlooredIPS(IPSOption):
+        """The ips terms and estimates, under its own name, with a declared floor required."""
+
+        name = "floored_ips"
+        needs_declared_floor = True
+
+        def estimate(self, losses, weights, clip, **options):
+            return replace(super().estimate(losses, weights, clip, **options), estimator=self.name)
+
+    monkeypatch.setitem(GATE_OPTIONS, FlooredIPS.name, FlooredIPS())  # the one registration
+    assert GateConfig(estimator="floored_ips").estimator == "floored_ips"
+    with pytest.raises(ValidationError, match=r"'ips', 'snips', 'floored_ips' or 'clipped_ips'"):
+        GateConfig(estimator="floored")
+    with pytest.raises(ConfigError, match=r"gate\.estimator 'floored_ips' needs a declared weight"):
+        load_config(_write(tmp_path, "gate:\n  estimator: floored_ips\n"))
+    cfg = load_config(
+        _write(tmp_path, "checks:\n  min_propensity: 0.1\ngate:\n  estimator: floored_ips\n")
+    )
+    assert cfg.gate.estimator == "floored_ips"
+
+    rng = np.random.default_rng(3)
+    losses, wc = rng.random(200), rng.uniform(0.2, 2.0, 200)
+    options = dict(loss_bounds=(0.0, 1.0), order_seed=5, min_ess=0.0)
+    new = compare_policies(losses, wc, np.ones(200), estimator="floored_ips", **options)
+    ips = compare_policies(losses, wc, np.ones(200), estimator="ips", **options)
+    assert new.estimator == "floored_ips" and new.to_dict()["estimator"] == "floored_ips"
+    assert new.challenger.estimator == "floored_ips"
+    assert new.difference.estimator == "floored_ips_difference"
+    assert new.upper_bound == ips.upper_bound and new.promote == ips.promote
+    assert "floored_ips terms" in new.to_markdown()

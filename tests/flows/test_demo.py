@@ -19,8 +19,7 @@ def test_demo_runs_retrain_twice_and_prints_where_to_look(tmp_path, monkeypatch,
     calls = []
 
     def fake_retrain(config_path, logs=None, overrides=None):
-        assert overrides == {"gate.seed": 0}  # the demo replays its gate order from --seed
-        calls.append(logs)
+        calls.append((logs, overrides))
         first = len(calls) == 1
         return RetrainResult(
             decision="promoted" if first else "rejected",
@@ -43,9 +42,28 @@ def test_demo_runs_retrain_twice_and_prints_where_to_look(tmp_path, monkeypatch,
         == 0
     )
     out = capsys.readouterr().out.splitlines()
-    assert [c.name for c in calls] == ["round-1", "round-2"]
-    day1, day2 = (read_log(c) for c in calls)
-    assert day1.n_rows == day2.n_rows > 1000 and day1.n_actions == 10
+    assert [c.name for c, _ in calls] == ["round-1", "round-2"]
+    # issue 36: day 1 is a quick first model, day 2 the config's full search, so day 2's
+    # challenger is clearly better; no gate seed is pinned (fresh entropy, as in production)
+    assert [o for _, o in calls] == [
+        {
+            "search.grid.solver": ["lbfgs"],
+            "search.grid.warm_start": ["zeros"],
+            "training.params.max_iter": 5,
+        },
+        None,
+    ]
+    day1, day2 = (read_log(c) for c, _ in calls)
+    # day 2 has twice day 1's traffic (--replays 1: each image once on day 1, twice on day 2)
+    assert day2.n_rows == 2 * day1.n_rows > 2000 and day1.n_actions == 10
+    assert (
+        f"[1/2] retrain on {tmp_path / 'out' / 'logs' / 'round-1'} ({day1.n_rows:,} rows; a quick first "
+        "search: L-BFGS from zeros, 5 iterations)" in out
+    )
+    assert (
+        f"[2/2] retrain on {tmp_path / 'out' / 'logs' / 'round-2'} ({day2.n_rows:,} rows; the config's "
+        "full search)" in out
+    )
     assert day1.timestamps.max() < day2.timestamps.min()
     assert (
         "      PROMOTED: challenger v1 IPS risk 0.2000 vs champion (the logging policy) 0.4000"

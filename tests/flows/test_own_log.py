@@ -9,7 +9,7 @@ Real components: the ``check`` command in process, ``retrain``'s own check stage
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, fields
+from dataclasses import fields
 
 import numpy as np
 import pandas as pd
@@ -66,15 +66,70 @@ def _check(args, capsys) -> tuple[int, dict]:
     return code, json.loads(out[out.index("{") :])
 
 
-# -- measured item 1: one translation of checks: ------------------------------------------------
-def test_the_config_defaults_are_the_library_defaults():
+# -- measured item 1: one translation of checks:, its defaults written once --------------------
+CONFIG_ONLY = {"quarantine", "block_on_warnings"}  # keys the library does not have
+
+
+def test_the_checks_defaults_are_written_once_in_the_library():
     """``CheckSettings`` had min_rows 1 and a 5 % quarantine limit; the config 100 and 1 %."""
-    settings = check_settings(ChecksConfig())
-    library = CheckSettings()
-    for f in fields(CheckSettings):
-        if f.name != "thresholds":
-            assert getattr(settings, f.name) == getattr(library, f.name), f.name
-    assert PropensityChecksConfig().model_dump() == asdict(PropensityThresholds())
+    from pydantic_core import PydanticUndefined
+
+    from flows.config.checks import SETTINGS, THRESHOLDS
+
+    for section, owner in ((ChecksConfig, SETTINGS), (PropensityChecksConfig, THRESHOLDS)):
+        for name, f in section.model_fields.items():
+            if name in CONFIG_ONLY or name == "propensity":
+                continue
+            assert f.default is PydanticUndefined, f"{name} is written in the config"
+            assert f.default_factory.owner == owner, name
+    written = {
+        n for n, f in ChecksConfig.model_fields.items() if f.default is not PydanticUndefined
+    }
+    assert written == CONFIG_ONLY
+
+
+@pytest.mark.parametrize(
+    "owner, key, value",
+    [
+        (CheckSettings, "min_rows", 7),
+        (CheckSettings, "future_timestamps", "quarantine"),
+        (PropensityThresholds, "near_deterministic_fail", 0.9),
+    ],
+)
+def test_a_changed_library_default_is_what_check_and_retrain_use(
+    owner, key, value, monkeypatch, tmp_path
+):
+    from flows.config._base import _default_of
+
+    (field,) = (f for f in fields(owner) if f.name == key)
+    monkeypatch.setattr(field, "default", value)
+    _default_of.cache_clear()
+    try:
+        (tmp_path / "mlflow.yml").write_text("data: {family: discrete}\n")
+        cfg = load_config(tmp_path / "mlflow.yml")
+        settings = check_settings(cfg.checks, cfg.data)
+    finally:
+        _default_of.cache_clear()
+    section = cfg.checks if owner is CheckSettings else cfg.checks.propensity
+    assert getattr(section, key) == value
+    where = settings if owner is CheckSettings else settings.thresholds
+    assert getattr(where, key) == value
+
+
+def test_an_invalid_library_default_is_refused_like_a_given_value(monkeypatch):
+    from pydantic import ValidationError
+
+    from flows.config._base import _default_of
+
+    (field,) = (f for f in fields(CheckSettings) if f.name == "min_rows")
+    monkeypatch.setattr(field, "default", 0)
+    _default_of.cache_clear()
+    try:
+        with pytest.raises(ValidationError) as info:
+            ChecksConfig()
+    finally:
+        _default_of.cache_clear()
+    assert info.value.errors()[0]["loc"] == ("min_rows",)
 
 
 # a value per checks: key that changes what the check finds on the test log (the log has one
@@ -102,10 +157,14 @@ CHANGED = {
 }
 
 
+def checks_keys() -> list[str]:
+    """Every key of the ``checks:`` section, dotted (a new key is a new case of the tests)."""
+    keys = [k for k in ChecksConfig.model_fields if k != "propensity"]
+    return keys + [f"propensity.{k}" for k in PropensityChecksConfig.model_fields]
+
+
 def test_every_checks_key_is_covered():
-    keys = {k for k in ChecksConfig.model_fields if k != "propensity"}
-    keys |= {f"propensity.{k}" for k in PropensityChecksConfig.model_fields}
-    assert keys == set(CHANGED)
+    assert set(checks_keys()) == set(CHANGED)
 
 
 @pytest.fixture(scope="module")
@@ -162,7 +221,7 @@ def _retrain_check(config: str) -> tuple[bool, str | None, list | None]:
     return True, None, [(c.name, c.status) for c in propensity.checks]
 
 
-@pytest.mark.parametrize("key", list(CHANGED))
+@pytest.mark.parametrize("key", checks_keys())
 def test_check_reads_every_checks_key_as_retrain_does(store, key):
     """``check`` passed only min_propensity and max_quarantine_fraction to the library."""
     from flows.cli import build_parser
@@ -178,7 +237,8 @@ def test_check_reads_every_checks_key_as_retrain_does(store, key):
         assert ours != check_settings(base.checks, base.data), key
 
 
-# the keys whose changed value refuses the test log, and the defaults (which pass)
+# the keys whose changed value refuses the test log (the others, and the defaults, pass it;
+# rows below checks.min_propensity are kept by both, a warning, and block the gate: issue 34)
 REFUSING = (
     "min_rows",
     "quarantine",
@@ -188,20 +248,22 @@ REFUSING = (
 )
 
 
-# rows below checks.min_propensity are kept by both (a warning) and block the gate (issue 34)
-KEPT = ("min_propensity",)
-
-
 @pytest.mark.slow
 @pytest.mark.usefixtures("prefect_harness")
-@pytest.mark.parametrize("key", [None, *REFUSING, *KEPT], ids=lambda k: k or "defaults")
+@pytest.mark.parametrize("key", [None, *checks_keys()], ids=lambda k: k or "defaults")
 def test_check_and_retrain_agree_on_every_refusal(store, key, capsys, monkeypatch):
-    """A 50-row log passed ``check`` (library min_rows 1) and failed ``retrain`` (100)."""
+    """A 50-row log passed ``check`` (library min_rows 1) and failed ``retrain`` (100).
+
+    Every ``checks:`` key, changed to a value that changes what the check finds: both refuse
+    the log with the same first reason, or both pass it with the same status of every
+    propensity check.
+    """
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    config = _config(store, key, CHANGED.get(key))
+    config = _config(store, key, CHANGED[key] if key else None)
     code, report = _check([store / "log.csv", "--config", config], capsys)
     passed, reason, statuses = _retrain_check(config)
-    assert (code == 0) == passed == (key not in REFUSING), (key, report, reason)
+    assert (code == 0) == passed, (key, report, reason)
+    assert passed == (key not in REFUSING), (key, report, reason)
     if passed:  # the same status of every propensity check
         assert statuses == [(c["name"], c["status"]) for c in report["propensity"]["checks"]]
         return

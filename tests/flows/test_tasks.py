@@ -178,6 +178,37 @@ def test_gate_against_logging_policy_and_blocking_checks(parts, trials):
     assert drawn.upper_bound <= comparison.upper_bound
 
 
+def test_gate_on_estimated_propensities_is_labelled_and_refuses_the_logged_terms(
+    split, parts, trials
+):
+    # issue 38 item 3: with propensity_source estimated the gate decides on the DR terms
+    # of estimated_gate_inputs (models fitted on the validation rows) and says so; the
+    # logged rows' vectors with estimated propensities are a failed precondition
+    from flows.learners import build_learner
+    from flows.tasks.gate import ESTIMATED, estimated_gate_inputs
+
+    policy = build_learner("poem", PARAMS, trials[0].params).fit(parts.train).policy_
+    gate = GateConfig(min_ess=10)
+    rows = estimated_gate_inputs.fn(policy, None, split)
+    assert rows.provenance["fit_rows"] == parts.validation.n_rows
+    assert rows.window == gate_rows(policy, None, parts.test).window  # one ledger key
+    attempt = next_attempt([], rows.window, alpha=0.05, retry_fraction=0.2)
+    decided = gate_candidate.fn(rows, gate, [], None, attempt, ESTIMATED)
+    assert decided.propensity_source == "estimated" and decided.to_dict()["attempt"] == 1
+    assert any("rests on estimated propensities" in r for r in decided.reasons)
+    logged = gate_candidate.fn(gate_rows(policy, None, parts.test), gate, [], None, attempt)
+    assert logged.propensity_source == "logged"
+    refused = gate_candidate.fn(
+        gate_rows(policy, None, parts.test), gate, [], None, attempt, ESTIMATED
+    )
+    assert not refused.promote and refused.propensity_source == "estimated"
+    assert refused.reasons[-1] == (
+        "check did not pass: precondition: the test rows' propensities are estimated; "
+        "gate.estimator 'ips' needs known propensities (use the gate's inputs on estimated "
+        "propensities, flows.tasks.gate.estimated_gate_inputs)"
+    )
+
+
 def test_register_promote_load_champion(run, parts, trials):
     from flows.learners import build_learner
 

@@ -97,6 +97,8 @@ class TeamServers:
             "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
             "DO_NOT_TRACK": "true",
             "MLFLOW_DISABLE_TELEMETRY": "true",
+            # no job runner and its seven huey consumers beside `mlflow server` (.ci/env.sh)
+            "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
             "PREFECT_SERVER_LOGGING_LEVEL": "WARNING",
         }
         self.env = env
@@ -164,7 +166,8 @@ class TeamServers:
         command += ["--host", "127.0.0.1", "--port", str(self.ports["mlflow"]), "--workers", "1"]
         command += ["--artifacts-destination", str(self.root / "artifacts")]
         self._spawn("mlflow", command, {})
-        _wait_http(f"{self.mlflow_url}/health", 180, self.processes["mlflow"])
+        # a fresh database's migrations took over 180 s at load average 25 (2 cores)
+        _wait_http(f"{self.mlflow_url}/health", 300, self.processes["mlflow"])
 
     def start_prefect(self) -> None:
         command = ["prefect", "server", "start", "--host", "127.0.0.1"]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from poem.data import LoggedBandit
-from poem.log_rows import FixedProbabilities, _policy_rows, policy_rows
+from poem.log_rows import _policy_rows, policy_rows
 
 distributed = pytest.importorskip("distributed", reason="the dask extra is not installed")
 dask = pytest.importorskip("dask")
@@ -46,6 +46,16 @@ def logs():
     return [_log(k) for k in range(N_PARTS)]
 
 
+class _Probabilities:
+    """A large policy argument: the same π(yᵢ|xᵢ) on every partition's taken rows."""
+
+    def __init__(self, probabilities: np.ndarray) -> None:
+        self.probabilities = probabilities
+
+    def log_action_probability_on(self, log: LoggedBandit) -> np.ndarray:
+        return self.probabilities
+
+
 def _rows(k: int) -> np.ndarray:
     return np.sort(np.random.default_rng(100 + k).choice(N_ROWS, TAKEN, replace=False))
 
@@ -57,7 +67,7 @@ def _large_graphs(record: list) -> list[str]:
 def test_large_arguments_never_travel_in_the_graph(client, logs):
     items = client.scatter(logs)
     rows = [_rows(k) for k in range(N_PARTS)]
-    policy = FixedProbabilities(np.linspace(0.1, 0.9, TAKEN))  # shared: 160 kB, every task
+    policy = _Probabilities(np.linspace(0.1, 0.9, TAKEN))  # shared: 160 kB, every task
     assert rows[0].nbytes > SCATTER_BYTES and policy.probabilities.nbytes > SCATTER_BYTES
     with (
         dask.config.set({"distributed.admin.large-graph-warning-threshold": THRESHOLD}),
@@ -71,11 +81,11 @@ def test_large_arguments_never_travel_in_the_graph(client, logs):
         record.clear()
         parts = ClusterPartitions(client, list(items))
         for _ in range(3):  # e.g. three search trials scoring the same validation rows
-            view, (probs,) = policy_rows(parts, rows, (policy,))
+            view = policy_rows(parts, rows, (policy,))
     assert _large_graphs(record) == []
     expected = np.concatenate([logs[k].losses[rows[k]] for k in range(N_PARTS)])
     np.testing.assert_array_equal(view.losses, expected)
-    np.testing.assert_array_equal(probs.probabilities, np.tile(policy.probabilities, N_PARTS))
+    np.testing.assert_array_equal(view.probabilities[0], np.tile(policy.probabilities, N_PARTS))
 
     # each partition's rows were scattered once, to the worker holding that partition
     held = client.has_what()
@@ -111,7 +121,7 @@ def test_small_arguments_stay_in_the_task(client, logs):
     parts = ClusterPartitions(client, client.scatter(logs[:2]))
     before = _scattered_arrays(client)
     rows = [np.arange(3), np.arange(2)]  # 24 and 16 bytes: no scatter round trip
-    view, _ = policy_rows(parts, rows)
+    view = policy_rows(parts, rows)
     np.testing.assert_array_equal(
         view.propensities, np.concatenate([logs[0].propensities[:3], logs[1].propensities[:2]])
     )

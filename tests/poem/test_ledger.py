@@ -167,3 +167,25 @@ def test_row_keys_are_the_same_for_dense_and_sparse_contexts(tiny_log):
         tiny_log.loss_bounds,
     )
     assert not np.any(row_keys(other) == row_keys(tiny_log))  # any value changes the key
+
+
+def test_the_same_rows_on_another_day_are_another_window(tiny_log):
+    # the demo's day 2 replays day 1's images: equal (context, action, loss, propensity)
+    # rows shared day 1's sketch keys, so a fresh day's window paid a second attempt's α
+    def on(day):
+        stamps = np.array([f"{day}T0{i}:00" for i in range(tiny_log.n_rows)], "datetime64[ns]")
+        return LoggedBandit(
+            tiny_log.contexts,
+            tiny_log.actions,
+            tiny_log.losses,
+            tiny_log.propensities,
+            tiny_log.loss_bounds,
+            timestamps=stamps,
+        )
+
+    day1, day2 = on("2026-01-01"), on("2026-01-02")
+    assert not set(row_keys(day1)) & set(row_keys(day2))
+    assert not window_of(day1).overlaps(window_of(day2))
+    again = day1.take(np.arange(tiny_log.n_rows)[::-1])  # day 1 re-read in another order
+    assert window_of(again) == window_of(day1) and window_of(again).overlaps(window_of(day1))
+    assert window_of(tiny_log).sketch != window_of(day1).sketch  # untimed: values only

@@ -121,14 +121,14 @@ def test_search_selects_the_best_validation_risk(split_logs):
 def test_undefined_snips_is_recorded_as_nan(split_logs, monkeypatch):
     import poem.learners._trials as search
 
-    real = search.evaluate_policy
+    real = search.evaluate_rows
 
-    def no_snips(policy, log, *, estimator="ips", **kw):
+    def no_snips(*rows, estimator="ips", **kw):
         if estimator == "snips":
             raise ValueError("weights are all 0")
-        return real(policy, log, estimator=estimator, **kw)
+        return real(*rows, estimator=estimator, **kw)
 
-    monkeypatch.setattr(search, "evaluate_policy", no_snips)
+    monkeypatch.setattr(search, "evaluate_rows", no_snips)
     train, valid = split_logs
     trial = run_trial(POEM(solver="lbfgs", max_iter=3), {}, train, valid)
     assert np.isnan(trial.snips.value) and np.isfinite(trial.ips.value)

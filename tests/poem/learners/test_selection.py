@@ -11,8 +11,10 @@ from poem.learners._trials import Trial, validation_scores
 from poem.learners.selection import (
     FIT_NOT_SHOWN,
     FIT_SHOWN,
+    HOLDOUT,
     NO_CHAMPION,
     RETEMPER_NOT_SHOWN,
+    confirm_split,
     corrected_level,
     n_compared,
     select_challenger,
@@ -83,7 +85,11 @@ def test_the_best_of_many_fits_needs_the_corrected_bound(many_fits):
     metrics, tags = new.metrics(), new.tags()
     assert metrics["learning_n_compared"] == 100.0 and metrics["learning_champion_kept"] == 1.0
     assert metrics["learning_learned"] == 0.0
-    assert tags == {"learning_evidence": "not shown", "selection_reason": new.reason}
+    assert tags == {
+        "learning_evidence": "not shown",
+        "selection_reason": new.reason,
+        "selection_rule": "bonferroni",
+    }
 
 
 def test_a_retempering_is_served_only_when_shown_better():
@@ -147,3 +153,154 @@ def test_nothing_to_select_is_named(many_fits):
     kept = [SimpleNamespace(**{**vars(t), "estimator": None}) for t in many_fits[3][:1]]
     with pytest.raises(ValueError, match="kept no estimator; pass fit="):
         select_challenger(kept, None, valid, scoring="ips")
+
+
+def test_holdout_keeps_the_champion_against_the_winner_of_many(many_fits):
+    """The uncorrected rule serves the best of 100 worse fits; the held-out confirm keeps it."""
+    champion, valid, train, fits = many_fits
+    chosen = _select(fits, champion, valid, train, rule="holdout")
+    assert (chosen.rule, chosen.n_confirm, chosen.n_compared) == ("holdout", 100, 1)
+    assert chosen.kind == "champion_retempered" and chosen.champion_kept
+    assert chosen.reason.startswith(HOLDOUT[FIT_NOT_SHOWN])
+    evidence = chosen.evidence  # one uncorrected bound on the 100 rows that chose nothing
+    assert (evidence.n_validation, evidence.confidence_level) == (100, 0.9)
+    assert evidence.difference == pytest.approx(0.0972, abs=1e-3) and not evidence.learned
+    assert chosen.ranked_first == 73  # the winner on the selection half, not the full rows' 89
+    assert chosen.tags()["selection_rule"] == "holdout"
+    assert chosen.metrics()["learning_n_confirm"] == 100.0
+    assert chosen.metrics()["learning_holdout"] == 1.0
+
+
+def test_holdout_serves_a_better_fit_the_corrected_bound_misses():
+    """19 noisy fits and one truly better (true R −0.053): Bonferroni ranks a noisy fit first."""
+    problem = make_synthetic(n=1400, seed=0)
+    stream = np.random.default_rng(0)
+    stream.normal(size=(1400, 5))
+    theta = stream.normal(size=(4, 5))
+    champion = _policy(np.hstack([-0.7 * theta, np.zeros((4, 1))]))
+    valid, train = problem.log.take(np.arange(100)), problem.log.take(np.arange(200, 1400))
+    rng = np.random.default_rng(100)
+    fits = [
+        _fit(
+            {"k": k},
+            _policy(np.hstack([-0.7 * theta + rng.normal(0, 1.2, (4, 5)), np.zeros((4, 1))])),
+            valid,
+        )
+        for k in range(19)
+    ]
+    good = _policy(np.hstack([-1.4 * theta, np.zeros((4, 1))]))
+    true_risk = np.mean(np.sum(good.predict_proba(problem.log.contexts) * problem.expected_loss, 1))
+    true_champion = np.mean(
+        np.sum(champion.predict_proba(problem.log.contexts) * problem.expected_loss, 1)
+    )
+    assert true_risk - true_champion == pytest.approx(-0.053, abs=1e-3)
+    fits.append(_fit({"k": "good"}, good, valid))
+    old = _select(fits, champion, valid, train)
+    assert (old.ranked_first, old.kind, old.n_compared) == (14, "champion_retempered", 20)
+    new = _select(fits, champion, valid, train, rule="holdout")
+    assert (new.ranked_first, new.selected, new.kind) == (19, 19, "learned")
+    assert new.reason == HOLDOUT[FIT_SHOWN] and new.evidence.learned
+    assert new.evidence.difference == pytest.approx(-0.054, abs=1e-3)
+    assert new.policy is good or np.allclose(new.policy.coef, good.coef)
+    assert fits[19].estimator.policy_ is good  # the search's estimator is left as it was
+
+
+def test_the_confirm_split_keeps_clusters_whole():
+    groups = np.repeat(np.arange(10), 4)
+    select, confirm = confirm_split(40, groups, 0.5, random_state=3)
+    assert select.size == confirm.size == 20
+    assert not set(groups[select]) & set(groups[confirm])
+    again = confirm_split(40, groups, 0.5, random_state=3)
+    assert np.array_equal(again[1], confirm)
+    with pytest.raises(ValueError, match="at least 4 validation clusters"):
+        confirm_split(12, np.repeat(np.arange(3), 4))
+    with pytest.raises(ValueError, match="confirm_fraction must be in"):
+        confirm_split(40, None, 1.0)
+    with pytest.raises(ValueError, match="one label per validation row"):
+        confirm_split(40, np.arange(39))
+
+
+def test_holdout_needs_the_fits_and_a_known_rule(many_fits):
+    champion, valid, train, fits = many_fits
+    kept = [SimpleNamespace(**{**vars(t), "estimator": None}) for t in fits[:5]]
+    with pytest.raises(ValueError, match="rule='holdout' re-scores every fit"):
+        _select(kept, champion, valid, train, rule="holdout")
+    with pytest.raises(ValueError, match="rule must be one of"):
+        _select(fits, champion, valid, train, rule="bonferoni")
+
+
+@pytest.mark.parametrize(
+    ("noise", "bonferroni", "simultaneous"),
+    [(0.0, 0.9, 0.9039), (0.05, 0.995, 0.9311), (0.3, 0.995, 0.9869)],
+)
+def test_the_simultaneous_level_follows_how_alike_the_fits_are(noise, bonferroni, simultaneous):
+    """20 fits around one better direction: max-t's level is Bonferroni's only when they differ."""
+    problem = make_synthetic(n=1400, seed=0)
+    stream = np.random.default_rng(0)
+    stream.normal(size=(1400, 5))
+    theta = stream.normal(size=(4, 5))
+    champion = _policy(np.hstack([-0.7 * theta, np.zeros((4, 1))]))
+    valid, train = problem.log.take(np.arange(60)), problem.log.take(np.arange(200, 1400))
+    rng = np.random.default_rng(7)
+    for _ in range({0.0: 0, 0.05: 1, 0.3: 2}[noise]):  # the draws of the smaller noises first
+        [rng.normal(0, 1, (4, 5)) for _ in range(20)]
+    fits = [
+        _fit(
+            {"k": k},
+            _policy(np.hstack([-1.4 * theta + rng.normal(0, noise, (4, 5)), np.zeros((4, 1))])),
+            valid,
+        )
+        for k in range(20)
+    ]
+    old = _select(fits, champion, valid, train)
+    new = _select(fits, champion, valid, train, rule="simultaneous")
+    assert old.confidence_level == pytest.approx(bonferroni)
+    assert new.confidence_level == pytest.approx(simultaneous, abs=2e-4)
+    assert new.evidence.difference == pytest.approx(old.evidence.difference, abs=1e-12)
+    if noise:  # a lower level, a tighter bound (copies: the level is 0.9 up to the draws)
+        assert new.evidence.upper < old.evidence.upper
+    assert new.kind == old.kind == "learned" and new.tags()["selection_rule"] == "simultaneous"
+
+
+def test_simultaneous_is_about_bonferroni_for_independent_fits(many_fits):
+    champion, valid, train, fits = many_fits
+    chosen = _select(fits, champion, valid, train, rule="simultaneous")
+    assert chosen.n_compared == 100
+    assert chosen.confidence_level == pytest.approx(0.99835, abs=2e-4)  # Bonferroni: 0.999
+    assert chosen.evidence.upper == pytest.approx(0.0362, abs=1e-3) and chosen.champion_kept
+
+
+def test_simultaneous_refits_a_fit_that_kept_no_estimator():
+    problem = make_synthetic(n=1400, seed=0)
+    stream = np.random.default_rng(0)
+    stream.normal(size=(1400, 5))
+    theta = stream.normal(size=(4, 5))
+    champion = _policy(np.hstack([-0.7 * theta, np.zeros((4, 1))]))
+    valid, train = problem.log.take(np.arange(60)), problem.log.take(np.arange(200, 1400))
+    rng = np.random.default_rng(7)
+    fits = [
+        _fit(
+            {"k": k},
+            _policy(np.hstack([-1.4 * theta + rng.normal(0, 0.05, (4, 5)), np.zeros((4, 1))])),
+            valid,
+        )
+        for k in range(5)
+    ]
+    by_k = {t.params["k"]: t.estimator for t in fits}
+    kept = [SimpleNamespace(**{**vars(t), "estimator": None}) for t in fits]
+    with pytest.raises(ValueError, match="kept no estimator; pass fit="):
+        _select(kept, champion, valid, train, rule="simultaneous")
+    refitted = []
+    chosen = _select(
+        kept,
+        champion,
+        valid,
+        train,
+        rule="simultaneous",
+        fit=lambda params: refitted.append(params["k"]) or by_k[params["k"]],
+    )
+    assert chosen.kind == "learned"
+    first = chosen.ranked_first
+    assert sorted(refitted) == sorted([first, *(k for k in range(5) if k != first)])
+    level = _select(fits, champion, valid, train, rule="simultaneous").confidence_level
+    assert chosen.confidence_level == level and 0.9 < level < 0.98
