@@ -140,6 +140,7 @@ def test_retrain_on_estimated_propensities(tmp_path, logs_dir, write_config, cap
     assert 0 < m["estimated_propensity_min"] < m["estimated_propensity_p50"] < 1
     assert 0 < m["estimated_uniform_effective_sample_size"] <= 900
     assert run.data.tags["propensity_source"] == "estimated"
+    assert m["gate_estimated_propensities"] == 1  # the gate decided on its estimated terms
     note = run.data.tags["mlflow.note.content"]
     assert "propensity_source=estimated" in note
     local = client.download_artifacts(run.info.run_id, "checks", str(tmp_path / "art"))
@@ -159,4 +160,5 @@ def test_retrain_on_estimated_propensities(tmp_path, logs_dir, write_config, cap
     assert version.tags["propensity_source"] == "estimated"
     reason = "propensities estimated, not logged (logistic, 2 folds cross-fitted)"
     assert reason in note and reason in version.tags["gate_reasons"]
+    assert "assumed: rests on estimated propensities" in version.tags["gate_reasons"]
     assert any(line.strip().startswith(reason) for line in out), out
