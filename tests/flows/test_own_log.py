@@ -214,7 +214,7 @@ def _retrain_check(config: str) -> tuple[bool, str | None, list | None]:
     exp = found.experiment_id if found else client.create_experiment(name, location)
     run = TrackedRun(cfg.tracking, exp, client.create_run(exp).info.run_id)
     try:
-        _, _, propensity = _checked_log(cfg, run, None)
+        _, _, propensity, _ = _checked_log(cfg, run, None)
     except InvalidLogError as exc:
         v = exc.violations[0]
         return False, f"{v.column}: {v.message}", None
