@@ -22,9 +22,9 @@ import numpy as np
 
 from poem.data import LoggedBandit
 from poem.estimators.compare import PolicyComparison, compare_policies
-from poem.estimators.improvement import decision_coin, draw_entropy
+from poem.estimators.improvement import decision_coin
 from poem.estimators.weights import _check_values, importance_weights
-from poem.ledger import Attempt, TestWindow, window_of
+from poem.ledger import Attempt, TestWindow, attempt_entropy, window_of
 from poem.policies import StochasticPolicy
 
 __all__ = [
@@ -312,16 +312,7 @@ def gate_decision(
     Waudby-Smith & Ramdas (2024), JRSS-B 86(1), arXiv:2010.09686 (the bound).
     Ramdas & Manole (2023), arXiv:2304.02611, §4 (randomized Ville).
     """
-    if attempt is not None and order_seed is not None:
-        raise ValueError(
-            "order_seed: the attempt carries its own entropy; pass the seed to "
-            "poem.ledger.next_attempt(order_seed=...) instead"
-        )
-    if attempt is not None and attempt.order_seed is not None:
-        seed, given = int(attempt.order_seed), bool(attempt.seed_given)
-    else:
-        given = order_seed is not None
-        seed = int(order_seed) if given else draw_entropy()
+    seed, given = attempt_entropy(attempt, order_seed)
     precondition = _below_floor(rows.propensities, min_propensity)
     bound = None if precondition else weight_bound(rows.propensities, min_propensity)
     chal_w = importance_weights(rows.challenger_probabilities, rows.propensities)

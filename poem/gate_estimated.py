@@ -46,10 +46,10 @@ from poem.estimators.estimated_terms import (
     estimated_translated_terms,
     propensity_error,
 )
-from poem.estimators.improvement import decision_coin, draw_entropy, shuffle_rows
+from poem.estimators.improvement import decision_coin, shuffle_rows
 from poem.estimators.ips import Estimate
 from poem.estimators.weights import effective_sample_size
-from poem.ledger import Attempt, TestWindow, window_of
+from poem.ledger import Attempt, TestWindow, attempt_entropy, window_of
 from poem.logging_policy import _class_probabilities, _model
 
 __all__ = ["ESTIMATED_LABEL", "EstimatedGateRows", "estimated_gate_decision", "estimated_gate_rows"]
@@ -262,16 +262,7 @@ def estimated_gate_decision(
     PolicyComparison
         ``propensity_source="estimated"``; the estimates are the DR ones (``dr``).
     """
-    if attempt is not None and order_seed is not None:
-        raise ValueError(
-            "order_seed: the attempt carries its own entropy; pass the seed to "
-            "poem.ledger.next_attempt(order_seed=...) instead"
-        )
-    if attempt is not None and attempt.order_seed is not None:
-        seed, given = int(attempt.order_seed), bool(attempt.seed_given)
-    else:
-        given = order_seed is not None
-        seed = int(order_seed) if given else draw_entropy()
+    seed, given = attempt_entropy(attempt, order_seed)
     level = confidence_level if attempt is None else attempt.confidence_level
     parts = estimated_dr_terms(
         rows.losses,

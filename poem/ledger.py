@@ -38,6 +38,7 @@ __all__ = [
     "LedgerEntry",
     "TestWindow",
     "attempt_alpha",
+    "attempt_entropy",
     "entries_from_json",
     "entries_to_json",
     "next_attempt",
@@ -377,3 +378,26 @@ def entries_from_json(text: str | None) -> list[LedgerEntry]:
         return [_entry(e) for e in json.loads(text)]
     except (TypeError, KeyError, ValueError) as exc:
         raise ValueError(f"gate ledger: cannot read {text[:80]!r} ({exc})") from None
+
+
+def attempt_entropy(attempt: Attempt | None, order_seed: int | None) -> tuple[int, bool]:
+    """The entropy a gate decision draws its order (and coin) from, and whether it was given.
+
+    The ``attempt``'s own (fresh, or recorded as given), else ``order_seed`` (a replay), else
+    a fresh draw (:func:`~poem.estimators.improvement.draw_entropy`).
+
+    Raises
+    ------
+    ValueError
+        When both are given (the attempt carries its own entropy).
+    """
+    if attempt is not None and order_seed is not None:
+        raise ValueError(
+            "order_seed: the attempt carries its own entropy; pass the seed to "
+            "poem.ledger.next_attempt(order_seed=...) instead"
+        )
+    if attempt is not None and attempt.order_seed is not None:
+        return int(attempt.order_seed), bool(attempt.seed_given)
+    if order_seed is not None:
+        return int(order_seed), True
+    return draw_entropy(), False
