@@ -25,6 +25,7 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
+from data_checks.estimation import Estimated, estimate_stage
 from data_checks.event_ids import rows_elsewhere
 from data_checks.partition import PartitionResult, check_partition, describe, kept_partitions
 from data_checks.report import DataCheckReport, ExpectationFailure, merge_reports
@@ -329,6 +330,7 @@ class CheckOutcome:
     propensity: PropensityReport | None = None
     log: LoggedBandit | None = field(default=None, repr=False)
     files: dict[str, str] = field(default_factory=dict)
+    estimated: Estimated | None = field(default=None, repr=False)
 
     @property
     def passed(self) -> bool:
@@ -358,6 +360,7 @@ class CheckOutcome:
             "passed": self.passed,
             "data_checks": self.report.to_dict(),
             "propensity": None if self.propensity is None else self.propensity.to_dict(),
+            "propensity_model": None if self.estimated is None else _model_dict(self.estimated),
             "files": self.files,
         }
 
@@ -399,6 +402,15 @@ class CheckOutcome:
             lines.append(f"extra columns (allowed, not checked): {', '.join(r.extra_columns)}")
         lines += [f"skipped, not data: {f}" for f in r.skipped_files]
         lines += [f"HARD FAILURE {f}" for f in r.hard_failures]
+        if self.estimated is not None:
+            e = self.estimated.metadata
+            lines += [
+                "",
+                f"propensities ESTIMATED (data.propensity: estimate): {e['model']}, "
+                f"{e['folds']} folds cross-fitted, calibration {e['calibration']}, "
+                f"seed {e['seed']}",
+            ]
+            lines += [f"  {line}" for line in self.estimated.estimate.diagnostics.lines()]
         if self.propensity is not None:
             p = self.propensity
             lines += [
@@ -413,6 +425,17 @@ class CheckOutcome:
         if self.files:
             lines += [""] + [f"{k}: {v}" for k, v in self.files.items()]
         return "\n".join(lines)
+
+
+def _model_dict(estimated: Estimated) -> dict[str, Any]:
+    d = estimated.estimate.diagnostics
+    return {
+        "metadata": estimated.metadata,
+        "metrics": d.metrics(),
+        "reliability": [list(row) for row in d.reliability],
+        "rare_actions": [list(row) for row in d.rare_actions],
+        "summary": d.lines(),
+    }
 
 
 def _table(rows: list[tuple]) -> list[str]:
@@ -493,7 +516,15 @@ def check_logs(
             future_timestamps=future_timestamps,
         )
     settings = replace(settings, now=pd.Timestamp.now(tz="UTC") if now is None else now)
-    memory = client is None and not use_partitions(path, partitions)
+    estimating = settings.propensity == "estimate"  # cross-fitting sees every row at once
+    always = partitions is not None and partitions.mode == "always"
+    if estimating and (client is not None or always):
+        problem = ValueError(
+            "data.propensity: estimate fits the logging policy on the whole log in memory; "
+            "check it without partitions (--partitions never)"
+        )
+        return _finish(CheckOutcome(failed_report(str(path), problem, "estimate")), out)
+    memory = estimating or (client is None and not use_partitions(path, partitions))
     options = partitions or PartitionOptions(mode="always", scheduler="sync")
     own = not memory and client is None
     try:
@@ -516,10 +547,19 @@ def check_logs(
                 client.close()
                 client.cluster.close()
         log = kept[0].items[0] if kept and kept[0] is not None else None
+        estimated = None
+        if estimating and log is not None:
+            estimated = estimate_stage(log, report, settings)
+            report, prop, log = estimated.report, estimated.propensity, estimated.log
         if out is not None and plots and log is not None:
-            saved = save_diagnostic_plots(log, out / "plots", target_policy=target_policy)
+            saved = save_diagnostic_plots(
+                log,
+                out / "plots",
+                target_policy=target_policy,
+                estimated=None if estimated is None else estimated.estimate.diagnostics,
+            )
             files.update({k: str(v) for k, v in saved.items()})
-        return _finish(CheckOutcome(report, prop, log, files), out)
+        return _finish(CheckOutcome(report, prop, log, files, estimated), out)
     except Exception as exc:  # noqa: BLE001 - a report, never a traceback
         logger.debug("check of %s failed unexpectedly", path, exc_info=True)
         problem = RuntimeError(f"unexpected {type(exc).__name__}: {exc} (please report this)")

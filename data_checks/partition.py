@@ -23,6 +23,7 @@ from data_checks.stages import (
     failed_report,
     quarantine_stage,
     validate_stage,
+    with_placeholder_propensities,
 )
 from poem.diagnostics.propensity import PropensitySummary, propensity_summary
 from poem.exceptions import InvalidLogError
@@ -69,8 +70,8 @@ def _name(piece: LogPartition | LogTable) -> str:
 def _read_table(piece: LogPartition | LogTable, settings: CheckSettings) -> LogTable:
     """The partition through the front door (a table already read is returned as is)."""
     if isinstance(piece, LogTable):
-        return piece
-    return table_from_frame(
+        return piece  # read by read_stage (placeholder propensities included)
+    table = table_from_frame(
         read_partition_frame(piece),
         family=settings.family,
         window=settings.window,
@@ -78,6 +79,7 @@ def _read_table(piece: LogPartition | LogTable, settings: CheckSettings) -> LogT
         files=(piece.path,),
         **settings.overrides,
     )
+    return with_placeholder_propensities(table, settings)
 
 
 def describe(piece: LogPartition | LogTable) -> tuple[int, str]:
@@ -133,6 +135,8 @@ def check_partition(
     )
     kept, quarantined = quarantine_stage(table, report)
     if quarantined is not None and quarantine_path is not None:
+        if settings.propensity == "estimate":  # the placeholder is not the log's
+            quarantined = quarantined.drop(columns="propensity")
         write_quarantine(quarantined, quarantine_path)
     log, report = build_stage(kept, report)
     summary = None

@@ -24,12 +24,14 @@ from data_checks.suites import build_log_suite, default_parameters
 from poem.data import LoggedBandit
 from poem.diagnostics.propensity import PropensityThresholds
 from poem.exceptions import InvalidLogError
+from poem.io._metadata import invalid_log
 from poem.io._row_checks import RowProblem, row_problems
 from poem.io.logs import LogTable, read_log_table
 from poem.io.parquet import skipped_log_files
 
 __all__ = [
     "FUTURE_ACTIONS",
+    "PROPENSITY_SOURCES",
     "CheckSettings",
     "build_stage",
     "duplicated_rows",
@@ -37,10 +39,12 @@ __all__ = [
     "quarantine_stage",
     "read_stage",
     "validate_stage",
+    "with_placeholder_propensities",
 ]
 
 
 FUTURE_ACTIONS = ("warn", "quarantine")
+PROPENSITY_SOURCES = ("logged", "estimate")
 FUTURE = "timestamp_not_after_run_clock"
 
 
@@ -74,6 +78,13 @@ class CheckSettings:
         Rows dated later than the run's clock: counted as a warning (kept), or quarantined.
     now : datetime-like or None, default=None
         The run's clock (UTC; naive values are UTC); None reads the wall clock at validation.
+    propensity : {"logged", "estimate"}, default="logged"
+        ``data.propensity``: ``estimate`` checks a log without a propensity column (one with
+        it is refused), holds a placeholder of 1 until :mod:`data_checks.estimation` replaces
+        it by the cross-fitted estimates, and runs the suite without propensity expectations.
+    estimation : dict, default={}
+        Keyword arguments of :func:`poem.logging_policy.estimate_propensities`
+        (``data.propensity_estimation``).
     """
 
     family: str | None = None
@@ -85,8 +96,14 @@ class CheckSettings:
     thresholds: PropensityThresholds | None = None
     future_timestamps: str = "warn"
     now: Any = None
+    propensity: str = "logged"
+    estimation: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.propensity not in PROPENSITY_SOURCES:
+            raise ValueError(
+                f"propensity must be one of {list(PROPENSITY_SOURCES)}, got {self.propensity!r}"
+            )
         if self.future_timestamps not in FUTURE_ACTIONS:
             raise ValueError(
                 f"future_timestamps must be one of {list(FUTURE_ACTIONS)}, "
@@ -135,10 +152,42 @@ def read_stage(
         table = read_log_table(
             path, family=settings.family, window=settings.window, **settings.overrides
         )
+        table = with_placeholder_propensities(table, settings)
     except (InvalidLogError, ValueError, FileNotFoundError) as exc:
         skipped = tuple(str(f) for f in skipped_log_files(path)) if Path(path).is_dir() else ()
         return None, replace(failed_report(str(path), exc), skipped_files=skipped)
     return table, None
+
+
+PLACEHOLDER_PROPENSITY = 1.0
+
+
+def with_placeholder_propensities(table: LogTable, settings: CheckSettings) -> LogTable:
+    """With ``settings.propensity == "estimate"``: the table with a placeholder propensity of 1.
+
+    The placeholder lets the rows be built into a :class:`~poem.data.LoggedBandit`; it is
+    never validated (the suite has no propensity expectation then), never written (the
+    quarantine drops it) and is replaced by the cross-fitted estimates
+    (:func:`data_checks.estimation.estimate_stage`) before anything reads it.
+
+    Raises
+    ------
+    InvalidLogError
+        When the log has a propensity column although estimation was asked for.
+    """
+    if settings.propensity != "estimate":
+        return table
+    if "propensity" in table.frame.columns:
+        raise invalid_log(
+            "propensity",
+            table.n_rows,
+            "the log records propensities, but data.propensity is estimate",
+            "Use data.propensity: logged (logged propensities are exact), or drop the column "
+            "to estimate the logging policy",
+        )
+    frame = table.frame
+    frame["propensity"] = PLACEHOLDER_PROPENSITY  # the freshly read frame: no copy
+    return replace(table, frame=frame)
 
 
 def _below_declared_floor(table: LogTable, configured: float = 0.0) -> list[RowProblem]:
@@ -249,6 +298,7 @@ def validate_stage(
         meta.family,
         n_labels=meta.n_actions if meta.family == "multilabel" else None,
         has_timestamp="timestamp" in table.frame.columns,
+        has_propensity=settings.propensity != "estimate",
     )
     params = default_parameters(
         meta,

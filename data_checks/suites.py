@@ -41,15 +41,30 @@ def _meta(level: str, reason: str) -> dict[str, str]:
     return {"level": level, "reason": reason}
 
 
+# how to go on without a propensity column: estimate the logging policy (data.propensity)
+ESTIMATE_HINT = (
+    "set data.propensity: estimate (check --estimate, retrain --set data.propensity=estimate) "
+    "to estimate the logging policy"
+)
+
+
 def _missing(column: str) -> str:
     """The reason of a missing column, with the flag naming the log's own column."""
-    if column in ("action", "propensity"):
-        return f"column is missing; name yours with --{column}-column COLUMN (data.{column}_column)"
+    named = f"column is missing; name yours with --{column}-column COLUMN (data.{column}_column)"
+    if column == "propensity":
+        return f"{named}, or {ESTIMATE_HINT}"
+    if column == "action":
+        return named
     return "column is missing"
 
 
 def build_log_suite(
-    family: str, *, n_labels: int | None = None, has_timestamp: bool = True, name: str | None = None
+    family: str,
+    *,
+    n_labels: int | None = None,
+    has_timestamp: bool = True,
+    has_propensity: bool = True,
+    name: str | None = None,
 ) -> Any:
     """Build the expectation suite of a log family.
 
@@ -61,6 +76,9 @@ def build_log_suite(
         Number of labels q (multilabel only; required there): columns ``y_0..y_{q-1}``.
     has_timestamp : bool, default=True
         Whether the ``timestamp`` column is required (and checked against the window).
+    has_propensity : bool, default=True
+        Whether the ``propensity`` column is required and checked (False: the propensities
+        are estimated, ``data.propensity: estimate``).
     name : str or None, default=None
         Suite name; default ``"poem_<family>_log"``.
 
@@ -93,11 +111,10 @@ def build_log_suite(
             min_value=_p("min_rows"), meta=_meta("dataset", "too few rows")
         )
     )
-    typed = {
-        "event_id": None,
-        "propensity": FLOAT_TYPES + INT_TYPES,
-        "loss": FLOAT_TYPES + INT_TYPES,
-    }
+    typed: dict[str, Any] = {"event_id": None}
+    if has_propensity:
+        typed["propensity"] = FLOAT_TYPES + INT_TYPES
+    typed["loss"] = FLOAT_TYPES + INT_TYPES
     if has_timestamp:
         typed["timestamp"] = TIMESTAMP_TYPES
     if family == "multilabel":
@@ -121,15 +138,16 @@ def build_log_suite(
 
     row(not_null, "event_id", "event_id missing")
     row(gxe.ExpectColumnValuesToBeUnique, "event_id", "event_id duplicated")
-    row(not_null, "propensity", "propensity missing (NaN)")
-    row(
-        between,
-        "propensity",
-        "propensity outside ({min_propensity:g}, {max_propensity:g}]",
-        min_value=_p("min_propensity"),
-        max_value=_p("max_propensity"),
-        strict_min=True,
-    )
+    if has_propensity:
+        row(not_null, "propensity", "propensity missing (NaN)")
+        row(
+            between,
+            "propensity",
+            "propensity outside ({min_propensity:g}, {max_propensity:g}]",
+            min_value=_p("min_propensity"),
+            max_value=_p("max_propensity"),
+            strict_min=True,
+        )
     row(not_null, "loss", "loss missing (NaN)")
     row(
         between,

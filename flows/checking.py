@@ -42,4 +42,6 @@ def check_settings(checks: ChecksConfig, data: DataConfig | None = None) -> Chec
         max_quarantine_fraction=checks.max_quarantine_fraction if checks.quarantine else 0.0,
         thresholds=PropensityThresholds(**checks.propensity.model_dump()),
         future_timestamps=checks.future_timestamps,
+        propensity="logged" if data is None else data.propensity,
+        estimation={} if data is None else data.propensity_estimation.options(),
     )

@@ -22,14 +22,16 @@ from prefect.futures import wait
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from data_checks.estimation import ESTIMATED, LOGGED, PROPENSITY_SOURCE_KEY
 from flows.cluster import data_client, flow_task_runner, use_partitions
-from flows.config import PipelineConfig, load_config
+from flows.config import ConfigError, PipelineConfig, load_config
 from flows.learners import same_fits
 from flows.registry import version_tags
 from flows.store_faults import discard_unfinished_models
 from flows.tasks import current_progress, reset_progress, set_progress
 from flows.tasks.gate import (
     declared_floor,
+    estimated_gate_inputs,
     gate_candidate,
     gate_metrics,
     load_champion,
@@ -37,7 +39,7 @@ from flows.tasks.gate import (
     report_gate,
 )
 from flows.tasks.load import check_logs, fingerprint_logs
-from flows.tasks.propensity import record_propensities
+from flows.tasks.propensity import estimate_logging_policy, record_propensities
 from flows.tasks.register import (
     check_champion,
     promote_policy,
@@ -112,6 +114,9 @@ class RetrainResult:
     rewards : bool
         The log gave rewards (``data.reward_bounds``): the headline shows rewards (e.g. the
         click-through rate), −risk, and the gain's lower bound, not losses.
+    propensity_source : {"logged", "estimated"}
+        Where the propensities the learner and the gate used came from
+        (``data.propensity``); ``estimated`` is said in the headline's first line.
     """
 
     decision: str
@@ -129,6 +134,7 @@ class RetrainResult:
     estimator: str = ""
     challenger_kind: str = LEARNED
     rewards: bool = False
+    propensity_source: str = LOGGED
 
     def summary_line(self) -> str:
         """``decision=<promoted|rejected> champion=<version>`` (the CLI's last line)."""
@@ -163,18 +169,22 @@ class RetrainResult:
             kind = kind.replace("upper", "lower")
             return [
                 f"{self.decision.upper()}: challenger v{self.challenger_version} {risk} "
-                f"{num(challenger)} vs {against} {num(champion)}",
+                f"{num(challenger)} vs {against} {num(champion)}{self.propensity_label()}",
                 f"  gain {num(difference, '+')}, interval [{num(lower, '+')}, "
                 f"{num(upper, '+')}], {kind} {num(bound, '+')}; champion {moved} {after}",
                 "  " + self.challenger_origin(),
             ]
         return [
             f"{self.decision.upper()}: challenger v{self.challenger_version} {risk} "
-            f"{num(challenger)} vs {against} {num(champion)}",
+            f"{num(challenger)} vs {against} {num(champion)}{self.propensity_label()}",
             f"  difference {num(difference, '+')}, interval [{num(lower, '+')}, "
             f"{num(upper, '+')}], {kind} {num(bound, '+')}; champion {moved} {after}",
             "  " + self.challenger_origin(),
         ]
+
+    def propensity_label(self) -> str:
+        """`` [on ESTIMATED propensities]`` for a run on estimated propensities, else empty."""
+        return " [on ESTIMATED propensities]" if self.propensity_source == ESTIMATED else ""
 
     def challenger_origin(self) -> str:
         """One sentence: was the challenger learned, or is it only the champion re-tempered."""
@@ -251,6 +261,23 @@ def retrain_progress() -> Iterator[RetrainProgress]:
         reset_progress(token)
 
 
+ESTIMATE_IN_MEMORY = (
+    "data.propensity: estimate fits the logging policy on the whole log in memory, not on a "
+    "cluster's partitions; set dask.partitioned: false (or dask.mode: never)"
+)
+
+
+def estimated_reason(metadata: dict[str, Any]) -> tuple[str, ...]:
+    """The decision's reason saying it rests on estimated propensities (empty when logged)."""
+    if metadata.get(PROPENSITY_SOURCE_KEY) != ESTIMATED:
+        return ()
+    return (
+        f"propensities estimated, not logged ({metadata.get('model')}, "
+        f"{metadata.get('folds')} folds cross-fitted): the learner and the gate rest on the "
+        "propensity model; log the served policy's propensities to gate on logged ones",
+    )
+
+
 def _reason(exc: BaseException) -> str:
     """One line for the run's ``poem.end_reason`` tag: the error's type and first line."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
@@ -297,19 +324,29 @@ def _search(training: Any, parts: Any, header: Any, cfg: Any, keys: tuple, champ
 
 
 def _checked_log(cfg: Any, run: Any, client: Any) -> tuple:
-    """Load and check the log: ``(partition set, header, propensity report)``."""
+    """Load and check the log: ``(partition set, header, propensity report, log metadata)``.
+
+    The prepared log's metadata: ``{"propensity_source": "logged"}``, or with
+    ``data.propensity: estimate`` ``"estimated"`` and the estimate's provenance (model,
+    folds, seed), the propensities having been estimated (:func:`estimate_logging_policy`).
+    """
     own = cfg.dask.scheduler_address is None  # a LocalCluster started for this run
     report, propensity, source, header = check_logs(cfg.data, cfg.checks, run, client, own)
+    metadata = {PROPENSITY_SOURCE_KEY: LOGGED}
+    if cfg.data.propensity == "estimate" and report.passed:
+        report, propensity, source, metadata = estimate_logging_policy(
+            report, source, cfg.data, cfg.checks, run
+        )
     record_check_report(report, run)  # logged before enforcing: a failed run keeps its report
     enforce_checks(report, cfg.checks)
     check_champion(header, cfg.tracking)  # an incompatible champion fails before training
     log = source.items[0] if client is None else None  # in memory: one partition, plotted
-    return source, header, record_propensities(propensity, run, log)
+    return source, header, record_propensities(propensity, run, log), metadata
 
 
 def _stages(cfg: Any, run: Any, fingerprint: str, client: Any = None) -> tuple:
     """Check → split → search → train → gate, on the log's partitions wherever they live."""
-    source, header, propensity = _checked_log(cfg, run, client)
+    source, header, propensity, log_metadata = _checked_log(cfg, run, client)
     parts = split_logs(source, cfg.data.split, run)
     del source  # the split holds the partitions (and releases the training rows below)
     # trial cache key: same files, same reading/check settings => same train/validation rows
@@ -330,12 +367,16 @@ def _stages(cfg: Any, run: Any, fingerprint: str, client: Any = None) -> tuple:
             training, header, cfg.training, trials[best].params, run, champion, selection.estimator
         )
     blocking = [c.name for c in propensity.warnings] if cfg.checks.block_on_warnings else []
-    test_rows = gate_inputs(policy, champion, parts)
+    source_of_p = log_metadata[PROPENSITY_SOURCE_KEY]
+    if source_of_p == ESTIMATED:  # DR + translated terms with the model's error margin
+        test_rows = estimated_gate_inputs(policy, champion, parts)
+    else:
+        test_rows = gate_inputs(policy, champion, parts)
     floor = declared_floor(cfg.data, cfg.checks)
     attempt = open_attempt(cfg.tracking, champion_version, test_rows, cfg.gate, run)
-    comparison = gate_candidate(test_rows, cfg.gate, blocking, floor, attempt)
+    comparison = gate_candidate(test_rows, cfg.gate, blocking, floor, attempt, source_of_p)
     report_gate(comparison, champion_version, run)
-    return comparison, trials, best, policy, header.n_rows, champion_version
+    return comparison, trials, best, policy, header.n_rows, champion_version, log_metadata
 
 
 def _close_failed_run(run: Any, data_path: str, exc: BaseException) -> None:
@@ -400,11 +441,14 @@ def retrain(
     progress.run_id = run.run_id
     try:
         if use_partitions(cfg.dask, cfg.data.path):  # the log's partitions on a Dask cluster
+            if cfg.data.propensity == "estimate":
+                raise ConfigError(ESTIMATE_IN_MEMORY)
             with data_client(cfg.dask, run) as client:  # its log lines: the run's logs/dask.log
                 outcome = _stages(cfg, run, fingerprint, client)
         else:
             outcome = _stages(cfg, run, fingerprint)
-        comparison, trials, best, policy, n_rows, champion_version = outcome
+        comparison, trials, best, policy, n_rows, champion_version, log_metadata = outcome
+        source_of_p = log_metadata[PROPENSITY_SOURCE_KEY]
         policy = with_action_ids(policy, cfg.data.action_ids)  # served with the log's own ids
         progress.champion_before = champion_version
         kind = challenger_kind(trials[best].params)
@@ -416,6 +460,9 @@ def retrain(
             champion_version=champion_version,
         )
         tags[KIND_KEY] = kind  # learned, or the champion re-tempered (no learning)
+        tags[PROPENSITY_SOURCE_KEY] = source_of_p  # logged, or estimated by a model
+        reasons = tuple(comparison.reasons) + estimated_reason(log_metadata)
+        tags["gate_reasons"] = " | ".join(reasons)
         version = register_policy(policy, run, tags)
         progress.version = version
         champion_after = version if comparison.promote else champion_version
@@ -424,7 +471,7 @@ def retrain(
             challenger_version=version,
             champion_version=champion_after,
             previous_champion_version=champion_version,
-            reasons=tuple(comparison.reasons),
+            reasons=reasons,
             metrics=gate_metrics(comparison),
             best_params=dict(trials[best].params),
             mlflow_run_id=run.run_id,
@@ -435,6 +482,7 @@ def retrain(
             estimator=comparison.estimator,
             challenger_kind=kind,
             rewards=cfg.data.reward_bounds is not None,
+            propensity_source=source_of_p,
         )
         progress.planned = result
         if comparison.promote:
@@ -452,7 +500,14 @@ def retrain(
         "decision": comparison.decision,
         "challenger": version,
         "champion": champion_after or "logging-policy",
-        "summary": "; ".join([comparison.decision, *comparison.reasons, f"{KIND_KEY}={kind}"]),
+        "summary": "; ".join(
+            [
+                comparison.decision,
+                *result.reasons,
+                f"{KIND_KEY}={kind}",
+                f"{PROPENSITY_SOURCE_KEY}={source_of_p}",
+            ]
+        ),
     }
     try:
         finish_tracking(run, "FINISHED", outcome, cfg.data.path)

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import inspect
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -49,10 +49,12 @@ from sklearn.calibration import CalibratedClassifierCV
 from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.linear_model import LogisticRegressionCV
 from sklearn.model_selection import KFold
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
 from sklearn.tree import DecisionTreeClassifier
 from sklearn.utils import check_random_state
 
-from poem.data import FAMILIES, CandidateSets
+from poem.data import FAMILIES, CandidateSets, LoggedBandit
 from poem.exceptions import InvalidLogError, Violation
 from poem.policies.candidates import segment_logsumexp
 
@@ -61,6 +63,7 @@ __all__ = [
     "EstimatedPropensities",
     "LoggerDiagnostics",
     "check_stochastic_logger",
+    "estimate_log_propensities",
     "estimate_propensities",
 ]
 
@@ -193,7 +196,7 @@ class EstimatedPropensities:
     provenance: dict = field(default_factory=dict)
 
 
-def _model(model: str, calibration: str | None, random_state: int) -> Any:
+def _model(model: str, calibration: str | None, random_state: int, sparse: bool = False) -> Any:
     if model == "logistic":
         # scikit-learn 1.9 warns unless the L2-only grid and the new attributes are explicit
         quiet = {"l1_ratios": (0.0,), "use_legacy_attributes": False}
@@ -206,6 +209,9 @@ def _model(model: str, calibration: str | None, random_state: int) -> Any:
             random_state=random_state,
             **{k: v for k, v in quiet.items() if k in accepted},
         )
+        # standardized inputs: L-BFGS converges in a fraction of the iterations (raw pixel or
+        # count features are badly scaled); sparse inputs are scaled without centring
+        base = make_pipeline(StandardScaler(with_mean=not sparse), base)
     else:
         base = HistGradientBoostingClassifier(max_iter=100, random_state=random_state)
     if calibration is None:
@@ -485,7 +491,7 @@ def estimate_propensities(
         X = _dense_for(
             model, sp.csr_matrix(contexts) if sp.issparse(contexts) else np.asarray(contexts, float)
         )
-        est = _model(model, calibration, seed)
+        est = _model(model, calibration, seed, sp.issparse(X))
         if family == "discrete":
             k = int(y.max()) + 1 if n_actions is None else int(n_actions)
             if y.ndim != 1 or y.min() < 0 or y.max() >= k:
@@ -521,6 +527,42 @@ def estimate_propensities(
         "unseen_action_rule": "laplace",
     }
     return EstimatedPropensities(p, diagnostics, provenance)
+
+
+def estimate_log_propensities(
+    log: LoggedBandit, **options: Any
+) -> tuple[LoggedBandit, EstimatedPropensities]:
+    r"""The log with its propensities replaced by cross-fitted estimates p̂ᵢ.
+
+    :func:`estimate_propensities` on the log's own contexts (candidate vectors for candidate
+    sets) and actions, its family and K; the logged propensities (if any) are not read.
+
+    Parameters
+    ----------
+    log : LoggedBandit
+        The checked log (its ``propensities`` may be a placeholder).
+    **options
+        ``model``, ``calibration``, ``n_folds``, ``epsilon``, ``random_state`` of
+        :func:`estimate_propensities`.
+
+    Returns
+    -------
+    log : LoggedBandit
+        The same rows with ``propensities`` p̂ᵢ (and no ``logging_distribution``: the logged
+        one would contradict the estimates).
+    estimate : EstimatedPropensities
+        The estimates, provenance and diagnostics.
+    """
+    estimate = estimate_propensities(
+        log.contexts,
+        log.actions,
+        family=log.family,
+        n_actions=None if log.family == "candidates" else log.n_actions,
+        candidates=log.candidates,
+        **options,
+    )
+    out = replace(log, propensities=estimate.propensities, logging_distribution=None)
+    return out, estimate
 
 
 def check_stochastic_logger(

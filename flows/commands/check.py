@@ -86,6 +86,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         parser, "config whose data and checks sections give the defaults (those of retrain)"
     )
     parser.add_argument(
+        "--estimate",
+        action="store_true",
+        help="the log has no propensity column: estimate the logging policy (cross-fitted, "
+        "data.propensity: estimate) and print how far to trust it",
+    )
+    parser.add_argument(
         "--min-propensity",
         type=float,
         default=None,
@@ -160,6 +166,8 @@ def settings_of(args: argparse.Namespace, cfg: PipelineConfig) -> Any:
         data.update(loss_bounds=None, reward_bounds=None)
     if args.window is not None:
         flags.update(window_start=args.window[0], window_end=args.window[1])
+    if args.estimate:
+        flags["propensity"] = "estimate"
     checks = cfg.checks.model_dump()
     for key in ("min_propensity", "max_quarantine_fraction"):
         if getattr(args, key) is not None:

@@ -9,7 +9,9 @@ from pydantic import Field, field_validator, model_validator
 
 from flows.config._base import MAX_LOSS_RANGE, Section
 
-__all__ = ["DataConfig", "SplitConfig"]
+__all__ = ["DataConfig", "PropensityEstimationConfig", "SplitConfig"]
+
+PROPENSITY_SOURCES = ("logged", "estimate")
 
 
 class SplitConfig(Section):
@@ -30,6 +32,31 @@ class SplitConfig(Section):
         return self
 
 
+class PropensityEstimationConfig(Section):
+    """How ``data.propensity: estimate`` fits the logging policy π̂₀(a|x) (cross-fitted).
+
+    ``model``: multinomial (per-label) logistic regression or gradient-boosted trees
+    (candidate sets: a conditional logit over each row's candidates, ``logistic`` only);
+    ``calibration``: ``auto`` (none for logistic, sigmoid for boosting), ``sigmoid``,
+    ``isotonic`` or ``none``; ``folds``: cross-fitting folds (each row is scored by a model
+    that did not see it); ``seed``: of the folds (recorded in the log's provenance).
+    """
+
+    model: Literal["logistic", "boosting"] = "logistic"
+    calibration: Literal["auto", "sigmoid", "isotonic", "none"] = "auto"
+    folds: int = Field(5, ge=2, le=20)
+    seed: int = Field(0, ge=0)
+
+    def options(self) -> dict[str, Any]:
+        """Keyword arguments of :func:`poem.logging_policy.estimate_propensities`."""
+        return {
+            "model": self.model,
+            "calibration": None if self.calibration == "none" else self.calibration,
+            "n_folds": self.folds,
+            "random_state": self.seed,
+        }
+
+
 class DataConfig(Section):
     """Where the logs are and how to read them (Parquet file or ``date=`` folder, or ``*.csv``).
 
@@ -39,6 +66,12 @@ class DataConfig(Section):
     ``f_*``, in feature order), ``reward_column`` or ``loss_column``, ``action_column``,
     ``propensity_column``; ``action_ids`` lists the action column's own ids, the i-th being
     action i (recorded in the log's metadata and the served model).
+
+    ``propensity``: ``logged`` (default) reads the logger's probabilities from the propensity
+    column; ``estimate`` is for a log that recorded none (a rules engine, a history export):
+    the logging policy is fitted on the log's own contexts and actions, cross-fitted
+    (``propensity_estimation``), a (nearly) deterministic logger is refused, and every run,
+    version and decision on it is labelled ``propensity_source=estimated``.
     """
 
     path: str = Field("demo-output/logs/round-1", min_length=1)
@@ -54,6 +87,8 @@ class DataConfig(Section):
     action_column: str | None = None
     propensity_column: str | None = None
     action_ids: list[str] | None = None
+    propensity: Literal["logged", "estimate"] = "logged"
+    propensity_estimation: PropensityEstimationConfig = PropensityEstimationConfig()
     split: SplitConfig = SplitConfig()
 
     @field_validator("loss_bounds", "reward_bounds")
@@ -90,6 +125,20 @@ class DataConfig(Section):
         if self.reward_column is not None and self.loss_bounds is not None:
             raise ValueError(
                 "data.reward_column needs data.reward_bounds (the rewards' range), not loss_bounds"
+            )
+        if self.propensity == "estimate" and self.propensity_column is not None:
+            raise ValueError(
+                f"data.propensity_column {self.propensity_column!r} names logged propensities "
+                "but data.propensity is estimate; drop one (logged propensities are exact)"
+            )
+        if (
+            self.propensity == "estimate"
+            and self.family == "candidates"
+            and self.propensity_estimation.model != "logistic"
+        ):
+            raise ValueError(
+                "data.propensity_estimation.model: candidate sets are scored by a conditional "
+                "logit only; use logistic"
             )
         if self.action_ids is not None and self.n_actions not in (None, len(self.action_ids)):
             raise ValueError(

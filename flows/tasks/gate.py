@@ -11,6 +11,7 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
+from data_checks.estimation import ESTIMATED, LOGGED  # the metadata's propensity_source
 from flows.config import ChecksConfig, DataConfig, GateConfig, TrackingConfig
 from flows.ledger import record_attempt
 from flows.registry import alias_version, load_version_policy
@@ -20,8 +21,6 @@ from poem.diagnostics.gate_plot import plot_gate
 from poem.gate import GateRows, gate_decision
 from poem.gate_estimated import EstimatedGateRows, estimated_gate_decision, estimated_gate_rows
 from poem.io.declared import declared_min_propensity, gate_min_propensity
-
-LOGGED, ESTIMATED = "logged", "estimated"  # the prepared log's metadata propensity_source
 
 
 @task(name="load-champion", cache_policy=NO_CACHE, **IO_RETRIES)

@@ -17,6 +17,7 @@ from poem.estimators.weights import importance_weights, suggested_clip
 __all__ = [
     "plot_action_counts",
     "plot_propensity_histogram",
+    "plot_reliability",
     "plot_weight_distribution",
     "save_diagnostic_plots",
 ]
@@ -92,13 +93,46 @@ def plot_action_counts(log: LoggedBandit, path: str | Path) -> Path:
     return Path(path)
 
 
+def plot_reliability(diagnostics: Any, path: str | Path) -> Path:
+    """Reliability diagram of an estimated logging policy (held-out, cross-fitted).
+
+    One point per bin of equal counts of predicted probabilities π̂₀(a|x) over the (row,
+    action) pairs: mean predicted probability against the observed frequency of the action
+    (:attr:`poem.logging_policy.LoggerDiagnostics.reliability`); a calibrated model lies on
+    the diagonal.
+    """
+    rows = np.asarray(diagnostics.reliability, dtype=np.float64).reshape(-1, 3)
+    fig, ax = _figure()
+    ax.plot([0, 1], [0, 1], color="grey", linestyle="--", label="calibrated")
+    ax.plot(rows[:, 0], rows[:, 1], marker="o", color="tab:purple", label="held-out bins")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("predicted π̂₀(a|x) (bin mean)")
+    ax.set_ylabel("observed frequency of a")
+    ax.legend(loc="upper left")
+    d = diagnostics
+    ax.set_title(
+        f"Estimated logger: log loss {d.log_loss:.3f} vs {d.marginal_log_loss:.3f} marginal; "
+        f"Brier {d.brier:.3f} vs {d.marginal_brier:.3f}",
+        fontsize=9,
+    )
+    fig.savefig(path, dpi=100)
+    return Path(path)
+
+
 def save_diagnostic_plots(
-    log: LoggedBandit, out_dir: str | Path, *, target_policy: Any = None
+    log: LoggedBandit,
+    out_dir: str | Path,
+    *,
+    target_policy: Any = None,
+    estimated: Any = None,
 ) -> dict[str, Path]:
     """Write ``propensity_histogram.png``, ``weight_distribution.png`` and ``action_counts.png``.
 
     The weights are those of ``target_policy`` when given, else of the uniform reference
-    policy; the clip line is the suggested M = p₉₀/p₁₀.
+    policy; the clip line is the suggested M = p₉₀/p₁₀. With ``estimated`` (the
+    :class:`~poem.logging_policy.LoggerDiagnostics` of estimated propensities) also
+    ``propensity_reliability.png`` (:func:`plot_reliability`).
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -108,10 +142,15 @@ def save_diagnostic_plots(
         probs, label = reference_probabilities(log), "uniform reference policy"
     p = log.propensities
     weights, clip = importance_weights(probs, p), suggested_clip(p)
-    return {
+    plots = {
         "propensity_histogram": plot_propensity_histogram(p, out / "propensity_histogram.png"),
         "weight_distribution": plot_weight_distribution(
             weights, out / "weight_distribution.png", clip=clip, label=label
         ),
         "action_counts": plot_action_counts(log, out / "action_counts.png"),
     }
+    if estimated is not None:
+        plots["propensity_reliability"] = plot_reliability(
+            estimated, out / "propensity_reliability.png"
+        )
+    return plots

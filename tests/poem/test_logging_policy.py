@@ -5,9 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from poem.data import CandidateSets
+from poem.data import CandidateSets, LoggedBandit
 from poem.exceptions import InvalidLogError
-from poem.logging_policy import check_stochastic_logger, estimate_propensities
+from poem.logging_policy import (
+    check_stochastic_logger,
+    estimate_log_propensities,
+    estimate_propensities,
+)
 from poem.policies.candidates import segment_logsumexp
 
 
@@ -148,3 +152,28 @@ def test_string_actions_are_refused_with_the_fix():
     X, _, _ = _softmax_logger(50)
     with pytest.raises(ValueError, match="map string ids to 0..K-1 first"):
         estimate_propensities(X, np.array(["a", "b"] * 25))
+
+
+@pytest.mark.parametrize("family", ["discrete", "multilabel", "candidates"])
+def test_a_log_gets_its_estimates_in_place_of_its_propensities(family):
+    """estimate_log_propensities: every family, the rows unchanged, the placeholder replaced."""
+    rng = np.random.default_rng(8)
+    n = 400
+    X = rng.normal(size=(n, 3))
+    kwargs = {"contexts": X, "loss_bounds": (0.0, 1.0), "family": family}
+    if family == "discrete":
+        _, y, _ = _softmax_logger(n, d=3, seed=8)
+        kwargs.update(actions=y, n_actions=3)
+    elif family == "multilabel":
+        kwargs.update(actions=(rng.random((n, 2)) < 1 / (1 + np.exp(-X[:, :2]))).astype(int))
+    else:
+        sizes = rng.integers(2, 4, size=n)
+        cands = CandidateSets.from_sizes(rng.normal(size=(sizes.sum(), 2)), sizes)
+        kwargs.update(contexts=None, candidates=cands, actions=rng.integers(0, 2, size=n))
+    log = LoggedBandit(losses=rng.random(n), propensities=np.ones(n), **kwargs)
+    estimated, est = estimate_log_propensities(log, n_folds=3, random_state=0)
+    np.testing.assert_array_equal(estimated.propensities, est.propensities)
+    assert np.all((estimated.propensities > 0) & (estimated.propensities < 1))
+    np.testing.assert_array_equal(estimated.actions, log.actions)
+    np.testing.assert_array_equal(estimated.losses, log.losses)
+    assert est.provenance["folds"] == 3 and est.diagnostics.family == family
