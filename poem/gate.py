@@ -24,7 +24,7 @@ from poem.data import LoggedBandit
 from poem.estimators.compare import PolicyComparison, compare_policies
 from poem.estimators.improvement import decision_coin
 from poem.estimators.weights import _check_values, importance_weights
-from poem.ledger import Attempt, TestWindow, attempt_entropy, window_of
+from poem.ledger import Attempt, TestWindow, attempt_entropy, attempt_reasons, window_of
 from poem.policies import StochasticPolicy
 
 __all__ = [
@@ -341,22 +341,9 @@ def gate_decision(
     reasons = tuple(comparison.reasons)
     if precondition:
         reasons += (precondition,)
-    if given:
-        reasons += (
-            f"order seed given ({seed}): this decision replays that draw; the level holds "
-            "over fresh draws, so a pinned seed is a replay, not a fresh attempt",
-        )
+    reasons += attempt_reasons(seed, given, attempt, level)
     if attempt is not None:
-        reasons += (
-            f"attempt {attempt.number} on this test window: alpha = {attempt.alpha:.4g} of "
-            f"the window's {attempt.family_alpha:.4g}",
-        )
         comparison = replace(comparison, attempt=attempt.number, family_alpha=attempt.family_alpha)
-    else:
-        reasons += (
-            f"no attempt ledger: this decision spent the full alpha = {1 - level:.4g} outside "
-            "any ledger (repeated calls on these rows each spend it again)",
-        )
     reasons += tuple(f"check did not pass: {c}" for c in failed_checks)
     promote = comparison.promote and not failed_checks and not precondition
     return replace(comparison, reasons=reasons, promote=promote, seed_given=given)

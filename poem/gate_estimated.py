@@ -49,7 +49,7 @@ from poem.estimators.estimated_terms import (
 from poem.estimators.improvement import decision_coin, shuffle_rows
 from poem.estimators.ips import Estimate
 from poem.estimators.weights import effective_sample_size
-from poem.ledger import Attempt, TestWindow, attempt_entropy, window_of
+from poem.ledger import Attempt, TestWindow, attempt_entropy, attempt_reasons, window_of
 from poem.logging_policy import _class_probabilities, _model
 
 __all__ = ["ESTIMATED_LABEL", "EstimatedGateRows", "estimated_gate_decision", "estimated_gate_rows"]
@@ -332,21 +332,7 @@ def estimated_gate_decision(
         f"propensity_source: estimated: gate.estimator {estimator!r} needs known propensities, "
         "so the decision uses the doubly robust terms with the propensity-error margin",
     )
-    if given:
-        reasons += (
-            f"order seed given ({seed}): this decision replays that draw; the level holds "
-            "over fresh draws, so a pinned seed is a replay, not a fresh attempt",
-        )
-    if attempt is not None:
-        reasons += (
-            f"attempt {attempt.number} on this test window: alpha = {attempt.alpha:.4g} of "
-            f"the window's {attempt.family_alpha:.4g}",
-        )
-    else:
-        reasons += (
-            f"no attempt ledger: this decision spent the full alpha = {1 - level:.4g} outside "
-            "any ledger (repeated calls on these rows each spend it again)",
-        )
+    reasons += attempt_reasons(seed, given, attempt, level)
     reasons += tuple(f"check did not pass: {c}" for c in failed_checks)
     comparison = PolicyComparison(
         challenger,

@@ -39,6 +39,7 @@ __all__ = [
     "TestWindow",
     "attempt_alpha",
     "attempt_entropy",
+    "attempt_reasons",
     "entries_from_json",
     "entries_to_json",
     "next_attempt",
@@ -401,3 +402,28 @@ def attempt_entropy(attempt: Attempt | None, order_seed: int | None) -> tuple[in
     if order_seed is not None:
         return int(order_seed), True
     return draw_entropy(), False
+
+
+def attempt_reasons(
+    seed: int, given: bool, attempt: Attempt | None, level: float
+) -> tuple[str, ...]:
+    """The decision's reasons about its randomness and the α it spent (one sentence each).
+
+    A given seed is a replay; an ``attempt`` names its number and αₖ; without one the
+    decision says it spent the full α = 1 − ``level`` outside any ledger.
+    """
+    reasons: tuple[str, ...] = ()
+    if given:
+        reasons += (
+            f"order seed given ({seed}): this decision replays that draw; the level holds "
+            "over fresh draws, so a pinned seed is a replay, not a fresh attempt",
+        )
+    if attempt is not None:
+        return reasons + (
+            f"attempt {attempt.number} on this test window: alpha = {attempt.alpha:.4g} of "
+            f"the window's {attempt.family_alpha:.4g}",
+        )
+    return reasons + (
+        f"no attempt ledger: this decision spent the full alpha = {1 - level:.4g} outside "
+        "any ledger (repeated calls on these rows each spend it again)",
+    )
