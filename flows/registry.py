@@ -65,6 +65,7 @@ __all__ = [
     "repair_promotions",
     "load_version_policy",
     "version_tags",
+    "FEEDBACK_TAG",
     "log_policy_model",
     "promote",
     "register_version",
@@ -78,6 +79,7 @@ DECISION_TAG = "gate_decision"
 LOGGING_POLICY = "logging-policy"
 LAST_CHAMPION_TAG = "last_champion"  # registered-model tag: the champion promote/rollback set
 START_OVER_TAG = "started_over_from_logger"  # version tag: why it was gated against the logger
+FEEDBACK_TAG, REWARD, LOSS = "feedback", "reward", "loss"  # version tag: what the log gave
 
 
 class ChampionMissingError(RuntimeError):
@@ -179,8 +181,12 @@ def version_tags(
     flow_run_id: str,
     n_rows: int,
     champion_version: str | None = None,
+    rewards: bool = False,
 ) -> dict[str, Any]:
     """Tags of a new version: data fingerprint, flow run, gate decision, reasons and estimates.
+
+    ``feedback`` says what the log gave: ``loss``, or ``reward`` (``rewards=True``: the risks
+    in the tags are −reward, DESIGN §3; the version's description shows rewards).
 
     The gate's verdict goes in ``gate_decision``; ``gated_against`` names the champion it was
     compared with (``champion_version``, or ``logging-policy``); a passed gate also gets
@@ -194,6 +200,7 @@ def version_tags(
         "gate_decision": comparison.decision,
         "gate_reasons": " | ".join(comparison.reasons),
         "gate_upper_bound": f"{comparison.upper_bound:.6g}",
+        FEEDBACK_TAG: REWARD if rewards else LOSS,
     }
     for role in ("challenger", "champion", "difference"):
         est = getattr(comparison, role)

@@ -458,6 +458,7 @@ def retrain(
             flow_run_id=flow_run_id,
             n_rows=n_rows,
             champion_version=champion_version,
+            rewards=cfg.data.reward_bounds is not None,
         )
         tags[KIND_KEY] = kind  # learned, or the champion re-tempered (no learning)
         tags[PROPENSITY_SOURCE_KEY] = source_of_p  # logged, or estimated by a model

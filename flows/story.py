@@ -20,6 +20,7 @@ from mlflow.exceptions import MlflowException
 
 from flows.config import TrackingConfig
 from flows.ledger import LEDGER_MODEL, LEDGER_TAG, read_ledger
+from flows.registry import FEEDBACK_TAG, REWARD
 
 __all__ = [
     "decision_line",
@@ -59,6 +60,24 @@ def _estimate(tag: str | None) -> tuple[str, str, str]:
     return _number(value), f"[{_number(lower)}, {_number(upper)}]", estimator
 
 
+def _as_reward(estimate: tuple[str, str, str]) -> tuple[str, str, str]:
+    """A loss estimate ``(value, [lo, hi], estimator)`` as a reward: ``(−value, [−hi, −lo], …)``.
+
+    DESIGN §3: a reward log is learned as losses δ = −reward, so its risks are negative
+    rewards; the description shows the reward the user logged.
+    """
+    value, interval, estimator = estimate
+    match = re.match(r"^\[(\S+), (\S+)\]$", interval)
+    try:
+        value = f"{-float(value):.4f}"
+    except ValueError:
+        return estimate
+    if match is not None:
+        lower, upper = (-float(v) for v in match.groups())
+        interval = f"[{upper:.4f}, {lower:.4f}]"
+    return value, interval, estimator
+
+
 def _outcome(tags: Mapping[str, str]) -> str:
     """What the version did to the champion, from its tags."""
     decision = tags.get("gate_decision", "")
@@ -88,19 +107,24 @@ def version_description(tags: Mapping[str, str]) -> str:
         _estimate(tags.get(f"{role}_risk")) for role in ("challenger", "champion", "difference")
     )
     estimator = (challenger[2] or "").upper()
-    risk = f"{estimator} risk" if estimator else "risk"
+    measure, change, bound_kind = "risk", "difference", "upper confidence bound of the difference"
     bound = _number(tags.get("gate_upper_bound", "n/a"))
+    if tags.get(FEEDBACK_TAG) == REWARD:  # the log gave rewards: show them, not −reward
+        challenger, champion, difference = map(_as_reward, (challenger, champion, difference))
+        measure, change, bound_kind = "reward", "gain", "lower confidence bound of the gain"
+        bound = _as_reward((bound, "", ""))[0]
+    risk = f"{estimator} {measure}" if estimator else measure
     lines = [
         f"{decision.upper()}: {risk} {challenger[0]} vs {champion[0]} of {_champion_name(gated)}; "
         f"gate bound {bound}; {_outcome(tags)}",
         "",
-        "| | risk | interval |",
+        f"| | {measure} | interval |",
         "|---|---|---|",
         f"| challenger (this version) | {challenger[0]} | {challenger[1]} |",
         f"| {_champion_name(gated)} | {champion[0]} | {champion[1]} |",
-        f"| difference | {difference[0]} | {difference[1]} |",
+        f"| {change} | {difference[0]} | {difference[1]} |",
         "",
-        f"Gate bound (upper confidence bound of the difference): {bound}.",
+        f"Gate bound ({bound_kind}): {bound}.",
     ]
     if "n_rows" in tags:
         kind = tags.get("challenger_kind", "")

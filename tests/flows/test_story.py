@@ -72,6 +72,45 @@ def test_a_version_description_says_decision_risks_bound_and_the_champion_replac
     assert version_description({}).splitlines()[0].startswith("NOT GATED: risk n/a vs n/a")
 
 
+def test_a_reward_logs_version_description_shows_rewards_not_negative_risks():
+    """A click log's version page said "IPS risk -0.0512": the risks of δ = −reward."""
+    clicks = {
+        **PROMOTED,
+        "feedback": "reward",
+        "challenger_risk": "-0.0612 [-0.0701, -0.0523] (ips)",
+        "champion_risk": "-0.0512 [-0.0580, -0.0444] (ips)",
+        "difference_risk": "-0.01 [-0.015, -0.005] (ips_difference)",
+        "gate_upper_bound": "-0.002",
+    }
+    lines = version_description(clicks).splitlines()
+    assert lines[0] == (
+        "PROMOTED: IPS reward 0.0612 vs 0.0512 of champion v1; gate bound 0.0020; "
+        "replaced champion v1 as champion"
+    )
+    assert "| | reward | interval |" in lines
+    assert "| challenger (this version) | 0.0612 | [0.0523, 0.0701] |" in lines
+    assert "| gain | 0.0100 | [0.0050, 0.0150] |" in lines
+    assert "Gate bound (lower confidence bound of the gain): 0.0020." in lines
+    # a loss log (and a version tagged before the tag existed) is unchanged
+    assert version_description({**PROMOTED, "feedback": "loss"}) == version_description(PROMOTED)
+
+
+def test_version_tags_say_whether_the_log_gave_rewards():
+    from types import SimpleNamespace
+
+    from flows.registry import version_tags
+    from poem.estimators import Estimate
+
+    est = Estimate("ips", 0.1, 0.05, 0.0, 0.2, 100, 0.95, 100.0, 0.0, "t")
+    comparison = SimpleNamespace(
+        decision="rejected", reasons=(), upper_bound=0.01, promote=False,
+        challenger=est, champion=est, difference=est,
+    )  # fmt: skip
+    common = {"data_fingerprint": "f", "flow_run_id": "r", "n_rows": 10}
+    assert version_tags(comparison, **common)["feedback"] == "loss"
+    assert version_tags(comparison, **common, rewards=True)["feedback"] == "reward"
+
+
 def test_the_model_description_is_the_ledger_in_words():
     """The model page's first screen was the raw JSON of the ``gate_ledger`` tag."""
     tracking = TrackingConfig(uri="sqlite:///x.db")
