@@ -24,11 +24,12 @@ from typing import Any
 
 import numpy as np
 
+from poem._blas import single_blas_thread
 from poem.learners.objective import (
     CRMStatistics,
+    _majorized_batch_gradient,
     crm_objective_from_statistics,
     crm_statistics,
-    majorized_batch_gradient,
     majorized_gradient,
     majorizer_coefficients,
 )
@@ -127,8 +128,14 @@ def partition_epoch(
     a, d = partition.actions[perm], partition.scaled_losses[perm]
     p = partition.propensities[perm]
     m = None if partition.loss_model is None else partition.loss_model[perm]
-    w, h, coefficients = state.coef, state.accumulator, state.coefficients
-    k, seen = state.batches, state.progressive
+    if m is not None:  # the doubly robust terms read yᵢ as floats: convert once per epoch
+        a = a.astype(np.float64)
+    # w and h are updated in place, on copies: the epoch's start (state) stays intact for
+    # the MM safeguard's backtracking and rejection
+    w, h = np.array(state.coef, dtype=np.float64), np.array(state.accumulator, dtype=np.float64)
+    coefficients, k, seen = state.coefficients, state.batches, state.progressive
+    positive = bool(np.all(h > 0))  # h only grows: then √h needs no guard all epoch
+    step, root = np.empty_like(w), np.empty_like(w)
     b = max(1, min(int(batch_size), n_total))
     penalties = dict(
         n_total=n_total,
@@ -136,27 +143,43 @@ def partition_epoch(
         l2_penalty=l2_penalty,
         l2_center=l2_center,
     )
-    for start in range(0, n, b):
-        if majorize_every and k and k % majorize_every == 0 and variance_penalty:
-            whole = partition_statistics(
-                partition, coef=w, family=family, clip=clip, chunk_size=chunk_size
-            )
-            coefficients = majorizer_coefficients(whole)
-        stop = min(n, start + b)
-        rows = (family.row_slice(X, start, stop), a[start:stop], d[start:stop], p[start:stop])
-        m_rows = None if m is None else m[start:stop]
-        if progressive:  # the epoch's statistics are kept for the next majorizer
-            batch = crm_statistics(w, family, *rows, clip, loss_model=m_rows)
-            seen = batch if seen is None else seen + batch
-            g = majorized_gradient(batch, w, coefficients, **penalties)
-        else:  # one VJP of one vector per step
-            g = majorized_batch_gradient(
-                w, family, *rows, clip, coefficients, loss_model=m_rows, **penalties
-            )
-        h = h + g * g
-        w = w - learning_rate * g / np.sqrt(np.where(h > 0, h, 1.0))  # AdaGrad step (Alg. 1)
-        k += 1
+    with single_blas_thread():  # once per epoch, not per minibatch (poem._blas)
+        for start in range(0, n, b):
+            if majorize_every and k and k % majorize_every == 0 and variance_penalty:
+                whole = partition_statistics(
+                    partition, coef=w, family=family, clip=clip, chunk_size=chunk_size
+                )
+                coefficients = majorizer_coefficients(whole)
+            stop = min(n, start + b)
+            rows = (family.row_slice(X, start, stop), a[start:stop], d[start:stop], p[start:stop])
+            m_rows = None if m is None else m[start:stop]
+            if progressive:  # the epoch's statistics are kept for the next majorizer
+                batch = crm_statistics(w, family, *rows, clip, loss_model=m_rows)
+                seen = batch if seen is None else seen + batch
+                g = majorized_gradient(batch, w, coefficients, **penalties)
+            else:  # one VJP of one vector per step
+                g = _majorized_batch_gradient(
+                    w, family, *rows, clip, coefficients, loss_model=m_rows, **penalties
+                )
+            _adagrad_step(w, h, g, learning_rate, positive, step, root)
+            k += 1
     return EpochState(w, h, coefficients, state.rng, k, seen)
+
+
+def _adagrad_step(w, h, g, learning_rate, positive, step, root) -> None:
+    r"""One AdaGrad step in place (Alg. 1): h ← h + g², w ← w − η g / √h.
+
+    The same operations in the same order as ``h = h + g*g; w = w - η*g/√h`` (the same
+    bits), without the coef-sized temporaries; ``step`` and ``root`` are scratch arrays.
+    Coordinates with h = 0 (only when the history starts at 0, ``positive`` False) take
+    √h = 1, so a zero gradient there moves nothing.
+    """
+    np.multiply(g, g, out=step)
+    h += step
+    np.sqrt(h if positive else np.where(h > 0, h, 1.0), out=root)
+    np.multiply(learning_rate, g, out=step)
+    np.divide(step, root, out=step)
+    w -= step
 
 
 def adagrad(
