@@ -7,8 +7,8 @@ the ``champion`` alias and that no run is left RUNNING, through the tracking ser
 
 The waits between attempts after an outage are shrunk with ``POEM_OUTAGE_DELAY_SCALE`` (the
 same attempts, the same code): to a tenth where the server stays down (the waits only delay the
-same error), to a half where PostgreSQL comes back (the retried window, ~28 s, still outlasts
-the restart).
+same error; MLflow's HTTP backoff goes too), to a half where PostgreSQL comes back (the retried
+window, ~28 s, still outlasts the restart).
 """
 
 from __future__ import annotations
@@ -26,8 +26,14 @@ import yaml
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("outages")]
 
 # POEM_OUTAGE_DELAY_SCALE of the retrains: 3, 10, 20 s waits become 0.3, 1, 2 s (a server that
-# stays down) or 1.5, 5, 10 s (a PostgreSQL that restarts within them)
-SERVER_GONE = {"POEM_OUTAGE_DELAY_SCALE": "0.1"}
+# stays down) or 1.5, 5, 10 s (a PostgreSQL that restarts within them). A killed server also
+# gets MLflow's two HTTP retries of each call without their 1 + 2 s backoff and jitter (~30 s of
+# a run's calls to a refused port; the same retries, the same error)
+SERVER_GONE = {
+    "POEM_OUTAGE_DELAY_SCALE": "0.1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "0",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": "0.1",
+}
 DATABASE_RESTARTS = {"POEM_OUTAGE_DELAY_SCALE": "0.5"}
 
 _spec = importlib.util.spec_from_file_location(
