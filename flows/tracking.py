@@ -33,7 +33,7 @@ from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunS
 from mlflow.exceptions import MlflowException
 from mlflow.utils.time import get_current_time_millis
 
-from flows.config import TrackingConfig, flatten
+from flows.config import TrackingConfig, flatten, outage_delay_scale
 from flows.redact import redact
 from flows.store_faults import check_database, check_store, is_database_uri, sqlite_path
 from poem.io.logs import log_fingerprint
@@ -65,6 +65,7 @@ __all__ = [
     "recent_runs",
     "redact",
     "run_name",
+    "scaled_delays",
     "single_attempts",
     "start_run",
     "store_lock",
@@ -172,8 +173,15 @@ HTTP_DEFAULTS = {
 # TEMPORARILY_UNAVAILABLE while its connections fail)
 DATABASE_OUTAGE = re.compile(r"too many 503 error responses")
 # waits before each further attempt of a call that met a database outage (33 s in all, with
-# MLflow's own ~3 s of HTTP retries per attempt): a restart of the tracking database
+# MLflow's own ~3 s of HTTP retries per attempt): a restart of the tracking database; each is
+# multiplied by POEM_OUTAGE_DELAY_SCALE (flows.config.outage_delay_scale, default 1)
 OUTAGE_DELAYS = (3.0, 10.0, 20.0)
+
+
+def scaled_delays(delays: tuple[float, ...]) -> tuple[float, ...]:
+    """``delays`` times :func:`flows.config.outage_delay_scale` (``POEM_OUTAGE_DELAY_SCALE``)."""
+    scale = outage_delay_scale()
+    return tuple(delay * scale for delay in delays)
 
 
 def is_database_outage(exc: BaseException) -> bool:
@@ -210,8 +218,9 @@ class OutageRetryingClient(MlflowClient):
     (about 3 s, :data:`HTTP_DEFAULTS`) and a PostgreSQL restart takes 5–30 s, so a write
     outside a retried stage (``select-challenger``'s metrics, ``split-logs``' params) failed the
     run. A public method that fails that way (:func:`is_database_outage`) is called again after
-    each of :attr:`delays` (:data:`OUTAGE_DELAYS`); any other error, and a server that does not
-    answer at all (connection refused: not retried here), is raised at once.
+    each of :attr:`delays` (:data:`OUTAGE_DELAYS`, times ``POEM_OUTAGE_DELAY_SCALE``:
+    :func:`scaled_delays`); any other error, and a server that does not answer at all
+    (connection refused: not retried here), is raised at once.
     """
 
     delays: tuple[float, ...] = OUTAGE_DELAYS
@@ -220,7 +229,7 @@ class OutageRetryingClient(MlflowClient):
         attribute = super().__getattribute__(name)
         if name.startswith("_") or not callable(attribute):
             return attribute
-        delays = super().__getattribute__("delays")
+        delays = scaled_delays(super().__getattribute__("delays"))
 
         @functools.wraps(attribute)
         def retried(*args: Any, **kwargs: Any) -> Any:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_limits
 
 from poem.data import LoggedBandit
 
@@ -54,6 +55,18 @@ def pytest_collection_modifyitems(config, items):
             names = sorted({str(m.args[0]) for m in item.iter_markers("xdist_group") if m.args})
             if names and "@" not in item.nodeid:
                 item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(names)}")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_openmp_thread():
+    """OpenMP (scikit-learn's gradient boosting) on one thread per test process.
+
+    ``.ci/test`` runs two workers on two cores: a second OpenMP thread per worker only spins
+    against the other worker (the boosting propensity test took 92 s instead of 4 s on the
+    shared box). Results do not depend on the thread count; BLAS is left alone.
+    """
+    with threadpool_limits(limits=1, user_api="openmp"):
+        yield
 
 
 @pytest.fixture(scope="session")

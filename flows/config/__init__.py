@@ -5,7 +5,8 @@ The only module that reads YAML (strictly: :mod:`flows._yaml`) or environment va
 Every value and every combination that would fail mid-run or do nothing is checked at load,
 before any data is read, and reported as one bounded :class:`ConfigError` naming the key.
 Relative paths are resolved against the working directory at load; ``MLFLOW_TRACKING_URI``,
-when set, overrides ``tracking.uri``.
+when set, overrides ``tracking.uri``; ``POEM_OUTAGE_DELAY_SCALE`` scales the waits for a
+tracking server's outage (:func:`outage_delay_scale`).
 
 The sections live one per module (``flows/config/tracking.py``, ``data.py``, ``checks.py``,
 ``search.py``, ``training.py``, ``gate.py``, ``dask.py``), the whole file in ``pipeline.py``;
@@ -14,6 +15,8 @@ this module loads it.
 
 from __future__ import annotations
 
+import functools
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -45,6 +48,7 @@ __all__ = [
     "DaskConfig",
     "DataConfig",
     "GateConfig",
+    "OUTAGE_DELAY_SCALE",
     "PipelineConfig",
     "PropensityChecksConfig",
     "SearchConfig",
@@ -56,6 +60,7 @@ __all__ = [
     "flatten",
     "format_errors",
     "load_config",
+    "outage_delay_scale",
     "parse_overrides",
     "resolve_config_path",
 ]
@@ -78,6 +83,41 @@ def _resolve(cfg: PipelineConfig, cwd: Path) -> PipelineConfig:
     tracking = tracking.model_copy(update={"uri": uri, "artifact_location": location})
     data = cfg.data.model_copy(update={"path": str((cwd / cfg.data.path).resolve())})
     return cfg.model_copy(update={"tracking": tracking, "data": data})
+
+
+OUTAGE_DELAY_SCALE = "POEM_OUTAGE_DELAY_SCALE"
+"""The environment variable whose number multiplies every wait for a tracking server's outage."""
+
+
+@functools.cache
+def outage_delay_scale() -> float:
+    """The factor on the waits between attempts of a call that met a tracking server's outage.
+
+    ``POEM_OUTAGE_DELAY_SCALE`` (default 1: the waits of
+    :data:`flows.tracking.OUTAGE_DELAYS` and :data:`flows.tasks.track.CLOSE_DELAYS`, 3, 10 and
+    20 s); 0.1 makes them 0.3, 1 and 2 s. The number of attempts never changes. Read once per
+    process (the first call); :func:`load_config` checks it, so a bad value stops ``retrain``
+    before it starts.
+
+    Raises
+    ------
+    ConfigError
+        If the variable is set and is not a finite number >= 0 (the message shows the value).
+    """
+    raw = os.environ.get(OUTAGE_DELAY_SCALE)
+    if raw is None or not raw.strip():
+        return 1.0
+    try:
+        scale = float(raw)
+    except ValueError:
+        scale = math.nan
+    if not (math.isfinite(scale) and scale >= 0):
+        raise ConfigError(
+            f"environment variable {OUTAGE_DELAY_SCALE}={shorten(raw)} must be a number >= 0 "
+            "(the factor on the 3, 10 and 20 s waits for a tracking server's outage); unset it "
+            "for the full waits"
+        )
+    return scale
 
 
 MAX_MESSAGE_ERRORS = 5
@@ -143,7 +183,8 @@ def load_config(
     ConfigError
         If the file is missing, unreadable, not UTF-8, not strict YAML (aliases, duplicate
         keys), not a mapping, or has an unknown key, a value of the wrong type or range or an
-        inconsistent combination; one bounded message naming the file and the key path.
+        inconsistent combination; one bounded message naming the file and the key path; or
+        if ``POEM_OUTAGE_DELAY_SCALE`` is not a number >= 0 (:func:`outage_delay_scale`).
     """
     path = resolve_config_path(path)
     if not path.exists():  # a device, pipe or folder: named by read_yaml_file
@@ -165,6 +206,7 @@ def load_config(
         cfg = PipelineConfig.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(format_errors(path, exc)) from None
+    outage_delay_scale()  # a bad POEM_OUTAGE_DELAY_SCALE: refused here, before the run
     return _resolve(cfg, Path.cwd())
 
 

@@ -23,6 +23,7 @@ from flows.tracking import (
     log_text,
     reap_stale_runs,
     run_name,
+    scaled_delays,
     single_attempts,
     start_run,
 )
@@ -56,7 +57,8 @@ def start_tracking(cfg: PipelineConfig, fingerprint: str, flow_run_id: str) -> T
 
 
 END_REASON_TAG = "poem.end_reason"  # why a run ended FAILED or KILLED (one line)
-CLOSE_DELAYS = (3.0, 10.0, 20.0)  # seconds between attempts to close a run on a tracking server
+# seconds between attempts to close a run on a tracking server (times POEM_OUTAGE_DELAY_SCALE)
+CLOSE_DELAYS = (3.0, 10.0, 20.0)
 
 
 @task(name="finish-tracking", cache_policy=NO_CACHE, **IO_RETRIES)
@@ -101,9 +103,11 @@ def close_run(
     For when the flow is ending and Prefect's API may be the failure. A tracking server
     (``http(s)://``) gets an attempt after each of ``delays`` (a restarted server or database is
     caught; ~35 s in all with MLflow's own HTTP retries); a local store one attempt, and a full
-    or read-only store is never retried. Returns None once closed, else the last error.
+    or read-only store is never retried. ``delays`` (default :data:`CLOSE_DELAYS`) are
+    multiplied by ``POEM_OUTAGE_DELAY_SCALE`` (:func:`flows.tracking.scaled_delays`). Returns
+    None once closed, else the last error.
     """
-    delays = CLOSE_DELAYS if delays is None else delays
+    delays = scaled_delays(CLOSE_DELAYS if delays is None else delays)
     remote = run.tracking.uri.startswith(("http://", "https://"))
     error: Exception | None = None
     for delay in (0.0, *(delays if remote else ())):
@@ -128,7 +132,7 @@ def read_alias(
     """
     from mlflow.exceptions import MlflowException
 
-    delays = CLOSE_DELAYS if delays is None else delays
+    delays = scaled_delays(CLOSE_DELAYS if delays is None else delays)
     remote = run.tracking.uri.startswith(("http://", "https://"))
     for delay in (0.0, *(delays if remote else ())):
         time.sleep(delay)

@@ -276,9 +276,13 @@ class TeamServers:
         command: str = "",
         *args: str,
         timeout: float = 600,
+        extra_env: dict[str, str] | None = None,
     ) -> subprocess.CompletedProcess:
-        """Run ``retrain --config config`` (the child :data:`DRIVER`), an outage at ``at``."""
-        env = {**self.env, "PREFECT_API_URL": self.prefect_api}
+        """Run ``retrain --config config`` (the child :data:`DRIVER`), an outage at ``at``.
+
+        ``extra_env`` is added to the child's environment (the tests' ``POEM_OUTAGE_DELAY_SCALE``).
+        """
+        env = {**self.env, "PREFECT_API_URL": self.prefect_api, **(extra_env or {})}
         env |= {"POEM_OUTAGE_AT": at, "POEM_OUTAGE_COMMAND": command}
         env |= {"PREFECT_LOGGING_LEVEL": "WARNING", "MLFLOW_LOGGING_LEVEL": "WARNING"}
         return subprocess.run(

@@ -4,6 +4,11 @@ One topology per module (PostgreSQL, ``mlflow server`` and a Prefect server on i
 ``team_servers.TeamServers``); each test runs the real ``retrain`` command and stops or kills a
 server when a stage finishes (``team_servers.DRIVER``), then checks the exit code, the last line,
 the ``champion`` alias and that no run is left RUNNING, through the tracking server's REST API.
+
+The waits between attempts after an outage are shrunk with ``POEM_OUTAGE_DELAY_SCALE`` (the
+same attempts, the same code): to a tenth where the server stays down (the waits only delay the
+same error; MLflow's HTTP backoff goes too), to a half where PostgreSQL comes back (the retried
+window, ~28 s, still outlasts the restart).
 """
 
 from __future__ import annotations
@@ -19,6 +24,17 @@ import pytest
 import yaml
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("outages")]
+
+# POEM_OUTAGE_DELAY_SCALE of the retrains: 3, 10, 20 s waits become 0.3, 1, 2 s (a server that
+# stays down) or 1.5, 5, 10 s (a PostgreSQL that restarts within them). A killed server also
+# gets MLflow's two HTTP retries of each call without their 1 + 2 s backoff and jitter (~30 s of
+# a run's calls to a refused port; the same retries, the same error)
+SERVER_GONE = {
+    "POEM_OUTAGE_DELAY_SCALE": "0.1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "0",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": "0.1",
+}
+DATABASE_RESTARTS = {"POEM_OUTAGE_DELAY_SCALE": "0.5"}
 
 _spec = importlib.util.spec_from_file_location(
     "team_servers", Path(__file__).with_name("team_servers.py")
@@ -87,12 +103,26 @@ def _outcome(done, servers=None) -> str:
     return text
 
 
-def test_a_client_call_waits_out_a_postgres_restart_of_the_tracking_server(servers):
+@pytest.fixture
+def half_delays(monkeypatch):
+    """``POEM_OUTAGE_DELAY_SCALE=0.5`` in this process (read once: the cache is cleared)."""
+    from flows.config import outage_delay_scale
+
+    monkeypatch.setenv("POEM_OUTAGE_DELAY_SCALE", DATABASE_RESTARTS["POEM_OUTAGE_DELAY_SCALE"])
+    outage_delay_scale.cache_clear()
+    yield
+    monkeypatch.undo()
+    outage_delay_scale.cache_clear()
+
+
+def test_a_client_call_waits_out_a_postgres_restart_of_the_tracking_server(servers, half_delays):
     """The tracking server answers 503 while its PostgreSQL restarts (~15 s under load). Old
     code: MLflow's ~3 s of HTTP retries, then "too many 503 error responses" (a write outside a
     retried stage, select-challenger's metrics, failed the run). Now the client waits it out."""
     from flows.config import TrackingConfig
-    from flows.tracking import client_for
+    from flows.tracking import client_for, scaled_delays
+
+    assert scaled_delays((3.0, 10.0, 20.0)) == (1.5, 5.0, 10.0)  # the knob reached the client
 
     client = client_for(TrackingConfig(uri=servers.mlflow_url, experiment="pg-client-call"))
     experiment = client.create_experiment("pg-client-call")
@@ -116,7 +146,9 @@ def test_postgres_restarted_mid_search_is_retried_and_the_run_completes(servers)
     the MLflow run left RUNNING. Now: the 500s are retried within the bound, the run ends."""
     config = _config(servers, "pg-mid-search")
     restart = f"{servers.pg_shell('stop')} && (sleep 10; {servers.pg_shell('start')}) &"
-    done = servers.retrain(servers.root / "work", config, "search-trial", restart)
+    done = servers.retrain(
+        servers.root / "work", config, "search-trial", restart, extra_env=DATABASE_RESTARTS
+    )
     servers.ensure_running()
     assert done.returncode == 0, _outcome(done, servers)
     assert _last(done) in (
@@ -133,7 +165,9 @@ def test_postgres_restarted_after_registering_is_retried_and_the_version_promote
     name = "pg-after-register"
     config = _config(servers, name)
     restart = f"{servers.pg_shell('stop')} && (sleep 10; {servers.pg_shell('start')}) &"
-    done = servers.retrain(servers.root / "work", config, "register-policy", restart)
+    done = servers.retrain(
+        servers.root / "work", config, "register-policy", restart, extra_env=DATABASE_RESTARTS
+    )
     servers.ensure_running()
     assert done.returncode == 0, _outcome(done, servers)
     assert _last(done) == "decision=promoted champion=1", _outcome(done, servers)
@@ -168,8 +202,9 @@ def test_mlflow_server_killed_after_the_promotion_exits_0_with_the_promotion(ser
     """The champion moved, then the tracking server died. Old code: exit 1 "retrain failed".
     Now: exit 0, the headline and ``decision=promoted champion=1``, one warning line."""
     config = _config(servers, "mlflow-after-promote")
+    kill = servers.kill_command("mlflow")
     done = servers.retrain(
-        servers.root / "work", config, "promote-policy", servers.kill_command("mlflow")
+        servers.root / "work", config, "promote-policy", kill, extra_env=SERVER_GONE
     )
     servers.ensure_running()
     assert done.returncode == 0, _outcome(done, servers)
@@ -185,8 +220,9 @@ def test_mlflow_server_killed_before_the_promotion_is_unknown_with_the_command_t
     """The tracking server dies once the challenger is registered: whether the champion moved
     cannot be read. Old code: exit 1 "retrain failed". Now: exit 3 and the command to check."""
     config = _config(servers, "mlflow-at-promote")
+    kill = servers.kill_command("mlflow")
     done = servers.retrain(
-        servers.root / "work", config, "register-policy", servers.kill_command("mlflow")
+        servers.root / "work", config, "register-policy", kill, extra_env=SERVER_GONE
     )
     servers.ensure_running()
     assert done.returncode == 3, _outcome(done, servers)
