@@ -19,7 +19,7 @@ shipped gate for a clearly better challenger (0.7 × the policy preferring low �
 the A/A challenger) on the same rows, the same power with η = 0, and the CPU seconds.
 
 Usage: ``python benchmarks/gate_estimated.py [--reps 200] [--n 2000,20000]
-[--cells linear,misspecified] [--champions logger,policy]``
+[--cells linear,misspecified] [--champions logger,policy] [--seed 0]``
 """
 
 from __future__ import annotations
@@ -133,6 +133,7 @@ def main(argv=None) -> None:
     parser.add_argument("--n", default="2000,20000")
     parser.add_argument("--cells", default="linear,misspecified")
     parser.add_argument("--champions", default="logger,policy")
+    parser.add_argument("--seed", type=int, default=0, help="another seed: independent reps")
     args = parser.parse_args(argv)
     print(f"exact A/A, alpha_1 = {ALPHA1:.3f}, limit 5 % + 2 s.e.; {args.reps} reps per cell")
     print(
@@ -143,7 +144,7 @@ def main(argv=None) -> None:
         for cell in args.cells.split(","):
             for champ in args.champions.split(","):
                 start = time.process_time()
-                res = run(args.reps, n, cell, champ)
+                res = run(args.reps, n, cell, champ, seed=args.seed)
                 limit = 0.05 + 2 * np.sqrt(0.05 * 0.95 / args.reps)
                 shipped, bare = res["shipped"] / args.reps, res["no_margin"] / args.reps
                 flag = "" if shipped <= limit else "  OVER"
