@@ -12,8 +12,10 @@ window-average risk on the test contexts equals the champion's exactly (exact A/
 promotion is a false one. Champions: the logging policy, and another policy.
 
 Cells: ``linear`` (the logger is a softmax of a linear score: the propensity model is well
-specified) and ``misspecified`` (the logger's score is quadratic in x, mixed with 10 % uniform:
-the linear model is wrong). Columns: the gate as shipped (margin η̂ measured), the same with
+specified), ``misspecified`` (the logger's score is quadratic in x, mixed with 10 % uniform:
+the linear model is wrong) and ``both`` (that logger, and a loss whose logit is quadratic in
+x: the loss model, linear per action, is wrong too; the doubly robust terms' bias, a product
+of the two errors, is then not small). Columns: the gate as shipped (margin η̂ measured), the same with
 η = 0 (no margin), the limit 5 % + 2 s.e. of the replicates, the mean η̂, the power of the
 shipped gate for a clearly better challenger (0.7 × the policy preferring low μ(x, a) + 0.3 ×
 the A/A challenger) on the same rows, the same power with η = 0, and the CPU seconds.
@@ -59,25 +61,29 @@ class _Softmax:
 def _logger_probs(X: np.ndarray, cell: str) -> np.ndarray:
     W = np.array([[1.2, -0.8, 0.3, -0.5], [-0.6, 1.0, -0.9, 0.4], [0.2, 0.5, -1.1, 0.8]])
     s = X @ W
-    if cell == "misspecified":
+    if cell in ("misspecified", "both"):
         s = s + 1.5 * np.column_stack(
             [X[:, 0] ** 2, -(X[:, 1] ** 2), X[:, 0] * X[:, 2], 0 * X[:, 0]]
         )
-    if cell == "misspecified":
         return 0.9 * _softmax(s) + 0.1 / K  # every action at least 2.5 %
     return _softmax(s)  # a multinomial logit: the propensity model is well specified
 
 
-def _mu(X: np.ndarray) -> np.ndarray:
+def _mu(X: np.ndarray, cell: str = "linear") -> np.ndarray:
     V = np.array([[0.8, -0.4, 0.1, -0.9], [-0.3, 0.6, -0.7, 0.2], [0.5, -0.2, 0.4, -0.6]])
-    return 1 / (1 + np.exp(-(X @ V - 0.3)))
+    s = X @ V - 0.3
+    if cell == "both":  # the loss model (linear per action) is misspecified too
+        s = s + 1.5 * np.column_stack(
+            [X[:, 1] ** 2 - 1, -(X[:, 0] ** 2) + 1, X[:, 1] * X[:, 2], X[:, 0] * X[:, 1]]
+        )
+    return 1 / (1 + np.exp(-s))
 
 
 def _log(rng, n, cell):
     X = rng.normal(size=(n, D))
     p0 = _logger_probs(X, cell)
     y = (p0.cumsum(1) < rng.random((n, 1))).sum(1)
-    mu = _mu(X)
+    mu = _mu(X, cell)
     loss = (rng.random(n) < mu[np.arange(n), y]).astype(float)
     # propensities hidden: the gate never reads this column (estimated_gate_rows refits)
     return LoggedBandit(X, y, loss, np.ones(n), (0.0, 1.0), n_actions=K), p0, mu
