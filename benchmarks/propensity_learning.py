@@ -307,8 +307,13 @@ def main(argv=None) -> int:
                 f"{m['logged']:.4f}, estimated {m['estimated']:.4f}, skyline {m['skyline']:.4f}; "
                 f"gap closed {m['gap_closed_logged']:.1%} (logged) vs "
                 f"{m['gap_closed_estimated']:.1%} (estimated); estimated/logged "
-                f"{m['estimated_over_logged']:.1%} (target >= 80%; {res['runs_at_least_80pct']} "
-                f"of {res['runs_with_a_logged_gain']} runs)",
+                + (
+                    "n/a (POEM on logged propensities did not beat h0 in any run)"
+                    if m["estimated_over_logged"] is None
+                    else f"{m['estimated_over_logged']:.1%}"
+                )
+                + f" (target >= 80%; {res['runs_at_least_80pct']} of "
+                f"{res['runs_with_a_logged_gain']} runs)",
                 flush=True,
             )
             results.append(res)
