@@ -79,6 +79,13 @@ def main(argv=None) -> int:
     parser.add_argument("--n-draws", type=int, default=100_000, help="Monte Carlo draws (bts)")
     parser.add_argument("--n-folds", type=int, default=5, help="cross-fitting folds")
     parser.add_argument("--seed", type=int, default=12345, help="seed")
+    parser.add_argument(
+        "--directions",
+        nargs="+",
+        default=["random→bts", "bts→random"],
+        choices=["random→bts", "bts→random"],
+        help="which logger's value to estimate from which log (default: both)",
+    )
     parser.add_argument("--json", default=None, help="write the results to this JSON file")
     args = parser.parse_args(argv)
     start = time.perf_counter()
@@ -89,14 +96,17 @@ def main(argv=None) -> int:
     targets = {
         "random→bts": (
             "random",
-            bts_action_distribution(priors["alpha"], priors["beta"], args.n_draws, args.seed),
+            bts_action_distribution(priors["alpha"], priors["beta"], args.n_draws, args.seed)
+            if "random→bts" in args.directions
+            else None,
             "bts",
         ),
         "bts→random": ("bts", np.full((N_POSITIONS, K), 1.0 / K), "random"),
     }
     rng = np.random.default_rng(args.seed)
     results = {"campaign": args.campaign, "n_bootstrap": args.n_bootstrap, "directions": {}}
-    for direction, (source, P, target) in targets.items():
+    for direction in args.directions:
+        source, P, target = targets[direction]
         table = tables[source]
         truth = float(np.mean(tables[target].clicks))
         log = replace(obd_to_log(table), event_ids=None)  # bootstrap repeats rows

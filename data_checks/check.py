@@ -42,6 +42,7 @@ from poem.diagnostics.propensity import (
     summary_report,
 )
 from poem.exceptions import InvalidLogError
+from poem.io.estimates import write_estimates
 from poem.io.logs import log_files
 from poem.io.parquet import skipped_log_files
 from poem.io.partitions import LocalPartitions, log_partitions
@@ -559,6 +560,10 @@ def check_logs(
                 estimated=None if estimated is None else estimated.estimate.diagnostics,
             )
             files.update({k: str(v) for k, v in saved.items()})
+        if out is not None and estimated is not None and estimated.log is not None:
+            table = out / "estimated_propensities.parquet"  # joins back by event_id / row_digest
+            write_estimates(estimated.estimate.propensities, estimated.log, table)
+            files["estimated_propensities"] = str(table)
         return _finish(CheckOutcome(report, prop, log, files, estimated), out)
     except Exception as exc:  # noqa: BLE001 - a report, never a traceback
         logger.debug("check of %s failed unexpectedly", path, exc_info=True)

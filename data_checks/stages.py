@@ -173,7 +173,9 @@ def with_placeholder_propensities(table: LogTable, settings: CheckSettings) -> L
     Raises
     ------
     InvalidLogError
-        When the log has a propensity column although estimation was asked for.
+        When the log has a propensity column although estimation was asked for, or its
+        metadata declares ``min_propensity`` (the floor of logged propensities: kept, the
+        gate's weight bound and the floor checks would take it for a floor of the estimates).
     """
     if settings.propensity != "estimate":
         return table
@@ -184,6 +186,17 @@ def with_placeholder_propensities(table: LogTable, settings: CheckSettings) -> L
             "the log records propensities, but data.propensity is estimate",
             "Use data.propensity: logged (logged propensities are exact), or drop the column "
             "to estimate the logging policy",
+        )
+    floor = table.meta.min_propensity
+    if floor is not None:  # a floor of logged propensities says nothing of the estimates
+        raise invalid_log(
+            "min_propensity",
+            table.n_rows,
+            f"the log's metadata declares min_propensity {floor:g}, a floor of logged "
+            "propensities, but data.propensity is estimate: the estimates have no declared "
+            "floor, and neither the checks nor the gate may assume one",
+            "Remove min_propensity from the log's metadata, or log the propensities and use "
+            "data.propensity: logged",
         )
     frame = table.frame
     frame["propensity"] = PLACEHOLDER_PROPENSITY  # the freshly read frame: no copy

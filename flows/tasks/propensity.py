@@ -64,7 +64,8 @@ def estimate_logging_policy(
     Logs the model's held-out diagnostics as metrics (``propensity_model_*``,
     ``estimated_propensity_*``, ``estimated_uniform_effective_sample_size``), the prepared
     log's metadata (``checks/propensity_model.json``: ``propensity_source: estimated``, model,
-    folds, seed), the estimates (``checks/estimated_propensities.parquet``) and the
+    folds, seed), the estimates (``checks/estimated_propensities.parquet``, each row with its
+    ``event_id`` or ``row`` + ``row_digest``: :mod:`poem.io.estimates`) and the
     reliability diagram beside the propensity plots (``checks/propensity_plots``).
 
     Returns ``(report, propensity_report, source, metadata)``: the source's one partition

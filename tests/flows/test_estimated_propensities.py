@@ -67,6 +67,14 @@ def test_check_estimates_and_prints_the_diagnostics(logs_dir, tmp_path, capsys):
     assert metrics["propensity_model_log_loss"] < metrics["propensity_model_marginal_log_loss"]
     assert 0 < metrics["estimated_propensity_min"] <= metrics["estimated_propensity_p50"] < 1
     assert (tmp_path / "plots" / "propensity_reliability.png").stat().st_size > 0
+    # the estimates join back onto the log: by position among the kept rows, each checked by
+    # its content digest (this log's event ids are the writer's generated ones: not loaded)
+    table = pq.read_table(tmp_path / "estimated_propensities.parquet").to_pandas()
+    assert list(table.columns) == ["row", "row_digest", "timestamp", "action", "propensity"]
+    assert len(table) == 900 and table["row_digest"].is_unique
+    assert report["files"]["estimated_propensities"] == str(
+        tmp_path / "estimated_propensities.parquet"
+    )
     # the suite ran without propensity expectations (the placeholder is never validated)
     assert all(f["column"] != "propensity" for f in report["data_checks"]["failures"])
 
@@ -85,6 +93,27 @@ def test_check_refuses_a_propensity_column_while_estimating(logs_dir, capsys):
         "-> FAILED: propensity: the log records propensities, but data.propensity is estimate. "
         "Use data.propensity: logged (logged propensities are exact), or drop the column to "
         "estimate the logging policy"
+    ), first
+
+
+def test_check_refuses_a_declared_floor_of_the_missing_propensities(tmp_path, digits_log, capsys):
+    """A floor declared for logged propensities must not pass for one of the estimates.
+
+    The old code estimated (min 0.0026) and kept the metadata's floor 0.05: the gate's
+    declared floor (``declared_min_propensity``) still read 0.05, a weight bound of 20 on
+    estimated weights up to 386.
+    """
+    frame = log_to_frame(digits_log).drop(columns=["propensity"])
+    frame.attrs[METADATA_KEY] = {**frame.attrs[METADATA_KEY], "min_propensity": 0.05}
+    path = _write(frame, tmp_path / "floor.parquet")
+    assert main(["check", str(path), "--estimate"]) == 1
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.endswith(
+        "-> FAILED: min_propensity: the log's metadata declares min_propensity 0.05, a floor "
+        "of logged propensities, but data.propensity is estimate: the estimates have no "
+        "declared floor, and neither the checks nor the gate may assume one. Remove "
+        "min_propensity from the log's metadata, or log the propensities and use "
+        "data.propensity: logged"
     ), first
 
 
@@ -156,6 +185,7 @@ def test_retrain_on_estimated_propensities(tmp_path, logs_dir, write_config, cap
     assert {"propensity_histogram.png", "propensity_reliability.png"} <= plots
     estimates = pq.read_table(f"{local}/estimated_propensities.parquet").to_pandas()
     assert len(estimates) == 900 and estimates["propensity"].between(0, 1).all()
+    assert estimates["row_digest"].is_unique  # each row's identity (no real event ids here)
     (version,) = client.search_model_versions("name='poem-policy'")
     assert version.tags["propensity_source"] == "estimated"
     reason = "propensities estimated, not logged (logistic, 2 folds cross-fitted)"
