@@ -175,8 +175,12 @@ def _with_default_tables(raw: dict[str, Any]) -> dict[str, Any]:
         return raw  # the validation names the bad section
     if training.get("learner", "poem") != "poem":
         return {**raw, "training": {"params": {}, **training}}
+    defaults = {"grid": dict(SearchConfig().grid)}
+    data = raw.get("data")
+    if not (isinstance(data, dict) and data.get("family") == "candidates"):  # none for those
+        defaults["candidates"] = SearchConfig().model_dump(mode="json")["candidates"]
     return {
         **raw,
         "training": {"params": dict(POEM_PARAMS), **training},
-        "search": {"grid": dict(SearchConfig().grid), **search},
+        "search": {**defaults, **search},
     }
