@@ -270,6 +270,12 @@ def flow_defaults(config: Path, overrides: list[str] = ()) -> dict:
             for name, spec in cfg.search.candidates.items()
         },
     }
+    # search.candidates as the flow resolves it for a multilabel log (auto: none)
+    as_multilabel = {"data.family": "multilabel", "training.params.policy": "multilabel"}
+    out["candidates"] = {
+        name: {"params": dict(spec.params), "grid": {k: list(v) for k, v in spec.grid.items()}}
+        for name, spec in load_config(config, as_multilabel).search.candidates.items()
+    }
     for item in overrides:
         key, _, value = item.partition("=")
         section, _, name = key.partition(".")

@@ -15,7 +15,12 @@ from flows.config.checks import ChecksConfig
 from flows.config.dask import DaskConfig
 from flows.config.data import DataConfig
 from flows.config.gate import OPTION, GateConfig
-from flows.config.search import SearchConfig
+from flows.config.search import (
+    AUTO,
+    DEFAULT_CANDIDATE_FAMILIES,
+    IPW_CANDIDATE_LEARNERS,
+    SearchConfig,
+)
 from flows.config.tracking import TrackingConfig
 from flows.config.training import TrainingConfig
 from flows.learners import (
@@ -53,13 +58,13 @@ class PipelineConfig(Section):
                 f"search.grid: the default grid is POEM's; give learner {learner!r} its own, "
                 "e.g. grid: {l2_penalty: [0.0, 1.0]}"
             )
-        family = (
-            (raw.get("data") or {}).get("family") if isinstance(raw.get("data"), dict) else None
-        )
-        if family == "candidates" and isinstance(search, dict) and "candidates" not in search:
-            # the default candidate (the IPW-weighted classifier) fits discrete and multilabel
-            # logs only: a candidates log searches training.learner alone unless told otherwise
-            raw = {**raw, "search": {**search, "candidates": {}}}
+        data = raw.get("data")
+        family = (data.get("family") if isinstance(data, dict) else None) or "discrete"
+        if isinstance(search, dict) and search.get("candidates", AUTO) == AUTO:
+            # auto (or absent): the IPW-weighted classifier for the families it was measured
+            # on (flows.config.search.DEFAULT_CANDIDATE_FAMILIES), none for the others
+            auto = dict(IPW_CANDIDATE_LEARNERS) if family in DEFAULT_CANDIDATE_FAMILIES else {}
+            raw = {**raw, "search": {**search, "candidates": auto}}
         return raw
 
     @model_validator(mode="after")

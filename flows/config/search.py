@@ -10,7 +10,14 @@ from pydantic import Field, field_validator
 from flows.config._base import MAX_TEMPERATURES, MAX_TRIALS, TEMPERATURES, Scalar, Section
 from flows.config._base import library_field as _of
 
-__all__ = ["CandidateLearner", "SearchConfig"]
+__all__ = [
+    "AUTO",
+    "DEFAULT_CANDIDATE_FAMILIES",
+    "IPW_CANDIDATE",
+    "IPW_CANDIDATE_LEARNERS",
+    "CandidateLearner",
+    "SearchConfig",
+]
 
 SELECTION = "poem.learners.selection:select_challenger"
 SelectionRule = Literal["bonferroni", "simultaneous", "holdout", "uncorrected"]  # selection.RULES
@@ -19,6 +26,12 @@ SelectionRule = Literal["bonferroni", "simultaneous", "holdout", "uncorrected"] 
 # the default's convex reduction: propensities floored at p₍₁₀₎ (the joint propensities of a
 # multilabel log span orders of magnitude), C on standardized features
 IPW_CANDIDATE = {"params": {"clip": "p90/p10"}, "grid": {"C": [0.01, 0.1, 1.0, 10.0]}}
+# data.family values whose default search.candidates is IPW_CANDIDATE (others: {}): on the
+# multilabel paper sets the per-label reduction was never served (benchmarks/paper_multilabel.py,
+# 30 runs) and is worse than the sharpened h0 on yeast; opt in with search.candidates
+DEFAULT_CANDIDATE_FAMILIES = ("discrete",)
+AUTO = "auto"  # search.candidates: auto = the default of data.family (resolved at load)
+IPW_CANDIDATE_LEARNERS = {"ipw_classifier": IPW_CANDIDATE}
 
 
 def _grid_checks(grid: dict[str, list[Scalar]], where: str) -> int:
@@ -70,9 +83,11 @@ class SearchConfig(Section):
 
     ``candidates`` are other learners (names of :data:`flows.learners.LEARNERS`) searched
     beside ``training.learner``'s ``grid``, each with its own grid (:class:`CandidateLearner`);
-    ``{}`` searches ``training.learner`` alone. The default is the IPW-weighted classifier
-    (:mod:`poem.learners.ipw_classifier`, clip p90/p10) at C ∈ {0.01, 0.1, 1, 10} for discrete and
-    multilabel logs (none for ``data.family: candidates``, which it does not fit).
+    ``{}`` searches ``training.learner`` alone. The default (``auto``, resolved at load by
+    ``data.family``: :class:`~flows.config.pipeline.PipelineConfig`) is the IPW-weighted classifier
+    (:mod:`poem.learners.ipw_classifier`, clip p90/p10) at C ∈ {0.01, 0.1, 1, 10} for discrete
+    logs (:data:`DEFAULT_CANDIDATE_FAMILIES`); none for multilabel (it fits them per label, opt in)
+    and candidate-set logs (it does not fit them).
     """
 
     grid: dict[str, list[Scalar]] = Field(

@@ -476,6 +476,8 @@ def test_the_default_search_has_the_ipw_classifier_as_a_candidate(tmp_path):
     ipw = {"params": {"clip": "p90/p10"}, "grid": {"C": [0.01, 0.1, 1.0, 10.0]}}
     for cfg in (load_config(REPO / "mlflow.yml"), load_config(_write(tmp_path, ""))):
         assert cfg.search.model_dump(mode="json")["candidates"] == {"ipw_classifier": ipw}
+    auto = load_config(_write(tmp_path, "search:\n  candidates: auto\n"))
+    assert list(auto.search.candidates) == ["ipw_classifier"]
     off = load_config(_write(tmp_path, "search:\n  candidates: {}\n"))
     assert off.search.candidates == {}  # the off switch: training.learner alone
     # --set on an empty file keeps the candidate's fixed params
@@ -484,6 +486,11 @@ def test_the_default_search_has_the_ipw_classifier_as_a_candidate(tmp_path):
     )
     assert cfg.search.candidates["ipw_classifier"].params == {"clip": "p90/p10"}
     assert cfg.search.candidates["ipw_classifier"].grid == {"C": [1.0]}
+    # multilabel: none by default (measured: never served on the paper sets); opt in
+    ml = "data:\n  family: multilabel\ntraining:\n  params: {policy: multilabel, variance_penalty: calibrated}\n"
+    assert load_config(_write(tmp_path, ml)).search.candidates == {}
+    opt_in = ml + "search:\n  candidates: {ipw_classifier: {grid: {C: [1.0]}}}\n"
+    assert list(load_config(_write(tmp_path, opt_in)).search.candidates) == ["ipw_classifier"]
     # a candidates log: the default has none (the reduction fits discrete/multilabel logs)
     text = (
         "data:\n  family: candidates\ntraining:\n  params: {policy: candidates}\n"
