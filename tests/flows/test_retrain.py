@@ -482,9 +482,10 @@ def test_the_default_search_has_ipw_candidates_and_can_serve_one(tmp_path, logs_
     from flows.registry import load_version_policy
     from flows.tracking import client_for
 
-    config = write_config(
-        logs_dir / "good", search={"candidates": {"ipw_classifier": IPW_CANDIDATE}}
-    )
+    config = write_config(logs_dir / "good", search={"candidates": "auto"})  # the default
+    assert load_config(config).search.model_dump(mode="json")["candidates"] == {
+        "ipw_classifier": IPW_CANDIDATE
+    }
     result = retrain(config, overrides={"training.params.l2_penalty": 1.0e6})
     assert result.decision == "promoted"
     assert result.challenger_kind == "learned", result.best_params
