@@ -96,6 +96,7 @@ METHODS = (
     "POEM bonferroni",
     "POEM holdout",
     "POEM max-t",
+    "POEM no candidates",
     "POEM",
     "skyline",
 )
@@ -110,7 +111,9 @@ COMBINED = {
     "POEM holdout": ("POEM(S)", "POEM(B)"),  # select on half the contexts, confirm on the rest
     "POEM max-t": ("POEM(S)", "POEM(B)"),  # simultaneous (max-t) bound over the K fits
     "POEM": ("POEM(S)", "POEM(B)"),
+    "POEM no candidates": ("POEM(S)", "POEM(B)"),  # without search.candidates (the s9 default)
 }
+NO_CANDIDATES = ("IPS", "POEM no candidates")  # COMBINED rows whose pool has no candidates
 LEARNERS = {
     "IPS(S)": ("adagrad", False),
     "POEM(S)": ("adagrad", True),
@@ -262,6 +265,16 @@ def flow_defaults(config: Path, overrides: list[str] = ()) -> dict:
         "confidence_level": cfg.search.confidence_level,
         "learning_confidence_level": cfg.search.learning_confidence_level,
         "selection_rule": cfg.search.selection_rule,
+        "candidates": {  # search.candidates: other learners of the same search
+            name: {"params": dict(spec.params), "grid": {k: list(v) for k, v in spec.grid.items()}}
+            for name, spec in cfg.search.candidates.items()
+        },
+    }
+    # search.candidates as the flow resolves it for a multilabel log (auto: none)
+    as_multilabel = {"data.family": "multilabel", "training.params.policy": "multilabel"}
+    out["candidates"] = {
+        name: {"params": dict(spec.params), "grid": {k: list(v) for k, v in spec.grid.items()}}
+        for name, spec in load_config(config, as_multilabel).search.candidates.items()
     }
     for item in overrides:
         key, _, value = item.partition("=")
@@ -474,6 +487,17 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
             }
             for t in result.trials
         ]
+    extra = candidate_trials(defaults, train, valid, min_ess)  # search.candidates' fits
+    out["candidate_fits"] = [
+        {
+            "learner": name,
+            "params": printable(dict(t.params)),
+            "test_loss": learned_loss(t.estimator.policy_, ds),
+            "snips_upper": t.snips.upper,
+            "seconds": t.seconds,
+        }
+        for name, t in extra
+    ]
     out["loss_model_seconds"] = float(train.__dict__.get("_loss_model_seconds", 0.0))
     solvers = defaults["grid"].get("solver", [defaults["params"].get("solver", "adagrad")])
     for name, rows in COMBINED.items():  # what the flow's search selects
@@ -483,7 +507,9 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
             if LEARNERS[row][0] in solvers
             for t in searched[row]
         ]
-        extra = [] if name == "POEM fits only" else candidates
+        if name not in NO_CANDIDATES:
+            pool += extra
+        champions = [] if name == "POEM fits only" else candidates
         rule = argparse.Namespace(
             multiplicity=args.multiplicity and name != "POEM uncorrected",
             per_temperature=name == "POEM strict",
@@ -500,7 +526,7 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
             ),
         )
         out[name] = served_choice(
-            pool, extra, h0, floor, defaults, min_ess, ds, (valid, train), contexts, rule
+            pool, champions, h0, floor, defaults, min_ess, ds, (valid, train), contexts, rule
         )
         out[name]["seconds"] = float(np.mean([t.seconds for _, t in pool]))
     sky, seconds = fit_skyline(ds, intercept)
@@ -510,6 +536,35 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
         "map_loss": map_loss(sky, ds.X_test, ds.Y_test),
         "seconds": seconds,
     }
+    return out
+
+
+def candidate_trials(defaults: dict, train, valid, min_ess: float) -> list:
+    """``(learner, trial)`` of every ``search.candidates`` fit, as the flow searches them.
+
+    Each learner with its fixed params (ε: ``training.params``', as
+    :func:`flows.learners.candidate_params`) over its own grid, each fit at its validation
+    temperature, estimators kept (the selection compares every fit).
+    """
+    from flows.learners import build_learner, candidate_params
+
+    out = []
+    for name, spec in defaults.get("candidates", {}).items():
+        fixed = candidate_params(name, spec.get("params", {}), defaults["params"])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = search_hyperparameters(
+                build_learner(name, fixed),
+                train,
+                valid,
+                {k: list(v) for k, v in spec["grid"].items()},
+                scoring=defaults["scoring"],
+                min_effective_sample_size=min_ess,
+                keep_estimators=True,
+                temperatures=defaults["temperatures"],
+                confidence_level=defaults["confidence_level"],
+            )
+        out += [(name, t) for t in result.trials]
     return out
 
 
@@ -642,6 +697,7 @@ def summarise(ds_name: str, runs: list[dict], args, wall: float, defaults: dict)
         "holdout": ("POEM holdout", "IPS"),
         "max-t": ("POEM max-t", "IPS"),
         "bonferroni": ("POEM bonferroni", "IPS"),
+        "no candidates": ("POEM no candidates", "IPS"),
     }.items():
         a = methods[poem_row]["per_run"]
         p_value[kind] = one_tailed(a, methods[ips_row]["per_run"])

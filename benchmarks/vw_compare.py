@@ -37,6 +37,12 @@ whose coefficients the flow does not know: ``warm_start: champion`` starts at ze
 also scores h₀ re-tempered at every serving temperature, no refit
 (:mod:`poem.learners.champion_candidates`, as the flow does when a champion exists).
 "POEM served" carries the flow's ``exploration_floor``; "POEM ε = 0" is the same w without it.
+The POEM rows are the flow's default search: POEM's grid and ``search.candidates`` (the
+IPW-weighted classifier, :mod:`poem.learners.ipw_classifier`) selected together by
+:func:`poem.learners.selection.select_challenger`; "POEM grid alone" is the same without the
+candidates (``search.candidates: {}``). The peer "IPW-weighted classifier" is that classifier's
+grid alone, selected by the same rule (no champion). Every comparison is a paired two-sided
+t-test over seeds on the same train / validation / test rows.
 
 Needs the optional extra ``bench`` (vowpalwabbit==9.11.9).
 
@@ -249,6 +255,10 @@ def flow_defaults(config: Path) -> dict:
         "learning_confidence_level": cfg.search.learning_confidence_level,
         "selection_rule": cfg.search.selection_rule,
         "refit_on": cfg.training.refit_on,
+        "candidates": {  # search.candidates: other learners of the same search
+            name: {"params": dict(spec.params), "grid": {k: list(v) for k, v in spec.grid.items()}}
+            for name, spec in cfg.search.candidates.items()
+        },
     }
 
 
@@ -286,14 +296,27 @@ def poem_trials(defaults: dict, train, valid, seed: int, champion=None) -> list:
     return list(result.trials)
 
 
+def ipw_spec(defaults: dict) -> tuple[dict, dict]:
+    """The IPW-weighted classifier's fixed params and grid: the flow's ``search.candidates``.
+
+    Without it there (``search.candidates: {}``) the peer is fitted at C ∈ ``IPW_C``, no clip.
+    """
+    from flows.learners import candidate_params
+
+    spec = defaults.get("candidates", {}).get("ipw_classifier", {"grid": {"C": list(IPW_C)}})
+    fixed = candidate_params("ipw_classifier", spec.get("params", {}), defaults["params"])
+    return fixed, {k: list(v) for k, v in spec["grid"].items()}
+
+
 def ipw_trials(defaults: dict, train, valid) -> list:
-    """The IPW-weighted classifier at each C of ``IPW_C``, each at its validation temperature."""
+    """The IPW-weighted classifier over its grid (:func:`ipw_spec`), each at its temperature."""
+    fixed, grid = ipw_spec(defaults)
     return list(
         search_hyperparameters(
-            IPWClassifier(exploration_floor=defaults["params"].get("exploration_floor", 0.0)),
+            IPWClassifier(**fixed),
             train,
             valid,
-            {"C": list(IPW_C)},
+            grid,
             scoring=defaults["scoring"],
             min_effective_sample_size=_min_ess(defaults, valid),
             keep_estimators=True,
@@ -458,7 +481,11 @@ def one_run(name: str, seed: int, args, defaults: dict) -> dict:
         start = time.perf_counter()
         trials = poem_trials(defaults, train, valid, seed, champion)
         seconds = time.perf_counter() - start
-        for suffix, pool in (("", trials), ("_with_ipw", trials + ipw)):
+        extra = ipw if "ipw_classifier" in defaults.get("candidates", {}) else []
+        if set(defaults.get("candidates", {})) - {"ipw_classifier"}:
+            raise SystemExit("vw_compare searches the ipw_classifier candidate only")
+        # the flow's default search (POEM's grid + search.candidates) and POEM's grid alone
+        for suffix, pool in (("", trials + extra), ("_no_candidates", trials)):
             policy, chosen, refit = flow_search(defaults, pool, valid, train, champion, log, groups)
             if defaults["refit_on"] == "train+validation":  # the flow serves the refit
                 policy, refit = refit, policy  # the "_refit" row is then the other setting
@@ -488,8 +515,8 @@ ROWS = (
     ("poem_h0_champion", "served", "POEM h0 champion, served (ε)"),
     ("poem_h0_champion", "map", "POEM h0 champion, MAP"),
     ("poem_h0_champion_refit", "served", "POEM h0 champion, other refit_on, served"),
-    ("poem_first_run_with_ipw", "served", "POEM + IPW candidate, first run, served (ε)"),
-    ("poem_h0_champion_with_ipw", "served", "POEM + IPW candidate, h0 champion, served (ε)"),
+    ("poem_first_run_no_candidates", "served", "POEM grid alone, first run, served (ε)"),
+    ("poem_h0_champion_no_candidates", "served", "POEM grid alone, h0 champion, served (ε)"),
 )
 PEERS = {"vw_tuned": "VW tuned", "ipw_classifier": "IPW-weighted classifier"}
 
@@ -511,8 +538,8 @@ def summarise(name: str, runs: list[dict]) -> dict:
     for key in (
         "poem_first_run",
         "poem_h0_champion",
-        "poem_first_run_with_ipw",
-        "poem_h0_champion_with_ipw",
+        "poem_first_run_no_candidates",
+        "poem_h0_champion_no_candidates",
     ):
         for peer in PEERS:
             for variant in ("served", "no_floor"):

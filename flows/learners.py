@@ -14,7 +14,11 @@ from typing import Any
 
 __all__ = [
     "LEARNERS",
+    "LEARNER_KEY",
     "build_learner",
+    "candidate_params",
+    "learner_families",
+    "trial_learner",
     "check_learner_params",
     "learner_class",
     "learner_param_names",
@@ -29,7 +33,10 @@ LEARNERS: dict[str, str] = {
     "poem": "poem.learners.poem:POEM",
     "banditnet": "poem.learners.banditnet:BanditNet",
     "hybrid": "poem.learners.hybrid:HybridLearner",
+    "ipw_classifier": "poem.learners.ipw_classifier:IPWClassifier",
 }
+LEARNER_KEY = "learner"  # a search.candidates trial's params: which learner fitted it
+FLOOR = "exploration_floor"  # a candidate's default: training.params' (the challengers' ε)
 
 
 def learner_class(name: str) -> type:
@@ -124,3 +131,48 @@ def check_learner_params(name: str, params: Mapping[str, Any]) -> dict[str, Any]
     estimator = clone(learner_class(name)()).set_params(**params)
     estimator.validate_params()
     return estimator.get_params(deep=False)
+
+
+def learner_families(name: str) -> tuple[str, ...] | None:
+    """The log families learner ``name`` fits (its class's ``families``; None: any)."""
+    families = getattr(learner_class(name), "families", None)
+    return None if families is None else tuple(families)
+
+
+def candidate_params(name: str, spec_params: Mapping[str, Any], training_params: Mapping) -> dict:
+    """A ``search.candidates`` learner's fixed params: its own, and the challengers' ε.
+
+    ``exploration_floor`` (when the learner has it and the spec does not set it) is
+    ``training.params.exploration_floor``, so every fit of the search serves with one floor.
+    """
+    out = dict(spec_params)
+    if FLOOR not in out and FLOOR in training_params and FLOOR in learner_param_names(name):
+        out[FLOOR] = training_params[FLOOR]
+    return out
+
+
+def trial_learner(
+    params: Mapping[str, Any], training: Any, search: Any = None
+) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """``(learner name, fixed params, trial overrides)`` of a trial's recorded ``params``.
+
+    A trial of ``training.learner``'s grid has no :data:`LEARNER_KEY`; a trial of
+    ``search.candidates`` names its learner there (its fixed params are
+    :func:`candidate_params`).
+
+    Raises
+    ------
+    ValueError
+        If the named learner is not in ``search.candidates``.
+    """
+    overrides = dict(params)
+    name = overrides.pop(LEARNER_KEY, None)
+    if name is None:
+        return training.learner, dict(training.params), overrides
+    candidates = {} if search is None else search.candidates
+    if name not in candidates:
+        raise ValueError(
+            f"trial learner {name!r} is not in search.candidates ({sorted(candidates)}); "
+            "add it there or select a trial of training.learner"
+        )
+    return name, candidate_params(name, candidates[name].params, training.params), overrides

@@ -47,6 +47,8 @@ from flows.tasks.register import (
     with_action_ids,
 )
 from flows.tasks.search import (
+    candidate_grid,
+    candidate_rows,
     choose_challenger,
     code_fingerprint,
     evidence_logs,
@@ -284,11 +286,21 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"[:500]
 
 
-def _search(training: Any, parts: Any, header: Any, cfg: Any, keys: tuple, champion: Any):
-    """Submit every distinct fit of the grid, at most ``search.max_workers`` at a time.
+def _search(
+    training: Any,
+    parts: Any,
+    header: Any,
+    cfg: Any,
+    keys: tuple,
+    champion: Any,
+    candidate_training: Any = None,
+):
+    """Submit every distinct fit of the grid and of ``search.candidates``, ``max_workers`` at once.
 
     A grid point that is the same fit as an earlier one (:func:`flows.learners.same_fits`) is
-    recorded with its own params and the earlier trial's scores.
+    recorded with its own params and the earlier trial's scores. The candidates' trials
+    (:func:`~flows.tasks.search.candidate_grid`) fit on ``candidate_training``
+    (:func:`~flows.tasks.search.candidate_rows`) and follow the grid's.
     """
     trial = search_trial.with_options(
         cache_expiration=timedelta(hours=cfg.search.cache_expiration_hours)
@@ -298,15 +310,17 @@ def _search(training: Any, parts: Any, header: Any, cfg: Any, keys: tuple, champ
     every = expand_grid(cfg.search.grid)
     same = same_fits(every, cfg.training.params, champion, header)
     distinct = [i for i, first in enumerate(same) if first == i]
-    grid, trials = [every[i] for i in distinct], []
-    for start in range(0, len(grid), cfg.search.max_workers):
+    jobs = [(training, cfg.training.learner, dict(cfg.training.params), every[i]) for i in distinct]
+    jobs += [(candidate_training, *job) for job in candidate_grid(cfg)]
+    trials = []
+    for start in range(0, len(jobs), cfg.search.max_workers):
         futures = [
             trial.submit(
-                training,
+                rows,
                 parts,
                 header,
-                cfg.training.learner,
-                dict(cfg.training.params),
+                learner,
+                fixed,
                 params,
                 cfg.search.confidence_level,
                 data_key,
@@ -315,12 +329,13 @@ def _search(training: Any, parts: Any, header: Any, cfg: Any, keys: tuple, champ
                 champion_key,
                 serving,
             )
-            for params in grid[start : start + cfg.search.max_workers]
+            for rows, learner, fixed, params in jobs[start : start + cfg.search.max_workers]
         ]
         wait(futures)
         trials += [f.result() for f in futures]
-    fitted = dict(zip(distinct, trials, strict=True))
-    return [recorded(fitted[same[i]], params) for i, params in enumerate(every)]
+    fitted = dict(zip(distinct, trials, strict=False))
+    grid_trials = [recorded(fitted[same[i]], params) for i, params in enumerate(every)]
+    return grid_trials + trials[len(distinct) :]
 
 
 def _checked_log(cfg: Any, run: Any, client: Any) -> tuple:
@@ -354,17 +369,26 @@ def _stages(cfg: Any, run: Any, fingerprint: str, client: Any = None) -> tuple:
     champion_version, champion = load_champion(cfg.tracking)  # also warm_start: champion
     # rows of the learning evidence (a champion to compare fits with), before any release
     evidence = None if champion is None else evidence_logs(parts)
+    # the search.candidates learners fit in memory: their rows before any release
+    extra = candidate_rows(parts) if cfg.search.candidates else None
     training, parts = prepare_rows(parts, cfg.training)
-    trials = _search(training, parts, header, cfg, (data_key, champion_version), champion)
+    trials = _search(training, parts, header, cfg, (data_key, champion_version), champion, extra)
     serve_floor = cfg.training.params.get("exploration_floor")  # challengers' ε, candidates too
     selection = choose_challenger(trials, training, parts, evidence, header, cfg, champion, run)
     trials, best = list(selection.trials), selection.selected  # with the champion candidates
-    record_search(trials, best, run)
+    record_search(trials, best, run, cfg.training.learner)
     if selection.kind == RETEMPERED:
         policy = retempered_policy(trials[best].params, champion, serve_floor, run)
     else:
         policy = train_policy(
-            training, header, cfg.training, trials[best].params, run, champion, selection.estimator
+            training,
+            header,
+            cfg.training,
+            trials[best].params,
+            run,
+            champion,
+            selection.estimator,
+            cfg.search,
         )
     blocking = [c.name for c in propensity.warnings] if cfg.checks.block_on_warnings else []
     source_of_p = log_metadata[PROPENSITY_SOURCE_KEY]

@@ -52,6 +52,7 @@ DAY1_SEARCH = {
     "search.grid.solver": ["lbfgs"],
     "search.grid.warm_start": ["zeros"],
     "training.params.max_iter": 5,
+    "search.candidates": {},  # POEM alone: day 2's full search adds search.candidates
 }
 DAY1_TEXT = "a quick first search: L-BFGS from zeros, 5 iterations"
 

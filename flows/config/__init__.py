@@ -38,7 +38,7 @@ from flows.config.dask import DaskConfig
 from flows.config.data import DataConfig, SplitConfig
 from flows.config.gate import GateConfig
 from flows.config.pipeline import PipelineConfig, flatten
-from flows.config.search import SearchConfig
+from flows.config.search import AUTO, DEFAULT_CANDIDATE_FAMILIES, SearchConfig
 from flows.config.tracking import TrackingConfig
 from flows.config.training import POEM_PARAMS, TrainingConfig
 
@@ -201,7 +201,7 @@ def load_config(
             f"config file {path} must hold a mapping of sections, got {type(raw).__name__}"
         )
     if overrides:
-        raw = apply_overrides(_with_default_tables(raw), overrides)
+        raw = apply_overrides(_with_default_tables(raw, overrides), overrides)
     try:
         cfg = PipelineConfig.model_validate(raw)
     except ValidationError as exc:
@@ -210,15 +210,23 @@ def load_config(
     return _resolve(cfg, Path.cwd())
 
 
-def _with_default_tables(raw: dict[str, Any]) -> dict[str, Any]:
+def _with_default_tables(raw: dict[str, Any], overrides: Any = None) -> dict[str, Any]:
     """Fill an absent ``training.params`` / ``search.grid`` with the defaults (for ``--set``)."""
     training, search = raw.get("training", {}), raw.get("search", {})
     if not (isinstance(training, dict) and isinstance(search, dict)):
         return raw  # the validation names the bad section
     if training.get("learner", "poem") != "poem":
         return {**raw, "training": {"params": {}, **training}}
+    defaults = {"grid": dict(SearchConfig().grid)}
+    data = raw.get("data")
+    family = (data.get("family") if isinstance(data, dict) else None) or "discrete"
+    family = dict(overrides or {}).get("data.family", family)  # the family the run will have
+    if family in DEFAULT_CANDIDATE_FAMILIES and search.get("candidates", AUTO) == AUTO:
+        # auto resolved here, so that --set can edit the default candidate's grid
+        defaults["candidates"] = SearchConfig().model_dump(mode="json")["candidates"]
+        search = {k: v for k, v in search.items() if k != "candidates"}
     return {
         **raw,
         "training": {"params": dict(POEM_PARAMS), **training},
-        "search": {"grid": dict(SearchConfig().grid), **search},
+        "search": {**defaults, **search},
     }

@@ -15,10 +15,21 @@ from flows.config.checks import ChecksConfig
 from flows.config.dask import DaskConfig
 from flows.config.data import DataConfig
 from flows.config.gate import OPTION, GateConfig
-from flows.config.search import SearchConfig
+from flows.config.search import (
+    AUTO,
+    DEFAULT_CANDIDATE_FAMILIES,
+    IPW_CANDIDATE_LEARNERS,
+    SearchConfig,
+)
 from flows.config.tracking import TrackingConfig
 from flows.config.training import TrainingConfig
-from flows.learners import LEARNERS, check_learner_params, learner_param_names
+from flows.learners import (
+    LEARNERS,
+    candidate_params,
+    check_learner_params,
+    learner_families,
+    learner_param_names,
+)
 
 __all__ = ["PipelineConfig", "flatten"]
 
@@ -47,6 +58,13 @@ class PipelineConfig(Section):
                 f"search.grid: the default grid is POEM's; give learner {learner!r} its own, "
                 "e.g. grid: {l2_penalty: [0.0, 1.0]}"
             )
+        data = raw.get("data")
+        family = (data.get("family") if isinstance(data, dict) else None) or "discrete"
+        if isinstance(search, dict) and search.get("candidates", AUTO) == AUTO:
+            # auto (or absent): the IPW-weighted classifier for the families it was measured
+            # on (flows.config.search.DEFAULT_CANDIDATE_FAMILIES), none for the others
+            auto = dict(IPW_CANDIDATE_LEARNERS) if family in DEFAULT_CANDIDATE_FAMILIES else {}
+            raw = {**raw, "search": {**search, "candidates": auto}}
         return raw
 
     @model_validator(mode="after")
@@ -105,6 +123,51 @@ class PipelineConfig(Section):
             raise ValueError(
                 f"{where} is {policy!r} but data.family is {self.data.family!r}; they must match"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _candidate_learners(self) -> PipelineConfig:
+        for name, spec in self.search.candidates.items():
+            where = f"search.candidates.{name}"
+            if name not in LEARNERS:
+                raise ValueError(
+                    f"{where}: unknown learner {name!r}; choose one of {sorted(LEARNERS)}"
+                )
+            if name == self.training.learner:
+                raise ValueError(
+                    f"{where}: {name!r} is training.learner already (its grid is search.grid); "
+                    "drop it from search.candidates or choose another training.learner"
+                )
+            families = learner_families(name)
+            if families is not None and self.data.family not in families:
+                raise ValueError(
+                    f"{where}: learner {name!r} fits {list(families)} logs, but data.family is "
+                    f"{self.data.family!r}; drop it (search.candidates: {{}} searches "
+                    "training.learner alone)"
+                )
+            known = learner_param_names(name)
+            for section, keys in (("params", spec.params), ("grid", spec.grid)):
+                unknown = sorted(set(keys) - known)
+                if unknown:
+                    raise ValueError(
+                        f"{where}.{section}: unknown parameter(s) {unknown} for learner "
+                        f"{name!r}; valid: {sorted(known)}"
+                    )
+            fixed = candidate_params(name, spec.params, self.training.params)
+            _learner_check(f"{where}.params", name, fixed)
+            for key, values in spec.grid.items():
+                for i, value in enumerate(values):
+                    _learner_check(f"{where}.grid.{key}[{i}]", name, {**fixed, key: value})
+            if "temperature" in spec.grid and self.search.temperatures is not None:
+                raise ValueError(
+                    f"{where}.grid.temperature and search.temperatures both set: every fit is "
+                    "scored at each of search.temperatures (no refit); drop the grid entry"
+                )
+            if self.search.temperatures is not None and "temperature" not in known:
+                raise ValueError(
+                    f"{where}: learner {name!r} has no temperature parameter, but every fit is "
+                    "scored at search.temperatures; drop it or set search.temperatures: null"
+                )
         return self
 
     def with_data_path(self, path: str | os.PathLike[str]) -> PipelineConfig:

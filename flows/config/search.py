@@ -10,10 +10,66 @@ from pydantic import Field, field_validator
 from flows.config._base import MAX_TEMPERATURES, MAX_TRIALS, TEMPERATURES, Scalar, Section
 from flows.config._base import library_field as _of
 
-__all__ = ["SearchConfig"]
+__all__ = [
+    "AUTO",
+    "DEFAULT_CANDIDATE_FAMILIES",
+    "IPW_CANDIDATE",
+    "IPW_CANDIDATE_LEARNERS",
+    "CandidateLearner",
+    "SearchConfig",
+]
 
 SELECTION = "poem.learners.selection:select_challenger"
 SelectionRule = Literal["bonferroni", "simultaneous", "holdout", "uncorrected"]  # selection.RULES
+
+
+# the default's convex reduction: propensities floored at p₍₁₀₎ (the joint propensities of a
+# multilabel log span orders of magnitude), C on standardized features
+IPW_CANDIDATE = {"params": {"clip": "p90/p10"}, "grid": {"C": [0.01, 0.1, 1.0, 10.0]}}
+# data.family values whose default search.candidates is IPW_CANDIDATE (others: {}): on the
+# multilabel paper sets the per-label reduction was never served (benchmarks/paper_multilabel.py,
+# 30 runs) and is worse than the sharpened h0 on yeast; opt in with search.candidates
+DEFAULT_CANDIDATE_FAMILIES = ("discrete",)
+AUTO = "auto"  # search.candidates: auto = the default of data.family (resolved at load)
+IPW_CANDIDATE_LEARNERS = {"ipw_classifier": IPW_CANDIDATE}
+
+
+def _grid_checks(grid: dict[str, list[Scalar]], where: str) -> int:
+    """Raise ValueError naming ``where`` for an empty grid or entry, or repeated values."""
+    if not grid:
+        raise ValueError(
+            f"the {where} is empty (one trial would run silently); give at least one parameter "
+            "with its values, e.g. variance_scale: [0.0, 0.1, 1.0] (one value = one trial)"
+        )
+    n_trials = 1
+    for key, values in grid.items():
+        if not values:
+            raise ValueError(f"{where} entry {key!r} has no values")
+        repeated = [v for i, v in enumerate(values) if v in values[:i]]
+        if repeated:
+            raise ValueError(f"{where} entry {key!r} repeats {repeated[:3]} (identical trials)")
+        n_trials *= len(values)
+    if n_trials > MAX_TRIALS:
+        raise ValueError(f"the {where} has {n_trials:,} points; at most {MAX_TRIALS:,}")
+    return n_trials
+
+
+class CandidateLearner(Section):
+    """One learner of ``search.candidates``: its fixed ``params`` and its own ``grid``.
+
+    Its fits are trials of the same search as ``training.learner``'s grid, scored at the same
+    serving temperatures and selected by the same rule (``selection_rule``: K counts them).
+    ``exploration_floor`` defaults to ``training.params.exploration_floor`` (the challengers').
+    """
+
+    params: dict[str, Scalar] = Field(default_factory=dict)
+    grid: dict[str, list[Scalar]]
+
+    @field_validator("grid")
+    @classmethod
+    def _non_empty(cls, grid: dict[str, list[Scalar]]) -> dict[str, list[Scalar]]:
+        _grid_checks(grid, "grid")
+        return grid
 
 
 class SearchConfig(Section):
@@ -24,6 +80,14 @@ class SearchConfig(Section):
     champion, ``learning_confidence_level`` is the level of
     :func:`flows.tasks.search.choose_challenger`, which decides whether a selected fit is served,
     by ``selection_rule`` (:data:`poem.learners.selection.RULES`).
+
+    ``candidates`` are other learners (names of :data:`flows.learners.LEARNERS`) searched
+    beside ``training.learner``'s ``grid``, each with its own grid (:class:`CandidateLearner`);
+    ``{}`` searches ``training.learner`` alone. The default (``auto``, resolved at load by
+    ``data.family``: :class:`~flows.config.pipeline.PipelineConfig`) is the IPW-weighted classifier
+    (:mod:`poem.learners.ipw_classifier`, clip p90/p10) at C ∈ {0.01, 0.1, 1, 10} for discrete
+    logs (:data:`DEFAULT_CANDIDATE_FAMILIES`); none for multilabel (it fits them per label, opt in)
+    and candidate-set logs (it does not fit them).
     """
 
     grid: dict[str, list[Scalar]] = Field(
@@ -33,6 +97,9 @@ class SearchConfig(Section):
             "variance_scale": [0.0001, 0.001, 0.003, 0.01, 0.03],
             "clip": ["p90/p10"],
         }
+    )
+    candidates: dict[str, CandidateLearner] = Field(
+        default_factory=lambda: {"ipw_classifier": CandidateLearner(**IPW_CANDIDATE)}
     )
     scoring: Literal["ips", "snips", "ips_ucb", "snips_ucb"] = "snips_ucb"
     temperatures: list[float] | None = Field(default_factory=lambda: list(TEMPERATURES))
@@ -48,22 +115,16 @@ class SearchConfig(Section):
     @field_validator("grid")
     @classmethod
     def _non_empty(cls, grid: dict[str, list[Scalar]]) -> dict[str, list[Scalar]]:
-        if not grid:
-            raise ValueError(
-                "the grid is empty (one trial would run silently); give at least one parameter "
-                "with its values, e.g. variance_scale: [0.0, 0.1, 1.0] (one value = one trial)"
-            )
-        n_trials = 1
-        for key, values in grid.items():
-            if not values:
-                raise ValueError(f"grid entry {key!r} has no values")
-            repeated = [v for i, v in enumerate(values) if v in values[:i]]
-            if repeated:
-                raise ValueError(f"grid entry {key!r} repeats {repeated[:3]} (identical trials)")
-            n_trials *= len(values)
-        if n_trials > MAX_TRIALS:
-            raise ValueError(f"the grid has {n_trials:,} points; at most {MAX_TRIALS:,}")
+        _grid_checks(grid, "grid")
         return grid
+
+    @field_validator("candidates")
+    @classmethod
+    def _few_trials(cls, candidates: dict[str, CandidateLearner]) -> dict[str, CandidateLearner]:
+        total = sum(math.prod(len(v) for v in c.grid.values()) for c in candidates.values())
+        if total > MAX_TRIALS:
+            raise ValueError(f"the candidates' grids have {total:,} points; at most {MAX_TRIALS:,}")
+        return candidates
 
     @field_validator("temperatures")
     @classmethod

@@ -23,7 +23,7 @@ from prefect.cache_policies import INPUTS, NO_CACHE, TASK_SOURCE
 import poem
 from flows import learners
 from flows.config import SearchConfig
-from flows.learners import build_learner, resolve_warm_start
+from flows.learners import LEARNER_KEY, build_learner, candidate_params, resolve_warm_start
 from flows.tasks import IO_RETRIES, stage_done, task_logger
 from flows.tasks.train import fit_learner
 from flows.tracking import (
@@ -37,11 +37,12 @@ from flows.tracking import (
 from poem.diagnostics.search_plot import plot_search
 from poem.learners.champion_candidates import (
     KIND_KEY,
+    RETEMPERED,
     challenger_kind,
     champion_trials,
     selected_champion_policy,
 )
-from poem.learners.search import Trial, ess_floor, run_trial, select_trial
+from poem.learners.search import Trial, ess_floor, expand_grid, run_trial, select_trial
 from poem.learners.selection import ChallengerSelection, select_challenger
 from poem.learners.training_rows import TrainingRows
 from poem.log_rows import sample_log
@@ -79,12 +80,17 @@ def search_trial(
 ) -> Trial:
     """Fit one configuration on the training rows, score it on validation (``run_trial``).
 
+    ``learner`` with ``fixed_params`` and the grid point ``params``: ``training.learner``'s,
+    or a ``search.candidates`` learner's (``params`` then names it under ``learner``, which is
+    recorded, not passed to the estimator).
+
     ``serving`` is :func:`serving_choice`. ``data_key``, ``code_key`` and ``champion_key`` are
     unused in the body: they stand in the cache key for the rows, the learning code
     (:func:`code_fingerprint`) and the champion policy, which are excluded from it.
     """
     estimator = build_learner(learner, fixed_params, champion=champion, log=header)
-    resolved = resolve_warm_start(params, champion, header)  # a grid of warm starts
+    grid_point = {k: v for k, v in params.items() if k != LEARNER_KEY}
+    resolved = resolve_warm_start(grid_point, champion, header)  # a grid of warm starts
     trial = run_trial(
         estimator,
         resolved,
@@ -95,6 +101,31 @@ def search_trial(
         **(serving or {}),
     )
     return recorded(trial, params)
+
+
+CANDIDATE_ROWS = 200_000  # training rows, at most, a search.candidates learner fits on
+
+
+def candidate_rows(split: Any, part: str = "train", max_rows: int = CANDIDATE_ROWS) -> Any:
+    """The training rows of the ``search.candidates`` learners: ≤ ``max_rows`` in one log.
+
+    Taken before POEM's preparation releases the raw rows (:func:`~flows.tasks.train.
+    prepare_rows`); every row when the part has no more (:func:`poem.log_rows.sample_log`),
+    else a seeded uniform sample (these learners fit in memory).
+    """
+    return TrainingRows(split, part, _log=sample_log(split, part, max_rows))
+
+
+def candidate_grid(cfg: Any) -> list[tuple[str, dict, dict]]:
+    """``(learner, fixed params, grid point)`` of every ``search.candidates`` trial.
+
+    Each grid point names its learner under ``learner`` (the trial's recorded params).
+    """
+    out = []
+    for name, spec in cfg.search.candidates.items():
+        fixed = candidate_params(name, spec.params, cfg.training.params)
+        out += [(name, fixed, {LEARNER_KEY: name, **point}) for point in expand_grid(spec.grid)]
+    return out
 
 
 def validation_rows(split: Any) -> tuple:
@@ -207,7 +238,7 @@ def choose_challenger(
         confidence_level=cfg.search.confidence_level,
         learning_confidence_level=cfg.search.learning_confidence_level,
         evidence_logs=logs,
-        fit=lambda params: fit_learner(rows, header, cfg.training, params, champion),
+        fit=lambda params: fit_learner(rows, header, cfg.training, params, champion, cfg.search),
         rule=cfg.search.selection_rule,
     )
     client = run.client()
@@ -232,27 +263,46 @@ def choose_challenger(
     return selection
 
 
+LEARNER_TAG = "challenger_learner"  # the served trial's learner, or "champion" (re-tempered)
+
+
+def trial_learner_name(params: dict, learner: str) -> str:
+    """The learner that fitted a trial (``learner``: ``training.learner``), or ``champion``."""
+    if challenger_kind(params) == RETEMPERED:
+        return "champion"
+    return str(params.get(LEARNER_KEY, learner))
+
+
 @task(name="record-search", cache_policy=NO_CACHE, **IO_RETRIES)
-def record_search(trials: list[Trial], best: int, run: TrackedRun) -> list[dict]:
+def record_search(
+    trials: list[Trial], best: int, run: TrackedRun, learner: str = "poem"
+) -> list[dict]:
     """Log one nested MLflow run per trial, the search table and the IPS-vs-λ plot of the fits.
 
-    The parent run gets the selected trial's ``challenger_kind`` as a tag.
+    Each nested run's params name its ``learner`` (``training.learner``, a
+    ``search.candidates`` learner, or ``champion`` for a re-tempered champion); the parent run
+    gets the selected trial's ``challenger_kind`` and :data:`LEARNER_TAG` as tags.
     """
     client, rows = run.client(), []
     for i, trial in enumerate(trials):
-        params = {**trial.params, KIND_KEY: challenger_kind(trial.params)}
+        params = {
+            **trial.params,
+            LEARNER_KEY: trial_learner_name(trial.params, learner),
+            KIND_KEY: challenger_kind(trial.params),
+        }
         create_nested_run(
             client, run.experiment_id, run.run_id, f"trial-{i:03d}", params, trial.to_dict()
         )
         rows.append({"trial": i, "selected": i == best, **params, **trial.to_dict()})
     client.set_tag(run.run_id, KIND_KEY, challenger_kind(trials[best].params))
+    client.set_tag(run.run_id, LEARNER_TAG, trial_learner_name(trials[best].params, learner))
     log_json(client, run.run_id, rows, "search/results.json")
     log_metrics(
         client, run.run_id, {f"validation_{k}": v for k, v in trials[best].to_dict().items()}
     )
     with tempfile.TemporaryDirectory(prefix="poem-search-") as tmp:
         plot = plot_search(
-            [r for r in rows if "resolved_variance_penalty" in r],  # fits, not candidates
+            [r for r in rows if "resolved_variance_penalty" in r and r[LEARNER_KEY] == learner],
             Path(tmp) / "validation_ips_vs_variance_penalty.png",
             x="resolved_variance_penalty",
             group="resolved_clip",

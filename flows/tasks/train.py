@@ -9,7 +9,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from flows.config import TrainingConfig
-from flows.learners import build_learner
+from flows.learners import LEARNER_KEY, build_learner, trial_learner
 from flows.tasks import stage_done, task_logger
 from flows.tracking import TrackedRun, log_metrics, log_params
 from poem.learners.training_rows import TrainingRows, fit_on_rows, training_rows
@@ -29,12 +29,20 @@ def prepare_rows(split: Any, training: TrainingConfig) -> tuple[TrainingRows, An
 
 
 def fit_learner(
-    rows: TrainingRows, header: Any, training: TrainingConfig, params: dict, champion: Any = None
+    rows: TrainingRows,
+    header: Any,
+    training: TrainingConfig,
+    params: dict,
+    champion: Any = None,
+    search: Any = None,
 ) -> Any:
-    """The learner with ``params`` fitted on ``rows`` (no logging; :func:`train_policy` logs)."""
-    estimator = build_learner(
-        training.learner, training.params, params, champion=champion, log=header
-    )
+    """The trial's learner with ``params`` fitted on ``rows`` (no logging; :func:`train_policy`).
+
+    ``training.learner``, or the ``search.candidates`` learner ``params`` names
+    (:func:`flows.learners.trial_learner`).
+    """
+    name, fixed, overrides = trial_learner(params, training, search)
+    estimator = build_learner(name, fixed, overrides, champion=champion, log=header)
     with warnings.catch_warnings(record=True) as caught:  # the fit records ``converged_``
         warnings.simplefilter("always")
         fit_on_rows(estimator, rows)
@@ -57,6 +65,7 @@ def train_policy(
     run: TrackedRun,
     champion: Any = None,
     fitted: Any = None,
+    search: Any = None,
 ) -> Any:
     """Fit the learner with ``params`` on ``training.refit_on``; log the fitted diagnostics.
 
@@ -67,7 +76,7 @@ def train_policy(
     if training.refit_on != rows.part:
         rows, fitted = TrainingRows(rows.split, training.refit_on), None
     if fitted is None:
-        fitted = fit_learner(rows, header, training, params, champion)
+        fitted = fit_learner(rows, header, training, params, champion, search)
     return record_fit(fitted, training, params, run)
 
 
@@ -81,5 +90,6 @@ def record_fit(estimator: Any, training: TrainingConfig, params: dict, run: Trac
     client = run.client()
     log_params(client, run.run_id, {"selected": params})
     log_metrics(client, run.run_id, fitted)
-    task_logger().info("trained %s with %s: %s", training.learner, params, fitted)
+    learner = params.get(LEARNER_KEY, training.learner)
+    task_logger().info("trained %s with %s: %s", learner, params, fitted)
     return estimator.policy_

@@ -90,7 +90,9 @@ def write_config(tmp_path, monkeypatch):
             },
             "data": {"path": str(data_path), "family": "discrete"},
             "checks": {"min_rows": 50},
-            "search": {"grid": {"variance_scale": [0.0, 0.1]}, "max_workers": 2},
+            # candidates: {} (training.learner alone) keeps these runs small; the tests of
+            # search.candidates give their own
+            "search": {"grid": {"variance_scale": [0.0, 0.1]}, "candidates": {}, "max_workers": 2},
             "training": {
                 "params": {
                     "solver": "lbfgs",

@@ -469,3 +469,87 @@ def test_a_new_gate_option_is_one_class_and_one_registry_entry(tmp_path, monkeyp
     assert new.difference.estimator == "floored_ips_difference"
     assert new.upper_bound == ips.upper_bound and new.promote == ips.promote
     assert "floored_ips terms" in new.to_markdown()
+
+
+def test_the_default_search_has_the_ipw_classifier_as_a_candidate(tmp_path):
+    """issue 35 item 2: the convex reduction is a candidate of the default search."""
+    ipw = {"params": {"clip": "p90/p10"}, "grid": {"C": [0.01, 0.1, 1.0, 10.0]}}
+    for cfg in (load_config(REPO / "mlflow.yml"), load_config(_write(tmp_path, ""))):
+        assert cfg.search.model_dump(mode="json")["candidates"] == {"ipw_classifier": ipw}
+    auto = load_config(_write(tmp_path, "search:\n  candidates: auto\n"))
+    assert list(auto.search.candidates) == ["ipw_classifier"]
+    off = load_config(_write(tmp_path, "search:\n  candidates: {}\n"))
+    assert off.search.candidates == {}  # the off switch: training.learner alone
+    # --set on an empty file keeps the candidate's fixed params
+    cfg = load_config(
+        _write(tmp_path, ""), parse_overrides(["search.candidates.ipw_classifier.grid.C=[1.0]"])
+    )
+    assert cfg.search.candidates["ipw_classifier"].params == {"clip": "p90/p10"}
+    assert cfg.search.candidates["ipw_classifier"].grid == {"C": [1.0]}
+    # multilabel: none by default (measured: never served on the paper sets); opt in
+    ml = "data:\n  family: multilabel\ntraining:\n  params: {policy: multilabel, variance_penalty: calibrated}\n"
+    assert load_config(_write(tmp_path, ml)).search.candidates == {}
+    opt_in = ml + "search:\n  candidates: {ipw_classifier: {grid: {C: [1.0]}}}\n"
+    assert list(load_config(_write(tmp_path, opt_in)).search.candidates) == ["ipw_classifier"]
+    # a candidates log: the default has none (the reduction fits discrete/multilabel logs)
+    text = (
+        "data:\n  family: candidates\ntraining:\n  params: {policy: candidates}\n"
+        "search:\n  grid: {l2_penalty: [0.0, 1.0]}\n"
+    )
+    assert load_config(_write(tmp_path, text)).search.candidates == {}
+
+
+CANDIDATE_DEFECTS = [
+    (
+        "search:\n  candidates: {nope: {grid: {C: [1.0]}}}\n",
+        r"search\.candidates\.nope: unknown learner 'nope'; choose one of \[.*'ipw_classifier'",
+    ),
+    (
+        "search:\n  candidates: {ipw_classifier: {grid: {C: [0.1, 0.0]}}}\n",
+        r"search\.candidates\.ipw_classifier\.grid\.C\[1\]: C must be a finite number > 0, got 0\.0",
+    ),
+    (
+        "search:\n  candidates: {ipw_classifier: {grid: {c: [1.0]}}}\n",
+        r"search\.candidates\.ipw_classifier\.grid: unknown parameter\(s\) \['c'\] for learner "
+        r"'ipw_classifier'; valid: \['C',",
+    ),
+    (
+        "search:\n  candidates: {ipw_classifier: {params: {clip: p99}, grid: {C: [1.0]}}}\n",
+        r"search\.candidates\.ipw_classifier\.params: clip must be one of",
+    ),
+    (
+        "search:\n  candidates: {ipw_classifier: {grid: {}}}\n",
+        r"search\.candidates\.ipw_classifier\.grid: .*the grid is empty",
+    ),
+    (
+        "search:\n  candidates: {ipw_classifier: {grid: {C: [1.0, 1.0]}}}\n",
+        r"search\.candidates\.ipw_classifier\.grid: .*grid entry 'C' repeats \[1\.0\]",
+    ),
+    (
+        "search:\n  candidates: {ipw_classifier: {params: {C: 1.0}}}\n",
+        r"missing key 'search\.candidates\.ipw_classifier\.grid'",
+    ),
+    (
+        "search:\n  candidates: {ipw_classifier: {grid: {temperature: [1.0, 0.5]}}}\n",
+        r"search\.candidates\.ipw_classifier\.grid\.temperature and search\.temperatures both set",
+    ),
+    (
+        "data:\n  family: candidates\ntraining:\n  params: {policy: candidates}\nsearch:\n"
+        "  grid: {l2_penalty: [0.0]}\n  candidates: {ipw_classifier: {grid: {C: [1.0]}}}\n",
+        r"search\.candidates\.ipw_classifier: learner 'ipw_classifier' fits \['discrete', "
+        r"'multilabel'\] logs, but data\.family is 'candidates'",
+    ),
+    (
+        "training:\n  learner: ipw_classifier\n  params: {}\nsearch:\n  grid: {C: [1.0]}\n",
+        r"search\.candidates\.ipw_classifier: 'ipw_classifier' is training\.learner already",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), CANDIDATE_DEFECTS)
+def test_a_bad_candidate_spec_is_one_clear_error_naming_the_key(tmp_path, text, message):
+    path = _write(tmp_path, text)
+    with pytest.raises(ConfigError, match=message) as info:
+        load_config(path)
+    assert str(info.value).startswith(f"invalid config {path}: ")
+    assert "\n" not in str(info.value)

@@ -50,6 +50,7 @@ def test_demo_runs_retrain_twice_and_prints_where_to_look(tmp_path, monkeypatch,
             "search.grid.solver": ["lbfgs"],
             "search.grid.warm_start": ["zeros"],
             "training.params.max_iter": 5,
+            "search.candidates": {},  # day 1 is POEM alone; day 2 adds the IPW candidate
         },
         None,
     ]

@@ -468,3 +468,48 @@ def test_settings_and_overrides_are_not_both_given(tmp_path, write_config):
         "overrides ['gate.min_ess'] given with a loaded config: pass them to "
         "load_config(path, overrides), or pass the path"
     )
+
+
+def test_the_default_search_has_ipw_candidates_and_can_serve_one(tmp_path, logs_dir, write_config):
+    """search.candidates: the IPW-weighted classifier's fits are trials of the same search.
+
+    Each is a nested run naming its learner; the same rule selects among them and POEM's fits
+    (K counts them); with fits that cannot move off the uniform policy (μ = 10⁶) the IPW
+    classifier is served, refit-free, and the run tags the learner.
+    """
+    from flows.config import load_config
+    from flows.config.search import IPW_CANDIDATE
+    from flows.registry import load_version_policy
+    from flows.tracking import client_for
+
+    config = write_config(logs_dir / "good", search={"candidates": "auto"})  # the default
+    assert load_config(config).search.model_dump(mode="json")["candidates"] == {
+        "ipw_classifier": IPW_CANDIDATE
+    }
+    result = retrain(config, overrides={"training.params.l2_penalty": 1.0e6})
+    assert result.decision == "promoted"
+    assert result.challenger_kind == "learned", result.best_params
+    assert result.best_params["learner"] == "ipw_classifier"
+    assert result.best_params["C"] in (0.01, 0.1, 1.0, 10.0)
+    client = _client(tmp_path)
+    parent = client.get_run(result.mlflow_run_id)
+    assert parent.data.tags["challenger_learner"] == "ipw_classifier"
+    children = client.search_runs(
+        [parent.info.experiment_id], f"tags.mlflow.parentRunId = '{result.mlflow_run_id}'"
+    )
+    learners = sorted(c.data.params["learner"] for c in children)
+    assert learners == ["ipw_classifier"] * 4 + ["poem"] * 2
+    ipw = [c for c in children if c.data.params["learner"] == "ipw_classifier"]
+    assert sorted(float(c.data.params["C"]) for c in ipw) == [0.01, 0.1, 1.0, 10.0]
+    assert all(TRIAL_METRICS <= set(c.data.metrics) for c in ipw)
+    tracking = load_config(config).tracking
+    served = load_version_policy(client_for(tracking), tracking, result.challenger_version)
+    assert served.metadata["learner"] == "ipw_classifier"
+    assert served.temperature == result.best_params["temperature"]
+
+    # a second run: a champion exists; the selection counts the 2 POEM fits and the 4
+    # IPW-classifier fits (distinct validation scores) in K and tags what it served
+    second = retrain(config, overrides={"training.params.l2_penalty": 1.0e6})
+    run = client.get_run(second.mlflow_run_id).data
+    assert run.tags["challenger_learner"] in ("ipw_classifier", "champion")
+    assert run.metrics["learning_n_compared"] >= 5.0
