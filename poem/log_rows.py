@@ -42,6 +42,7 @@ __all__ = [
     "log_header",
     "partitioned_gate_rows",
     "policy_rows",
+    "policy_weight_rows",
     "release_rows",
     "sample_log",
     "split_partitioned",
@@ -239,12 +240,15 @@ class PolicyRows:
         return int(self.losses.shape[0])
 
 
-def _policy_rows(log: Any, rows: np.ndarray, *, policies: tuple) -> tuple | None:
+def _policy_rows(
+    log: Any, rows: np.ndarray, *, policies: tuple, method: str = "log_action_probability_on"
+) -> tuple | None:
+    """One partition's rows and each policy's ``<method>(rows)`` (probabilities or weights)."""
     if log is None or rows.size == 0:
         return None
     part = log.take(rows)
-    probs = tuple(p.log_action_probability_on(part) for p in policies)
-    return np.asarray(part.losses), part.propensities, part.loss_bounds, probs, part.timestamps
+    values = tuple(getattr(p, method)(part) for p in policies)
+    return np.asarray(part.losses), part.propensities, part.loss_bounds, values, part.timestamps
 
 
 def _gate_rows(log: Any, rows: np.ndarray, *, challenger: Any, champion: Any) -> Any:
@@ -286,16 +290,32 @@ def policy_rows(source: Any, rows: list[np.ndarray], policies: tuple = ()) -> Po
     ValueError
         When no row is selected.
     """
-    pieces = [p for p in source.map(_policy_rows, rows, policies=tuple(policies), gather=True) if p]
+    pieces = source.map(_policy_rows, rows, policies=tuple(policies), gather=True)
+    return _joined_rows(pieces, len(policies))
+
+
+def _joined_rows(pieces: list, n_vectors: int) -> PolicyRows:
+    """The partitions' ``(losses, propensities, bounds, vectors, timestamps)`` in log order."""
+    pieces = [p for p in pieces if p]
     if not pieces:
         raise ValueError("no rows selected in any of the partitions (0 rows)")
     return PolicyRows(
         np.concatenate([p[0] for p in pieces]),
         np.concatenate([p[1] for p in pieces]),
         pieces[0][2],
-        tuple(np.concatenate([p[3][j] for p in pieces]) for j in range(len(policies))),
+        tuple(np.concatenate([p[3][j] for p in pieces]) for j in range(n_vectors)),
         _stack([p[4] for p in pieces]),
     )
+
+
+def policy_weight_rows(source: Any, rows: list[np.ndarray], views: tuple) -> PolicyRows:
+    """:func:`policy_rows` with each view's weights ``view.weights_on(part)`` for probabilities.
+
+    ``views`` are e.g. :class:`poem.estimators.marginal.MarginalWeights` (the per-label weights
+    mᵢ, checked against the logger on every partition where its rows live).
+    """
+    pieces = source.map(_policy_rows, rows, policies=tuple(views), method="weights_on", gather=True)
+    return _joined_rows(pieces, len(views))
 
 
 def partitioned_gate_rows(

@@ -117,6 +117,7 @@ def champion_trials(
     *,
     confidence_level: float = 0.95,
     exploration_floor: float | None = None,
+    logger: Any = None,
 ) -> list[Trial]:
     """Score the champion at each serving temperature on the validation rows (no fit).
 
@@ -134,6 +135,9 @@ def champion_trials(
         Level of the reported intervals (as the fitted trials).
     exploration_floor : float or None, default=None
         ε the candidates are served with (:func:`retempered_champion`).
+    logger : StochasticPolicy or None, default=None
+        The logger of the validation rows: per-label weights
+        (:func:`~poem.learners.search.policy_scores`), as the fits are scored.
 
     Returns
     -------
@@ -154,7 +158,7 @@ def champion_trials(
     _check_fits(champion, shape.family, shape.n_features, shape.n_actions)
     start = time.perf_counter()
     policies = tuple(retempered_champion(champion, a, exploration_floor) for a in values)
-    scores = policy_scores(policies, validation_log, confidence_level)
+    scores = policy_scores(policies, validation_log, confidence_level, logger)
     seconds = (time.perf_counter() - start) / len(values)
     return [_trial(alpha, s, seconds) for alpha, s in zip(values, scores, strict=True)]
 

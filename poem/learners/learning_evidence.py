@@ -56,6 +56,7 @@ from sklearn.linear_model import Ridge
 from poem.data import LoggedBandit
 from poem.estimators._loss_model import cluster_codes
 from poem.estimators.dr import LossPredictions, fit_loss_model
+from poem.estimators.marginal import check_logger, marginal_weights
 from poem.learners._additive import fit_additive_loss_model
 from poem.learners._trials import Trial, select_trial
 from poem.learners.champion_candidates import selected_champion_policy
@@ -192,6 +193,9 @@ class EvidenceModel:
         G.
     n_model_rows : int
         Rows the loss model was cross-fitted on.
+    logger_marginals : ndarray of shape (n_v, q) or None
+        π₀,l(1|xᵢ) of the validation rows' logger (multilabel, ``evidence_model(logger=)``):
+        :func:`paired_terms` then uses the per-label weights mᵢ; None: the joint rᵢ.
     """
 
     logged: np.ndarray
@@ -199,6 +203,7 @@ class EvidenceModel:
     clusters: np.ndarray | None
     n_clusters: int
     n_model_rows: int
+    logger_marginals: np.ndarray | None = None
 
 
 def evidence_model(
@@ -208,11 +213,15 @@ def evidence_model(
     n_folds: int = 5,
     random_state: int = 0,
     groups: Any = None,
+    logger: Any = None,
 ) -> EvidenceModel:
     """Cross-fit the loss model of :func:`learning_evidence` once for several comparisons.
 
-    Parameters are :func:`learning_evidence`'s. Raises ValueError as it does for fewer than 2
-    validation rows, bad ``groups`` or logs of different families.
+    Parameters are :func:`learning_evidence`'s; ``logger`` (the policy that logged the
+    multilabel validation rows, checked on every row) makes the comparisons use per-label
+    weights (:mod:`poem.estimators.marginal`). Raises ValueError as :func:`learning_evidence`
+    does for fewer than 2 validation rows, bad ``groups`` or logs of different families, and
+    for a ``logger`` that did not log the rows.
     """
     n = validation_log.n_rows
     if n < 2:
@@ -230,7 +239,8 @@ def evidence_model(
     if clusters is not None:  # the model rows are clusters of their own
         row_groups = np.concatenate([clusters, n_clusters + np.arange(rows.n_rows - n)])
     logged, expected = _model_values(rows, n, n_folds, random_state, row_groups)
-    return EvidenceModel(logged, expected, clusters, n_clusters, rows.n_rows)
+    base = None if logger is None else check_logger(logger, validation_log, "validation rows")
+    return EvidenceModel(logged, expected, clusters, n_clusters, rows.n_rows, base)
 
 
 def paired_terms(
@@ -239,7 +249,14 @@ def paired_terms(
     """Per-row terms of Δ̂ (:func:`learning_evidence`) and of its model term, in loss units.
 
     Returns ``(terms, gain)``: ``terms[i]`` = v̂ᵢ(π_f) − v̂ᵢ(π_c) + (r^f_i − r^c_i)(δᵢ − δ̂ᵢ),
-    ``gain[i]`` = v̂ᵢ(π_f) − v̂ᵢ(π_c).
+    ``gain[i]`` = v̂ᵢ(π_f) − v̂ᵢ(π_c). With ``model.logger_marginals`` the terms with the
+    per-label weights mᵢ in place of r (:func:`poem.estimators.marginal.marginal_weights`:
+    unbiased for a loss additive over labels) are computed too, and the weighting whose terms
+    have the smaller (cluster-robust) standard error is returned: a choice by spread, not by
+    the estimate. Per-label weights vary less for policies near the logger (a sharpened
+    champion, a warm-started fit), joint weights for policies far from it, where rᵢ ≈ 0 on
+    most rows and the terms are the model's (measured: emotions, a fit 0.53 better on test,
+    s.e. 0.18 joint vs 0.28 per label).
     """
     inputs = (
         validation_log.candidates
@@ -248,11 +265,19 @@ def paired_terms(
     )
     residual = np.asarray(validation_log.losses, dtype=np.float64) - model.logged
     p = np.asarray(validation_log.propensities, dtype=np.float64)
-    gain, weights = np.zeros(validation_log.n_rows), np.zeros(validation_log.n_rows)
+    n = validation_log.n_rows
+    gain, weights, per_label = np.zeros(n), np.zeros(n), np.zeros(n)
     for sign, policy in ((1.0, fit), (-1.0, candidate)):
         gain += sign * model.expected(policy.predict_proba(inputs))
         weights += sign * policy.action_probability(inputs, validation_log.actions) / p
-    return gain + weights * residual, gain
+        if model.logger_marginals is not None:
+            per_label += sign * marginal_weights(policy, model.logger_marginals, validation_log)
+    terms = gain + weights * residual
+    if model.logger_marginals is not None:  # the weighting whose terms vary less
+        other = gain + per_label * residual
+        if _mean_and_se(other, model.clusters)[1] < _mean_and_se(terms, model.clusters)[1]:
+            terms = other
+    return terms, gain
 
 
 def simultaneous_level(

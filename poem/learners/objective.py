@@ -16,7 +16,10 @@ up to the exact full-batch objective and gradient (DESIGN §8).
 
 With a ``loss_model`` (multilabel family; :mod:`poem.learners._additive`) uᵢ is the doubly
 robust term uᵢ = E_{y∼π_w}[δ̂(xᵢ, y)] + (δ'ᵢ − δ̂(xᵢ, yᵢ)) min(M, rᵢ) (Dudík et al. 2011),
-unbiased whatever the model, with the same statistics, penalty and solvers.
+unbiased whatever the model, with the same statistics, penalty and solvers. With the
+logging policy's per-label marginals beside the model, the weight rᵢ is replaced by the
+per-label weights Σ_l r_il − q + 1 (:func:`_marginal_terms`: unbiased for a loss that adds
+per-label terms under a logger that draws labels independently, at a fraction of the variance).
 """
 
 from __future__ import annotations
@@ -143,9 +146,11 @@ def crm_statistics(
     chunk_size : int or None, default=None
         Rows per contiguous block (bounded memory; None: 65,536). The result is the same up
         to the order of the floating-point sums.
-    loss_model : ndarray of shape (n_samples, q + 1) or None, default=None
+    loss_model : ndarray of shape (n_samples, q + 1) or (n_samples, 2q + 1) or None
         Per-row (g, c) of the additive loss model δ̂(x, y) = c + Σ_l y_l g_l (multilabel
-        family): the doubly robust uᵢ (:func:`_dr_terms`). None: the IPS uᵢ of Eq. 13.
+        family): the doubly robust uᵢ (:func:`_dr_terms`); with q more columns, the logging
+        policy's per-label marginals π₀,l(1|xᵢ), the doubly robust uᵢ with per-label weights
+        (:func:`_marginal_terms`). None (default): the IPS uᵢ of Eq. 13.
 
     Returns
     -------
@@ -230,15 +235,47 @@ def _dr_terms(coef, family, inputs, actions, scaled_losses, propensities, clip, 
             f"the doubly robust objective needs the multilabel family, got {family.name!r}"
         )
     Y = np.asarray(actions, dtype=np.float64)
+    q = Y.shape[1]
     S = np.asarray(inputs @ coef.T)
     sig, log_prob = _sigmoid_and_log_prob(S, Y)
-    r = np.exp(log_prob) / propensities
-    gains, offsets = loss_model[:, :-1], loss_model[:, -1]
+    gains, offsets = loss_model[:, :q], loss_model[:, q]
     residual = scaled_losses - offsets - np.sum(Y * gains, axis=1)
+    model_term = offsets + np.sum(sig * gains, axis=1)
+    if loss_model.shape[1] == 2 * q + 1:  # the logger's marginals follow: per-label weights
+        return _marginal_terms(sig, Y, loss_model[:, q + 1 :], gains, residual, model_term, clip)
+    r = np.exp(log_prob) / propensities
     active = r < clip
-    u = offsets + np.sum(sig * gains, axis=1) + residual * np.minimum(clip, r)
+    u = model_term + residual * np.minimum(clip, r)
     C = sig * (1.0 - sig) * gains + np.where(active, residual * r, 0.0)[:, None] * (Y - sig)
     return u, C, active
+
+
+def _marginal_terms(sig, Y, logger, gains, residual, model_term, clip):
+    r"""uᵢ and Cᵢ_l of the doubly robust objective with per-label (marginal) weights.
+
+    .. math::
+
+        u_i = c_i + \sum_l \sigma_{il} g_{il}
+        + e_i \Big(\sum_l \min(M, r_{il}) - q + 1\Big), \quad
+        r_{il} = \frac{\pi_{w,l}(y_{il}|x_i)}{\pi_{0,l}(y_{il}|x_i)}, \quad
+        C_{il} = \sigma_{il}(1 - \sigma_{il}) g_{il}
+        + e_i r_{il} [r_{il} < M] (y_{il} - \sigma_{il})
+
+    where π₀,l(·|x) = ``logger[:, l]`` is the logging policy's probability of label l being on.
+    Unbiased for E_π[δ'] (with M = ∞) when the loss is a sum of per-label terms and the logger
+    draws the labels independently (the pseudoinverse estimator of Swaminathan et al. 2017,
+    "Off-policy evaluation for slate recommendation", Eq. 5, with its DR control variate):
+    E[eᵢ rᵢ_l] = E_{π_l}[e-part of label l] + the other labels' E_{π₀}[·], and the −(q − 1)eᵢ
+    removes the latter. Its weights are per label, so its variance grows with Σ_l Var(r_l)
+    rather than with the product of the labels' weights (the joint rᵢ of :func:`_dr_terms`).
+    The active mask is per row (every label's ratio below M).
+    """
+    r = np.where(Y > 0, sig, 1.0 - sig) / np.where(Y > 0, logger, 1.0 - logger)
+    under = r < clip
+    q = Y.shape[1]
+    u = model_term + residual * (np.sum(np.minimum(clip, r), axis=1) - q + 1.0)
+    C = sig * (1.0 - sig) * gains + residual[:, None] * np.where(under, r, 0.0) * (Y - sig)
+    return u, C, np.all(under, axis=1)
 
 
 def _sigmoid_and_log_prob(S: np.ndarray, Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

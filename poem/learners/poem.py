@@ -19,6 +19,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state, check_scalar
 
 from poem.data import LoggedBandit
+from poem.estimators.marginal import LOGGER_RTOL, propensity_mismatch
 from poem.estimators.weights import suggested_clip
 from poem.learners._adagrad import SolverResult, adagrad
 from poem.learners._additive import fit_additive_loss_model
@@ -33,7 +34,7 @@ __all__ = ["POEM", "calibrated_variance_penalty", "initial_coef", "resolve_clip"
 POLICIES = ("discrete", "multilabel", "candidates")
 SOLVERS = ("adagrad", "lbfgs")
 CLIP_RULES = ("p90/p10", "max/min")
-OBJECTIVES = ("ips", "dr", "auto")
+OBJECTIVES = ("ips", "dr", "auto", "marginal")
 _ADDITIVE_FAMILIES = ("multilabel",)  # families whose loss model is additive over action parts
 
 
@@ -180,10 +181,13 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
     solver : {"adagrad", "lbfgs"}, default="adagrad"
         Minibatch AdaGrad with iterated variance majorization (POEM(S), Alg. 1) or L-BFGS-B
         on the exact objective (POEM(B)).
-    objective : {"ips", "dr", "auto"}, default="ips"
+    objective : {"ips", "dr", "auto", "marginal"}, default="ips"
         The risk estimate uᵢ: the clipped IPS term of Eq. 13, or the doubly robust term with
         a cross-fitted additive loss model (multilabel family only,
         :mod:`poem.learners.objective`). ``"auto"``: ``"dr"`` for multilabel, else ``"ips"``.
+        ``"marginal"``: the doubly robust term with per-label weights π_w,l/π₀,l instead of the
+        joint π_w/p (multilabel; needs ``logging_policy``; unbiased when the loss adds
+        per-label terms, as the Hamming loss does, and the logger draws labels independently).
     clip : {"p90/p10", "max/min"}, float or None, default="p90/p10"
         Clip of the importance weights (a rule of :func:`resolve_clip`, a fixed value > 0 or
         None for no clip), i.e. M.
@@ -239,6 +243,10 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
         uniform policy); an array is raw-space coefficients; a policy (e.g. the logger h₀ or
         the champion) or a fitted learner starts at its served distribution without floor,
         i.e. w₀.
+    logging_policy : StochasticPolicy, fitted estimator or None, default=None
+        The logging policy π₀ of the training rows, for ``objective="marginal"`` (its
+        per-label probabilities); it must reproduce every row's propensity pᵢ (relative
+        error ≤ 1e-6 at its own temperature and floor), else the fit raises ValueError.
 
     Attributes
     ----------
@@ -282,6 +290,7 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
         max_epochs=None,
         standardize=True,
         warm_start="zeros",
+        logging_policy=None,
     ):
         store_params(self, locals())
 
@@ -393,6 +402,19 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
             self.objective == "auto" and family not in _ADDITIVE_FAMILIES
         )
 
+    def _logger_coef(self, prepared: PreparedTraining) -> tuple[np.ndarray, float]:
+        """``logging_policy``'s coefficients in the prepared (standardized) space, and its ε."""
+        policy = getattr(self.logging_policy, "policy_", self.logging_policy)
+        if not isinstance(policy, StochasticPolicy):
+            raise ValueError(
+                "objective='marginal' needs logging_policy: the policy that logged the training "
+                f"rows (a StochasticPolicy or fitted learner), got {self.logging_policy!r}"
+            )
+        coef = initial_coef(policy, prepared.family)  # w/α: its temperature applied
+        if prepared.scaling is not None:
+            coef = prepared.scaling.from_raw(coef)
+        return coef, policy.exploration_floor
+
     def _with_loss_model(self, prepared: PreparedTraining) -> PreparedTraining:
         """``prepared`` with the doubly robust loss model on its rows (once per preparation)."""
         family = prepared.family.name
@@ -400,7 +422,7 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
             return prepared
         if family not in _ADDITIVE_FAMILIES:
             raise ValueError(
-                f"objective='dr' needs a family with an additive loss model "
+                f"objective={self.objective!r} needs a family with an additive loss model "
                 f"{list(_ADDITIVE_FAMILIES)}, "
                 f"the log's family is {family!r}; use objective='ips' or 'auto'"
             )
@@ -414,7 +436,12 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
             parts = prepared.partitions.map(_attach_loss_model)
             prepared.cache["loss_model_seconds"] = time.perf_counter() - start
             prepared.cache["dr"] = replace(prepared, partitions=parts, cache={})
-        return prepared.cache["dr"]
+        data = prepared.cache["dr"]
+        if self.objective != "marginal":
+            return data
+        coef, floor = self._logger_coef(prepared)
+        parts = data.partitions.map(_attach_logger, family=prepared.family, coef=coef, floor=floor)
+        return replace(data, partitions=parts, cache={})
 
     def fit_prepared(self, prepared: PreparedTraining) -> POEM:
         """Learn w from prepared training rows, in memory or in partitions (the one fit).
@@ -529,6 +556,31 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
                 "feature_names": log.feature_names,
             },
         )
+
+
+def _attach_logger(
+    part: CRMPartition | None, *, family: Any, coef: np.ndarray, floor: float
+) -> CRMPartition | None:
+    """The partition with the logger's per-label marginals after its loss model (checked).
+
+    The logger must reproduce every row's propensity (:data:`LOGGER_RTOL`): the marginal
+    objective is unbiased only for rows it logged.
+    """
+    if part is None:
+        return None
+    marginals = family.predict_proba(coef, part.inputs, exploration_floor=floor)
+    joint = family.action_probability(coef, part.inputs, part.actions, exploration_floor=floor)
+    bad, largest = propensity_mismatch(joint, part.propensities)
+    if bad:
+        raise ValueError(
+            f"objective='marginal': logging_policy does not reproduce the propensity of {bad} "
+            f"of {part.n_rows} training rows (largest relative error {largest:.3g}"
+            f" > {LOGGER_RTOL:g}): they were not logged by it; use objective='dr' or give the "
+            "policy that logged them"
+        )
+    model = np.concatenate([part.loss_model, marginals], axis=1)
+    model.flags.writeable = False
+    return replace(part, loss_model=model)
 
 
 def _attach_loss_model(part: CRMPartition | None) -> CRMPartition | None:

@@ -20,6 +20,12 @@ from sklearn.exceptions import ConvergenceWarning
 
 from poem.data import LoggedBandit
 from poem.estimators.ips import Estimate
+from poem.estimators.marginal import (
+    MarginalWeights,
+    check_logger,
+    marginal_scores,
+    marginal_weights,
+)
 from poem.learners._trials import (
     SCORINGS,
     Trial,
@@ -30,7 +36,7 @@ from poem.learners._trials import (
     validation_scores,
 )
 from poem.learners.training_rows import TrainingRows, fit_on_rows
-from poem.log_rows import policy_rows
+from poem.log_rows import policy_rows, policy_weight_rows
 
 __all__ = [
     "SearchResult",
@@ -82,6 +88,7 @@ def run_trial(
     temperatures: Sequence[float] | None = None,
     scoring: str = "ips",
     min_effective_sample_size: float = 0.0,
+    logger: Any = None,
 ) -> Trial:
     r"""Fit ``clone(estimator).set_params(**params)`` on the training rows and score it.
 
@@ -114,6 +121,8 @@ def run_trial(
         Criterion of the temperature choice (as :func:`select_trial`).
     min_effective_sample_size : float, default=0.0
         ESS guard of the temperature choice.
+    logger : StochasticPolicy or None, default=None
+        The logger of the validation rows, for per-label weights (:func:`policy_scores`).
 
     Returns
     -------
@@ -134,7 +143,7 @@ def run_trial(
             model.fit(train_log)
     seconds = time.perf_counter() - start
     if temperatures is None:
-        scores = policy_scores((model.policy_,), validation_log, confidence_level)[0]
+        scores = policy_scores((model.policy_,), validation_log, confidence_level, logger)[0]
         return trial_from_model(
             model, params, scores, seconds=seconds, keep_estimator=keep_estimator
         )
@@ -143,7 +152,7 @@ def run_trial(
         model,
         params,
         temperatures,
-        policy_scores(policies, validation_log, confidence_level),
+        policy_scores(policies, validation_log, confidence_level, logger),
         seconds=seconds,
         scoring=scoring,
         min_effective_sample_size=min_effective_sample_size,
@@ -152,12 +161,20 @@ def run_trial(
 
 
 def policy_scores(
-    policies: Sequence[Any], validation_log: Any, confidence_level: float = 0.95
+    policies: Sequence[Any],
+    validation_log: Any,
+    confidence_level: float = 0.95,
+    logger: Any = None,
 ) -> list[tuple[Estimate, Estimate]]:
     """:func:`validation_scores` of each policy, in one pass over the validation rows.
 
-    ``validation_log`` is a log, or ``(partition set, rows)`` (:func:`run_trial`).
+    ``validation_log`` is a log, or ``(partition set, rows)`` (:func:`run_trial`). With the
+    ``logger`` of a multilabel log's rows, each estimate is the joint one or the one with
+    per-label weights mᵢ (:func:`poem.estimators.marginal.marginal_scores`; the logger
+    checked on every row), whichever has the smaller standard error.
     """
+    if logger is not None:
+        return _marginal_policy_scores(policies, validation_log, confidence_level, logger)
     if isinstance(validation_log, tuple):
         rows = policy_rows(*validation_log, tuple(policies))
         return [
@@ -165,6 +182,35 @@ def policy_scores(
             for p in rows.probabilities
         ]
     return [validation_scores(p, validation_log, confidence_level) for p in policies]
+
+
+def _marginal_policy_scores(policies, validation_log, confidence_level, logger) -> list:
+    """:func:`policy_scores` with the per-label weights or the joint ones, whichever varies less.
+
+    For each policy and estimator (IPS, SNIPS) the estimate with the smaller standard error
+    (a choice by spread, not by value): per-label weights vary less for policies near the
+    logger, joint weights for policies far from it (mostly rᵢ ≈ 0: the same reason as
+    :func:`poem.learners.learning_evidence.paired_terms`).
+    """
+    joint = policy_scores(policies, validation_log, confidence_level)
+    if isinstance(validation_log, tuple):
+        views = tuple(MarginalWeights(p, logger) for p in policies)
+        rows = policy_weight_rows(*validation_log, views)
+        losses, weights, bounds = rows.losses, rows.probabilities, rows.loss_bounds
+    else:
+        base = check_logger(logger, validation_log, "validation rows")
+        losses, bounds = validation_log.losses, validation_log.loss_bounds
+        weights = [marginal_weights(p, base, validation_log) for p in policies]
+    out = []
+    for scores, w in zip(joint, weights, strict=True):
+        per_label = marginal_scores(losses, w, bounds, confidence_level)
+        out.append(tuple(_less_spread(a, b) for a, b in zip(scores, per_label, strict=True)))
+    return out
+
+
+def _less_spread(joint: Estimate, per_label: Estimate) -> Estimate:
+    """The estimate with the smaller standard error (the joint one on ties or NaN)."""
+    return per_label if per_label.std_error < joint.std_error else joint
 
 
 def checked_temperatures(temperatures: Sequence[float]) -> list[float]:
@@ -278,6 +324,7 @@ def search_hyperparameters(
     min_effective_sample_size: float = 0.0,
     keep_estimators: bool = False,
     temperatures: Sequence[float] | None = None,
+    logger: Any = None,
 ) -> SearchResult:
     r"""Fit every configuration of ``grid`` and select by validation risk (paper §6).
 
@@ -306,6 +353,9 @@ def search_hyperparameters(
     temperatures : sequence of float or None, default=None
         Serving temperatures each fit is scored at (:func:`select_temperature`); the
         selected trial's ``params["temperature"]`` is its chosen one.
+    logger : StochasticPolicy or None, default=None
+        The policy that logged the (multilabel) validation rows: scores with the per-label
+        weights (:func:`policy_scores`); None: the joint weights.
 
     Returns
     -------
@@ -343,6 +393,7 @@ def search_hyperparameters(
             temperatures=temperatures,
             scoring=scoring,
             min_effective_sample_size=min_effective_sample_size,
+            logger=logger,
         )
         for p in configs
     )

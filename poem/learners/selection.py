@@ -260,7 +260,9 @@ def confirm_split(
     return np.flatnonzero(~mask), np.flatnonzero(mask)
 
 
-def _rescored(fits: Sequence[Trial], log: Any, temperatures, rule: dict, scoring: str, level):
+def _rescored(
+    fits: Sequence[Trial], log: Any, temperatures, rule: dict, scoring: str, level, logger=None
+):
     """Each fit re-scored on ``log`` at every temperature, served at the one ``log`` picks."""
     out, policies = [], []
     for t in fits:
@@ -280,7 +282,9 @@ def _rescored(fits: Sequence[Trial], log: Any, temperatures, rule: dict, scoring
                 snips=snips,
                 effective_sample_size=float(ips.effective_sample_size),
             )
-            for a, (ips, snips) in zip(temps, policy_scores(served, log, level), strict=True)
+            for a, (ips, snips) in zip(
+                temps, policy_scores(served, log, level, logger), strict=True
+            )
         ]
         best = select_trial(options, scoring, **rule)
         out.append(options[best])
@@ -326,6 +330,7 @@ def select_challenger(
     rule: str | None = None,
     confirm_fraction: float = 0.5,
     random_state: int = 0,
+    logger: Any = None,
 ) -> ChallengerSelection:
     """Rank fits and champion candidates, confirm with multiplicity-safe evidence, serve.
 
@@ -370,6 +375,11 @@ def select_challenger(
     random_state : int, default=0
         Seed of the confirm split (``rule="holdout"``) and of the max-t draws
         (``rule="simultaneous"``).
+    logger : StochasticPolicy or None, default=None
+        The policy that logged the multilabel validation rows (the champion that served them,
+        :func:`poem.estimators.marginal.known_logger`): the candidates' scores and every paired
+        comparison use the per-label weights mᵢ (:mod:`poem.estimators.marginal`), as the
+        fits' scores must (``run_trial(logger=)``); None: the joint weights.
 
     Returns
     -------
@@ -401,7 +411,7 @@ def select_challenger(
         share = select_rows.size / log.n_rows  # the ESS guard scales with the rows scored
         guard = {"min_effective_sample_size": float(min_effective_sample_size) * share}
         fits, served_fits = _rescored(
-            fits, validation, temperatures, guard, scoring, confidence_level
+            fits, validation, temperatures, guard, scoring, confidence_level, logger
         )
         evidence_logs = (log.take(confirm_rows), evidence_logs[1])
         if groups is not None:
@@ -413,6 +423,7 @@ def select_challenger(
         temperatures,
         confidence_level=confidence_level,
         exploration_floor=exploration_floor,
+        logger=logger,
     )
     trials = (*fits, *candidates)
     if not trials:
@@ -433,7 +444,7 @@ def select_challenger(
             estimator = fit(trials[ranked].params)
         reason = NO_CHAMPION
         if candidates:
-            model = evidence_model(*evidence_logs, groups=groups)
+            model = evidence_model(*evidence_logs, groups=groups, logger=logger)
             level = corrected_level(learning_confidence_level, k)
             if rule == "simultaneous":
                 level = simultaneous_level(
@@ -472,7 +483,7 @@ def select_challenger(
         as_served = [i for i, c in enumerate(candidates) if float(c.params["temperature"]) == 1.0]
         if multiplicity and alpha != 1.0 and as_served:
             if model is None:
-                model = evidence_model(*evidence_logs, groups=groups)
+                model = evidence_model(*evidence_logs, groups=groups, logger=logger)
             others = 1 if holdout else max(1, len(candidates) - 1)
             as_served_policy = selected_champion_policy(
                 candidates[as_served[0]].params, champion, exploration_floor

@@ -101,7 +101,9 @@ def test_additive_loss_model_rejects_bad_settings():
 
 
 def test_objective_option_is_checked(make_log):
-    with pytest.raises(ValueError, match="objective must be one of \\['ips', 'dr', 'auto'\\]"):
+    with pytest.raises(
+        ValueError, match="objective must be one of \\['ips', 'dr', 'auto', 'marginal'\\]"
+    ):
         POEM(objective="DR").fit(make_log("discrete"))
     with pytest.raises(ValueError, match="objective='dr' needs a family with an additive loss"):
         POEM(objective="dr").fit(make_log("discrete"))
