@@ -15,7 +15,10 @@ from typing import Any
 __all__ = [
     "LEARNERS",
     "LEARNER_KEY",
+    "CHAMPION",
+    "LOGGER",
     "build_learner",
+    "champion_fits",
     "candidate_params",
     "learner_families",
     "trial_learner",
@@ -31,10 +34,12 @@ CHAMPION = "champion"  # training.params.warm_start value: start at the champion
 # config name -> "module:Class"
 LEARNERS: dict[str, str] = {
     "poem": "poem.learners.poem:POEM",
+    "poem_marginal": "poem.learners.poem:POEM",  # search.candidates' name for objective: marginal
     "banditnet": "poem.learners.banditnet:BanditNet",
     "hybrid": "poem.learners.hybrid:HybridLearner",
     "ipw_classifier": "poem.learners.ipw_classifier:IPWClassifier",
 }
+LOGGER = "logging_policy"  # a learner param that may be "champion": the logger of the rows
 LEARNER_KEY = "learner"  # a search.candidates trial's params: which learner fitted it
 FLOOR = "exploration_floor"  # a candidate's default: training.params' (the challengers' ε)
 
@@ -59,21 +64,29 @@ def learner_param_names(name: str) -> set[str]:
     return {p for p in sig.parameters if p != "self"}
 
 
-def resolve_warm_start(params: Mapping[str, Any], champion: Any, log: Any) -> dict[str, Any]:
-    """Replace ``warm_start: champion`` by the champion policy, or ``"zeros"`` without one.
-
-    The champion is used only when it fits the log (same family, feature and action counts).
-    """
-    out = dict(params)
-    if out.get("warm_start") != CHAMPION:
-        return out
+def champion_fits(champion: Any, log: Any) -> bool:
+    """Whether the champion has the log's family, feature count and action count."""
     family = getattr(champion, "family", None)
-    fits = family is not None and (family.name, family.n_features, family.n_actions) == (
+    return family is not None and (family.name, family.n_features, family.n_actions) == (
         log.family,
         log.n_features,
         log.n_actions,
     )
-    out["warm_start"] = champion if fits else "zeros"
+
+
+def resolve_warm_start(params: Mapping[str, Any], champion: Any, log: Any) -> dict[str, Any]:
+    """Replace ``warm_start: champion`` by the champion policy, or ``"zeros"`` without one.
+
+    ``logging_policy: champion`` (the marginal objective's logger) likewise becomes the
+    champion, or None without one. The champion is used only when it fits the log (same
+    family, feature and action counts).
+    """
+    out = dict(params)
+    fits = champion_fits(champion, log)
+    if out.get("warm_start") == CHAMPION:
+        out["warm_start"] = champion if fits else "zeros"
+    if out.get(LOGGER) == CHAMPION:
+        out[LOGGER] = champion if fits else None
     return out
 
 
@@ -109,9 +122,7 @@ def build_learner(
 
     ``warm_start: champion`` is resolved against ``log`` by :func:`resolve_warm_start`.
     """
-    merged = {**dict(params), **dict(overrides or {})}
-    if merged.get("warm_start") == CHAMPION:
-        merged = resolve_warm_start(merged, champion, log)
+    merged = resolve_warm_start({**dict(params), **dict(overrides or {})}, champion, log)
     return learner_class(name)(**merged)
 
 
@@ -128,6 +139,8 @@ def check_learner_params(name: str, params: Mapping[str, Any]) -> dict[str, Any]
     params = dict(params)
     if params.get("warm_start") == CHAMPION:  # resolved against the registry at run time
         params["warm_start"] = "zeros"
+    if params.get(LOGGER) == CHAMPION:
+        params[LOGGER] = None
     estimator = clone(learner_class(name)()).set_params(**params)
     estimator.validate_params()
     return estimator.get_params(deep=False)

@@ -56,6 +56,7 @@ from flows.tasks.search import (
     recorded,
     retempered_policy,
     search_trial,
+    selection_logger,
     serving_choice,
 )
 from flows.tasks.split import gate_inputs, split_logs
@@ -294,13 +295,16 @@ def _search(
     keys: tuple,
     champion: Any,
     candidate_training: Any = None,
+    per_label: bool = False,
 ):
     """Submit every distinct fit of the grid and of ``search.candidates``, ``max_workers`` at once.
 
     A grid point that is the same fit as an earlier one (:func:`flows.learners.same_fits`) is
     recorded with its own params and the earlier trial's scores. The candidates' trials
     (:func:`~flows.tasks.search.candidate_grid`) fit on ``candidate_training``
-    (:func:`~flows.tasks.search.candidate_rows`) and follow the grid's.
+    (:func:`~flows.tasks.search.candidate_rows`) and follow the grid's. ``per_label``: the
+    champion logged the rows; every trial is scored with per-label weights where they vary
+    less (:func:`poem.learners.search.policy_scores`).
     """
     trial = search_trial.with_options(
         cache_expiration=timedelta(hours=cfg.search.cache_expiration_hours)
@@ -311,7 +315,8 @@ def _search(
     same = same_fits(every, cfg.training.params, champion, header)
     distinct = [i for i, first in enumerate(same) if first == i]
     jobs = [(training, cfg.training.learner, dict(cfg.training.params), every[i]) for i in distinct]
-    jobs += [(candidate_training, *job) for job in candidate_grid(cfg)]
+    extra = candidate_grid(cfg, champion, header, candidate_training)
+    jobs += [(candidate_training, *job) for job in extra]
     trials = []
     for start in range(0, len(jobs), cfg.search.max_workers):
         futures = [
@@ -328,6 +333,7 @@ def _search(
                 champion,
                 champion_key,
                 serving,
+                per_label,
             )
             for rows, learner, fixed, params in jobs[start : start + cfg.search.max_workers]
         ]
@@ -369,12 +375,18 @@ def _stages(cfg: Any, run: Any, fingerprint: str, client: Any = None) -> tuple:
     champion_version, champion = load_champion(cfg.tracking)  # also warm_start: champion
     # rows of the learning evidence (a champion to compare fits with), before any release
     evidence = None if champion is None else evidence_logs(parts)
+    # a multilabel log the champion served (every row's propensity its own): the search and
+    # the selection may score with per-label weights (poem.estimators.marginal)
+    logger = selection_logger(cfg.search, champion, evidence)
     # the search.candidates learners fit in memory: their rows before any release
     extra = candidate_rows(parts) if cfg.search.candidates else None
     training, parts = prepare_rows(parts, cfg.training)
-    trials = _search(training, parts, header, cfg, (data_key, champion_version), champion, extra)
+    keys = (data_key, champion_version)
+    trials = _search(training, parts, header, cfg, keys, champion, extra, logger is not None)
     serve_floor = cfg.training.params.get("exploration_floor")  # challengers' ε, candidates too
-    selection = choose_challenger(trials, training, parts, evidence, header, cfg, champion, run)
+    selection = choose_challenger(
+        trials, training, parts, evidence, header, cfg, champion, run, logger
+    )
     trials, best = list(selection.trials), selection.selected  # with the champion candidates
     record_search(trials, best, run, cfg.training.learner)
     if selection.kind == RETEMPERED:

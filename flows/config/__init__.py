@@ -38,7 +38,7 @@ from flows.config.dask import DaskConfig
 from flows.config.data import DataConfig, SplitConfig
 from flows.config.gate import GateConfig
 from flows.config.pipeline import PipelineConfig, flatten
-from flows.config.search import AUTO, DEFAULT_CANDIDATE_FAMILIES, SearchConfig
+from flows.config.search import AUTO, DEFAULT_CANDIDATES, CandidateLearner, SearchConfig
 from flows.config.tracking import TrackingConfig
 from flows.config.training import POEM_PARAMS, TrainingConfig
 
@@ -221,9 +221,12 @@ def _with_default_tables(raw: dict[str, Any], overrides: Any = None) -> dict[str
     data = raw.get("data")
     family = (data.get("family") if isinstance(data, dict) else None) or "discrete"
     family = dict(overrides or {}).get("data.family", family)  # the family the run will have
-    if family in DEFAULT_CANDIDATE_FAMILIES and search.get("candidates", AUTO) == AUTO:
+    if family in DEFAULT_CANDIDATES and search.get("candidates", AUTO) == AUTO:
         # auto resolved here, so that --set can edit the default candidate's grid
-        defaults["candidates"] = SearchConfig().model_dump(mode="json")["candidates"]
+        defaults["candidates"] = {
+            name: CandidateLearner(**spec).model_dump(mode="json")
+            for name, spec in DEFAULT_CANDIDATES[family].items()
+        }
         search = {k: v for k, v in search.items() if k != "candidates"}
     return {
         **raw,

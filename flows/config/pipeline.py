@@ -17,8 +17,7 @@ from flows.config.data import DataConfig
 from flows.config.gate import OPTION, GateConfig
 from flows.config.search import (
     AUTO,
-    DEFAULT_CANDIDATE_FAMILIES,
-    IPW_CANDIDATE_LEARNERS,
+    DEFAULT_CANDIDATES,
     SearchConfig,
 )
 from flows.config.tracking import TrackingConfig
@@ -61,9 +60,9 @@ class PipelineConfig(Section):
         data = raw.get("data")
         family = (data.get("family") if isinstance(data, dict) else None) or "discrete"
         if isinstance(search, dict) and search.get("candidates", AUTO) == AUTO:
-            # auto (or absent): the IPW-weighted classifier for the families it was measured
-            # on (flows.config.search.DEFAULT_CANDIDATE_FAMILIES), none for the others
-            auto = dict(IPW_CANDIDATE_LEARNERS) if family in DEFAULT_CANDIDATE_FAMILIES else {}
+            # auto (or absent): the family's measured default (flows.config.search.
+            # DEFAULT_CANDIDATES: discrete the IPW classifier, multilabel poem_marginal), else {}
+            auto = dict(DEFAULT_CANDIDATES.get(family, {}))
             raw = {**raw, "search": {**search, "candidates": auto}}
         return raw
 

@@ -23,7 +23,15 @@ from prefect.cache_policies import INPUTS, NO_CACHE, TASK_SOURCE
 import poem
 from flows import learners
 from flows.config import SearchConfig
-from flows.learners import LEARNER_KEY, build_learner, candidate_params, resolve_warm_start
+from flows.learners import (
+    CHAMPION,
+    LEARNER_KEY,
+    LOGGER,
+    build_learner,
+    candidate_params,
+    champion_fits,
+    resolve_warm_start,
+)
 from flows.tasks import IO_RETRIES, stage_done, task_logger
 from flows.tasks.train import fit_learner
 from flows.tracking import (
@@ -35,6 +43,7 @@ from flows.tracking import (
     log_params,
 )
 from poem.diagnostics.search_plot import plot_search
+from poem.estimators.marginal import known_logger, logged_by
 from poem.learners.champion_candidates import (
     KIND_KEY,
     RETEMPERED,
@@ -77,6 +86,7 @@ def search_trial(
     champion: Any = None,
     champion_key: str | None = None,
     serving: dict | None = None,
+    per_label: bool = False,
 ) -> Trial:
     """Fit one configuration on the training rows, score it on validation (``run_trial``).
 
@@ -84,7 +94,9 @@ def search_trial(
     or a ``search.candidates`` learner's (``params`` then names it under ``learner``, which is
     recorded, not passed to the estimator).
 
-    ``serving`` is :func:`serving_choice`. ``data_key``, ``code_key`` and ``champion_key`` are
+    ``serving`` is :func:`serving_choice`; ``per_label``: the champion logged the validation
+    rows, which are then scored with per-label weights (``run_trial(logger=champion)``).
+    ``data_key``, ``code_key`` and ``champion_key`` are
     unused in the body: they stand in the cache key for the rows, the learning code
     (:func:`code_fingerprint`) and the champion policy, which are excluded from it.
     """
@@ -98,6 +110,7 @@ def search_trial(
         validation_rows(split),
         confidence_level=confidence_level,
         keep_estimator=True,  # the selection compares every fit (search.selection_rule)
+        logger=champion if per_label else None,
         **(serving or {}),
     )
     return recorded(trial, params)
@@ -116,16 +129,44 @@ def candidate_rows(split: Any, part: str = "train", max_rows: int = CANDIDATE_RO
     return TrainingRows(split, part, _log=sample_log(split, part, max_rows))
 
 
-def candidate_grid(cfg: Any) -> list[tuple[str, dict, dict]]:
+def candidate_grid(
+    cfg: Any, champion: Any = None, header: Any = None, rows: Any = None
+) -> list[tuple[str, dict, dict]]:
     """``(learner, fixed params, grid point)`` of every ``search.candidates`` trial.
 
-    Each grid point names its learner under ``learner`` (the trial's recorded params).
+    Each grid point names its learner under ``learner`` (the trial's recorded params). A
+    learner whose ``logging_policy`` is ``champion`` (``poem_marginal``) is left out unless the
+    champion fits ``header`` and logged every one of ``rows``' training rows
+    (:func:`poem.estimators.marginal.logged_by`): none before a promotion, and none on a log that
+    holds rows of an older champion or of another logger.
     """
     out = []
+    logged = None
     for name, spec in cfg.search.candidates.items():
         fixed = candidate_params(name, spec.params, cfg.training.params)
+        if fixed.get(LOGGER) == CHAMPION:
+            if logged is None:
+                logged = (
+                    rows is not None
+                    and champion_fits(champion, header)
+                    and logged_by(champion, rows.log())
+                )
+            if not logged:
+                continue
         out += [(name, fixed, {LEARNER_KEY: name, **point}) for point in expand_grid(spec.grid)]
     return out
+
+
+def selection_logger(search: Any, champion: Any, logs: tuple | None) -> Any:
+    """The champion when it logged every row of the (multilabel) evidence ``logs``, else None.
+
+    The search then scores with per-label weights where they vary less
+    (:func:`poem.estimators.marginal.known_logger`); ``search.per_label_weights: false``
+    (a loss that is not additive over labels) keeps the joint weights.
+    """
+    if logs is None or not search.per_label_weights:
+        return None
+    return known_logger(champion, *logs)
 
 
 def validation_rows(split: Any) -> tuple:
@@ -214,6 +255,7 @@ def choose_challenger(
     cfg: Any,
     champion: Any,
     run: TrackedRun,
+    logger: Any = None,
 ) -> ChallengerSelection:
     """The served challenger: :func:`poem.learners.selection.select_challenger`, logged.
 
@@ -223,7 +265,9 @@ def choose_challenger(
     than the champion as served, by ``search.selection_rule``. Logs the metrics ``learning_*`` /
     ``retemper_*`` and the tags ``learning_evidence`` (``shown`` / ``not shown`` / ``none``),
     ``selection_reason`` (why the served trial is served: when the evidence is weak, that the
-    champion was kept) and ``selection_rule``.
+    champion was kept), ``selection_rule`` and ``selection_weights`` (``per-label`` when
+    ``logger``, the champion, logged the rows: :func:`poem.estimators.marginal.known_logger`;
+    else ``joint``).
     """
     serve_floor = cfg.training.params.get("exploration_floor")
     serving = serving_choice(cfg.search, split.n_rows("validation"))
@@ -240,9 +284,11 @@ def choose_challenger(
         evidence_logs=logs,
         fit=lambda params: fit_learner(rows, header, cfg.training, params, champion, cfg.search),
         rule=cfg.search.selection_rule,
+        logger=logger,
     )
     client = run.client()
     log_metrics(client, run.run_id, selection.metrics())
+    client.set_tag(run.run_id, WEIGHTS_TAG, "joint" if logger is None else "per-label")
     for key, value in selection.tags().items():
         client.set_tag(run.run_id, key, value)
     evidence = selection.evidence
@@ -263,6 +309,7 @@ def choose_challenger(
     return selection
 
 
+WEIGHTS_TAG = "selection_weights"  # per-label (the champion logged the rows) or joint
 LEARNER_TAG = "challenger_learner"  # the served trial's learner, or "champion" (re-tempered)
 
 

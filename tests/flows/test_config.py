@@ -486,9 +486,14 @@ def test_the_default_search_has_the_ipw_classifier_as_a_candidate(tmp_path):
     )
     assert cfg.search.candidates["ipw_classifier"].params == {"clip": "p90/p10"}
     assert cfg.search.candidates["ipw_classifier"].grid == {"C": [1.0]}
-    # multilabel: none by default (measured: never served on the paper sets); opt in
+    # multilabel: POEM(B) with per-label weights, the champion as logger (issue 35)
     ml = "data:\n  family: multilabel\ntraining:\n  params: {policy: multilabel, variance_penalty: calibrated}\n"
-    assert load_config(_write(tmp_path, ml)).search.candidates == {}
+    marginal = load_config(_write(tmp_path, ml)).search.model_dump(mode="json")["candidates"]
+    assert list(marginal) == ["poem_marginal"]
+    assert marginal["poem_marginal"]["params"]["objective"] == "marginal"
+    assert marginal["poem_marginal"]["params"]["logging_policy"] == "champion"
+    assert marginal["poem_marginal"]["grid"] == {"variance_scale": [0.0001, 0.001, 0.01]}
+    assert load_config(_write(tmp_path, ml + "search:\n  candidates: {}\n")).search.candidates == {}
     opt_in = ml + "search:\n  candidates: {ipw_classifier: {grid: {C: [1.0]}}}\n"
     assert list(load_config(_write(tmp_path, opt_in)).search.candidates) == ["ipw_classifier"]
     # a candidates log: the default has none (the reduction fits discrete/multilabel logs)

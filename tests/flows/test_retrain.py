@@ -310,7 +310,11 @@ def test_a_fit_is_served_only_when_shown_better_than_the_champion_retempered(
     config = write_config(logs_dir / "good")
     # the three runs gate on one test window: one ledger, α and q pinned by the first attempt;
     # a generous α leaves attempt 2 (αₖ = α(1 − q)q) enough to promote a fit that is better
-    gate = {"gate.confidence_level": 0.5, "gate.retry_fraction": 0.5}
+    gate = {
+        "gate.confidence_level": 0.5,
+        "gate.retry_fraction": 0.5,
+        "gate.seed": 0,
+    }  # seeded order
     weak = retrain(config, overrides={**gate, "training.params.max_iter": 4})  # v1: 4 steps
     assert weak.decision == "promoted"
     client = _client(tmp_path)
@@ -347,7 +351,10 @@ def test_a_fit_is_served_only_when_shown_better_than_the_champion_retempered(
         "fit not shown better (multiplicity-corrected): champion kept"
     )
     assert run.metrics["learning_champion_kept"] == 1.0
-    assert (run.metrics["learning_difference"], run.metrics["learning_upper"]) == (0.0, 0.0)
+    # 0 up to round-off: the refit reproduces w to ~1e-13 (summation order varies with load)
+    assert (run.metrics["learning_difference"], run.metrics["learning_upper"]) == pytest.approx(
+        (0.0, 0.0), abs=1e-9
+    )
     assert same.challenger_kind == "champion_retempered", same.best_params
     assert run.tags["challenger_kind"] == "champion_retempered"
     assert same.headline()[2].endswith("no learning: no fit was shown better on validation")
