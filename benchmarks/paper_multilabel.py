@@ -65,13 +65,14 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from poem.datasets import DATASETS, SupervisedDataset, load_dataset, load_files  # noqa: E402
+from poem.estimators.marginal import known_logger  # noqa: E402
 from poem.learners import POEM, search_hyperparameters, select_trial  # noqa: E402
 from poem.learners.champion_candidates import (  # noqa: E402
     RETEMPERED,  # noqa: E402
     champion_trials,
     retempered_champion,
 )
-from poem.learners.search import Trial, ess_floor, validation_scores  # noqa: E402
+from poem.learners.search import Trial, ess_floor, policy_scores  # noqa: E402
 from poem.learners.selection import select_challenger  # noqa: E402
 from poem.simulate import (  # noqa: E402
     fit_logging_policy,
@@ -234,6 +235,14 @@ def parse_args(argv=None):
         "Bonferroni correction over the candidates, any re-tempering served)",
     )
     p.add_argument(
+        "--joint-weights",
+        dest="marginal",
+        action="store_false",
+        help="score and compare with the joint weights pi/p only (the flow scores with per-label "
+        "weights when the champion logged the rows, as h0 logged these: "
+        "poem.estimators.marginal.known_logger)",
+    )
+    p.add_argument(
         "--threads", type=int, default=1, help="BLAS threads for every fit (skyline included)"
     )
     args = p.parse_args(argv)
@@ -265,6 +274,7 @@ def flow_defaults(config: Path, overrides: list[str] = ()) -> dict:
         "confidence_level": cfg.search.confidence_level,
         "learning_confidence_level": cfg.search.learning_confidence_level,
         "selection_rule": cfg.search.selection_rule,
+        "per_label_weights": cfg.search.per_label_weights,
         "candidates": {  # search.candidates: other learners of the same search
             name: {"params": dict(spec.params), "grid": {k: list(v) for k, v in spec.grid.items()}}
             for name, spec in cfg.search.candidates.items()
@@ -331,21 +341,21 @@ def learned_loss(policy, ds: SupervisedDataset) -> float:
     return true_expected_loss(policy.with_serving(exploration_floor=0.0), ds.X_test, ds.Y_test)
 
 
-def sharpened(h0, valid, defaults: dict, min_ess: float) -> tuple[object, float]:
+def sharpened(h0, valid, defaults: dict, min_ess: float, logger=None) -> tuple[object, float]:
     """h₀ served at the α of ``search.temperatures`` that the search's own rule selects.
 
     The same validation log, scoring and ESS guard as the learners' trials
     (:func:`poem.learners.select_trial`), no fit, served as the flow serves a re-tempered
     champion (:func:`~poem.learners.champion_candidates.retempered_champion`, with the flow's
     exploration floor): the baseline a learner must beat to have learned anything beyond
-    sharpening the logger.
+    sharpening the logger. ``logger``: scored with per-label weights, as the flow's candidates.
     """
     temperatures = defaults["temperatures"] or [1.0]
     floor = float(defaults["params"].get("exploration_floor", 0.0))
     policies = [retempered_champion(h0, t, floor) for t in temperatures]
     trials = []
-    for t, policy in zip(temperatures, policies, strict=True):
-        ips, snips = validation_scores(policy, valid)
+    scores = policy_scores(policies, valid, 0.95, logger)
+    for t, (ips, snips) in zip(temperatures, scores, strict=True):
         trials.append(
             Trial({"temperature": t}, ips, snips, ips.effective_sample_size, 0, 0, 0, True, 0)
         )
@@ -409,7 +419,11 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
     }
     min_ess = ess_floor(valid.n_rows, defaults["min_ess_fraction"], defaults["min_ess"])
     out["n_validation"] = valid.n_rows
-    sharp, alpha = sharpened(h0, valid, defaults, min_ess)
+    # the flow's rule: per-label weights when the champion (h0 here) logged every row
+    marginal = args.marginal and defaults["per_label_weights"] and not args.paper_regime
+    logger = known_logger(h0, train, valid) if marginal else None
+    out["per_label_weights"] = logger is not None
+    sharp, alpha = sharpened(h0, valid, defaults, min_ess, logger)
     out[SHARPENED] = {
         "loss": learned_loss(sharp, ds),
         "map_loss": out["h0"]["map_loss"],
@@ -425,7 +439,7 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
     # the flow scores the champion at each serving temperature beside the fits (no refit);
     # before any promotion the benchmark's champion is h₀ (the fits start from it)
     candidates = (
-        champion_trials(h0, valid, defaults["temperatures"], exploration_floor=floor)
+        champion_trials(h0, valid, defaults["temperatures"], exploration_floor=floor, logger=logger)
         if args.champion_candidates and not args.paper_regime
         else []
     )
@@ -453,6 +467,7 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
             min_effective_sample_size=min_ess,
             keep_estimators=True,
             temperatures=defaults["temperatures"],
+            logger=logger,
         )
         searched[name] = result.trials
         out[name] = served_choice(
@@ -466,6 +481,7 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
             (valid, train),
             contexts,
             args,
+            logger,
         )
         out[name]["seconds"] = float(np.mean([t.seconds for t in result.trials]))
         # every trial, for the selection-rule sensitivity table (test losses never select)
@@ -487,7 +503,7 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
             }
             for t in result.trials
         ]
-    extra = candidate_trials(defaults, train, valid, min_ess)  # search.candidates' fits
+    extra = candidate_trials(defaults, train, valid, min_ess, h0, logger)  # search.candidates
     out["candidate_fits"] = [
         {
             "learner": name,
@@ -526,8 +542,9 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
             ),
         )
         out[name] = served_choice(
-            pool, champions, h0, floor, defaults, min_ess, ds, (valid, train), contexts, rule
-        )
+            pool, champions, h0, floor, defaults, min_ess, ds, (valid, train), contexts, rule,
+            logger,
+        )  # fmt: skip
         out[name]["seconds"] = float(np.mean([t.seconds for _, t in pool]))
     sky, seconds = fit_skyline(ds, intercept)
     out["skyline"] = {
@@ -539,12 +556,15 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
     return out
 
 
-def candidate_trials(defaults: dict, train, valid, min_ess: float) -> list:
+def candidate_trials(
+    defaults: dict, train, valid, min_ess: float, champion=None, logger=None
+) -> list:
     """``(learner, trial)`` of every ``search.candidates`` fit, as the flow searches them.
 
     Each learner with its fixed params (ε: ``training.params``', as
     :func:`flows.learners.candidate_params`) over its own grid, each fit at its validation
-    temperature, estimators kept (the selection compares every fit).
+    temperature, estimators kept (the selection compares every fit); ``champion`` (h₀, the
+    logger here) resolves ``warm_start`` / ``logging_policy: champion`` as in the flow.
     """
     from flows.learners import build_learner, candidate_params
 
@@ -554,7 +574,7 @@ def candidate_trials(defaults: dict, train, valid, min_ess: float) -> list:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             result = search_hyperparameters(
-                build_learner(name, fixed),
+                build_learner(name, fixed, champion=champion, log=train),
                 train,
                 valid,
                 {k: list(v) for k, v in spec["grid"].items()},
@@ -563,12 +583,15 @@ def candidate_trials(defaults: dict, train, valid, min_ess: float) -> list:
                 keep_estimators=True,
                 temperatures=defaults["temperatures"],
                 confidence_level=defaults["confidence_level"],
+                logger=logger,
             )
         out += [(name, t) for t in result.trials]
     return out
 
 
-def served_choice(fits, candidates, h0, floor, defaults, min_ess, ds, logs, groups, args) -> dict:
+def served_choice(
+    fits, candidates, h0, floor, defaults, min_ess, ds, logs, groups, args, logger=None
+) -> dict:
     """The flow's selection over fitted trials and champion candidates, and its test losses.
 
     ``fits`` are ``(solver, trial)`` pairs (trials keep their estimators); with ``candidates``
@@ -592,6 +615,7 @@ def served_choice(fits, candidates, h0, floor, defaults, min_ess, ds, logs, grou
         per_temperature=getattr(args, "per_temperature", False),
         rule=getattr(args, "rule", None)
         or (defaults["selection_rule"] if args.multiplicity else "uncorrected"),
+        logger=logger,
     )
     trial = chosen.selected_trial
     retempered = chosen.kind == RETEMPERED
