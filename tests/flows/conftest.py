@@ -1,5 +1,11 @@
 """Fixtures of the flow tests: one Prefect test server per session, MLflow on sqlite in tmp_path,
-and small digits logs (good, uninformative, corrupted) written as canonical Parquet."""
+and small digits logs (good, uninformative, corrupted) written as canonical Parquet.
+
+Prefect is loaded here, at collection (``from prefect import flow``): loading it configures
+logging (``dictConfig`` replaces the root logger's handlers), which inside a test drops pytest's
+capture handler, so a ``caplog`` test run alone saw no records (it passed only after another
+test had loaded Prefect).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from prefect import flow as _configures_logging  # noqa: F401  (module docstring)
 
 from poem.datasets import load_dataset
 from poem.io.parquet import METADATA_KEY, log_to_frame, write_log
