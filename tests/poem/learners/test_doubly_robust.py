@@ -24,19 +24,29 @@ from poem.policies.multilabel import MultilabelFamily
 from poem.simulate import fit_logging_policy, supervised_to_bandit, true_expected_loss
 
 
-def _rows(seed: int = 0, n: int = 200, d: int = 4, q: int = 3):
+def _rows(seed: int = 0, n: int = 200, d: int = 4, q: int = 3, marginal: bool = False):
+    """Random rows and their additive loss model; ``marginal``: logged by a known factorized
+    logger, whose marginals follow the model's columns (the per-label objective, issue 35)."""
     rng = np.random.default_rng(seed)
     family = MultilabelFamily(d, q, fit_intercept=True)
     X = family.prepare(rng.normal(size=(n, d)))
-    Y = rng.integers(0, 2, size=(n, q))
-    p = rng.uniform(0.05, 0.3, n)
+    if not marginal:
+        Y = rng.integers(0, 2, size=(n, q))
+        p = rng.uniform(0.05, 0.3, n)
+        scaled = -rng.uniform(0.0, 1.0, n)
+        return family, X, Y, p, scaled, fit_additive_loss_model(X, Y, scaled)
+    logger = rng.uniform(0.1, 0.9, size=(n, q))
+    Y = (rng.random((n, q)) < logger).astype(np.int64)
+    p = np.prod(np.where(Y > 0, logger, 1.0 - logger), axis=1)
     scaled = -rng.uniform(0.0, 1.0, n)
-    return family, X, Y, p, scaled, fit_additive_loss_model(X, Y, scaled)
+    model = np.concatenate([fit_additive_loss_model(X, Y, scaled), logger], axis=1)
+    return family, X, Y, p, scaled, model
 
 
+@pytest.mark.parametrize("marginal", [False, True], ids=["joint", "per-label"])
 @pytest.mark.parametrize("penalty", [0.0, 2.0])
-def test_dr_gradient_matches_finite_differences(penalty):
-    family, X, Y, p, scaled, model = _rows()
+def test_dr_gradient_matches_finite_differences(penalty, marginal):
+    family, X, Y, p, scaled, model = _rows(marginal=marginal)
     w = np.random.default_rng(1).normal(size=family.coef_shape) * 0.3
 
     def objective(coef):
@@ -53,8 +63,26 @@ def test_dr_gradient_matches_finite_differences(penalty):
     assert np.abs(grad).max() > 1e-3  # not a vacuous comparison
 
 
-def test_dr_statistics_add_over_chunks_and_batch_gradient_agrees():
-    family, X, Y, p, scaled, model = _rows()
+def test_marginal_u_is_the_model_term_plus_the_residual_times_the_summed_label_weights():
+    family, X, Y, p, scaled, model = _rows(n=5, marginal=True)
+    q = Y.shape[1]
+    logger = model[:, q + 1 :]
+    w = np.zeros(family.coef_shape)  # σ = 1/2 for every label
+    stats = crm_statistics(w, family, X, Y, scaled, p, np.inf, loss_model=model)
+    gains, offsets = model[:, :q], model[:, q]
+    residual = scaled - offsets - np.sum(Y * gains, axis=1)
+    label_weights = 0.5 / np.where(Y > 0, logger, 1.0 - logger)
+    u = offsets + 0.5 * gains.sum(axis=1) + residual * (label_weights.sum(axis=1) - q + 1)
+    assert stats.sum_u == pytest.approx(u.sum(), rel=1e-12)
+    assert stats.sum_u2 == pytest.approx(u @ u, rel=1e-12)
+    # the joint weight of the same rows is 2^-q / p: a different objective
+    joint = crm_statistics(w, family, X, Y, scaled, p, np.inf, loss_model=model[:, : q + 1])
+    assert joint.sum_u != pytest.approx(stats.sum_u, rel=1e-3)
+
+
+@pytest.mark.parametrize("marginal", [False, True], ids=["joint", "per-label"])
+def test_dr_statistics_add_over_chunks_and_batch_gradient_agrees(marginal):
+    family, X, Y, p, scaled, model = _rows(marginal=marginal)
     w = np.random.default_rng(2).normal(size=family.coef_shape) * 0.3
     whole = crm_statistics(w, family, X, Y, scaled, p, 5.0, loss_model=model)
     chunked = crm_statistics(w, family, X, Y, scaled, p, 5.0, loss_model=model, chunk_size=37)

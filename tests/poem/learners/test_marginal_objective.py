@@ -1,4 +1,7 @@
-"""POEM's doubly robust objective with per-label (marginal) importance weights (issue 35)."""
+"""POEM's doubly robust objective with per-label (marginal) importance weights (issue 35).
+
+Its gradient and chunked statistics are checked beside the joint objective's
+(``tests/poem/learners/test_doubly_robust.py``, ``per-label``)."""
 
 from __future__ import annotations
 
@@ -9,80 +12,11 @@ import pytest
 from sklearn.exceptions import ConvergenceWarning
 
 from poem.learners import POEM
-from poem.learners._additive import fit_additive_loss_model
 from poem.learners.objective import (
-    crm_objective_from_statistics,
     crm_statistics,
-    majorized_batch_gradient,
-    majorized_gradient,
-    majorizer_coefficients,
 )
-from poem.policies.multilabel import MultilabelFamily
 from poem.policies.stochastic import StochasticPolicy
 from poem.simulate import fit_logging_policy, supervised_to_bandit, true_expected_loss
-
-
-def _rows(seed: int = 0, n: int = 200, d: int = 4, q: int = 3):
-    """Rows logged by a known factorized logger, with its marginals after the loss model."""
-    rng = np.random.default_rng(seed)
-    family = MultilabelFamily(d, q, fit_intercept=True)
-    X = family.prepare(rng.normal(size=(n, d)))
-    logger = rng.uniform(0.1, 0.9, size=(n, q))
-    Y = (rng.random((n, q)) < logger).astype(np.int64)
-    p = np.prod(np.where(Y > 0, logger, 1.0 - logger), axis=1)
-    scaled = -rng.uniform(0.0, 1.0, n)
-    model = fit_additive_loss_model(X, Y, scaled)
-    return family, X, Y, p, scaled, np.concatenate([model, logger], axis=1), logger
-
-
-@pytest.mark.parametrize("penalty", [0.0, 2.0])
-def test_marginal_gradient_matches_finite_differences(penalty):
-    family, X, Y, p, scaled, model, _ = _rows()
-    w = np.random.default_rng(1).normal(size=family.coef_shape) * 0.3
-
-    def objective(coef):
-        stats = crm_statistics(coef, family, X, Y, scaled, p, 5.0, loss_model=model)
-        return crm_objective_from_statistics(stats, coef, penalty, 0.0)
-
-    _, grad = objective(w)
-    numeric = np.zeros_like(w)
-    for idx in np.ndindex(w.shape):
-        step = np.zeros_like(w)
-        step[idx] = 1e-6
-        numeric[idx] = (objective(w + step)[0] - objective(w - step)[0]) / 2e-6
-    np.testing.assert_allclose(grad, numeric, atol=1e-8)
-    assert np.abs(grad).max() > 1e-3  # not a vacuous comparison
-
-
-def test_marginal_u_is_the_model_term_plus_the_residual_times_the_summed_label_weights():
-    family, X, Y, p, scaled, model, logger = _rows(n=5)
-    q = Y.shape[1]
-    w = np.zeros(family.coef_shape)  # σ = 1/2 for every label
-    stats = crm_statistics(w, family, X, Y, scaled, p, np.inf, loss_model=model)
-    gains, offsets = model[:, :q], model[:, q]
-    residual = scaled - offsets - np.sum(Y * gains, axis=1)
-    label_weights = 0.5 / np.where(Y > 0, logger, 1.0 - logger)
-    u = offsets + 0.5 * gains.sum(axis=1) + residual * (label_weights.sum(axis=1) - q + 1)
-    assert stats.sum_u == pytest.approx(u.sum(), rel=1e-12)
-    assert stats.sum_u2 == pytest.approx(u @ u, rel=1e-12)
-    # the joint weight of the same rows is 2^-q / p: a different objective
-    joint = crm_statistics(w, family, X, Y, scaled, p, np.inf, loss_model=model[:, : q + 1])
-    assert joint.sum_u != pytest.approx(stats.sum_u, rel=1e-3)
-
-
-def test_marginal_statistics_add_over_chunks_and_the_batch_gradient_agrees():
-    family, X, Y, p, scaled, model, _ = _rows()
-    w = np.random.default_rng(2).normal(size=family.coef_shape) * 0.3
-    whole = crm_statistics(w, family, X, Y, scaled, p, 5.0, loss_model=model)
-    chunked = crm_statistics(w, family, X, Y, scaled, p, 5.0, loss_model=model, chunk_size=37)
-    assert chunked.sum_u == pytest.approx(whole.sum_u, abs=1e-12)
-    np.testing.assert_allclose(chunked.sum_u_grad_u, whole.sum_u_grad_u, atol=1e-12)
-    coefficients = majorizer_coefficients(whole)
-    kw = dict(n_total=200, variance_penalty=2.0, l2_penalty=0.0)
-    one_pass = majorized_batch_gradient(
-        w, family, X, Y, scaled, p, 5.0, coefficients, loss_model=model, **kw
-    )
-    np.testing.assert_allclose(one_pass, majorized_gradient(whole, w, coefficients, **kw))
 
 
 def _hamming_log(seed: int, n: int = 4000, d: int = 5, q: int = 14):
