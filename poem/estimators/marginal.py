@@ -40,6 +40,7 @@ __all__ = [
     "MarginalWeights",
     "check_logger",
     "known_logger",
+    "label_ratios",
     "logged_by",
     "marginal_scores",
     "marginal_weights",
@@ -115,9 +116,13 @@ def marginal_weights(policy: Any, logger_marginals: np.ndarray, log: Any) -> np.
     """
     Y = np.asarray(log.actions) > 0
     sig = policy.predict_proba(log.contexts)
-    own = np.where(Y, sig, 1.0 - sig)
-    base = np.where(Y, logger_marginals, 1.0 - logger_marginals)
-    return np.sum(own / base, axis=1) - Y.shape[1] + 1.0
+    return np.sum(label_ratios(sig, Y, logger_marginals), axis=1) - Y.shape[1] + 1.0
+
+
+def label_ratios(sig: np.ndarray, Y: np.ndarray, logger_marginals: np.ndarray) -> np.ndarray:
+    """rᵢ_l = π_l(yᵢ_l|xᵢ)/π₀,l(yᵢ_l|xᵢ) from both policies' P(label l on), shape (n, q)."""
+    on = np.asarray(Y) > 0
+    return np.where(on, sig, 1.0 - sig) / np.where(on, logger_marginals, 1.0 - logger_marginals)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from poem._blas import single_blas_thread
+from poem.estimators.marginal import label_ratios
 from poem.policies._base import PolicyFamily
 
 _CHUNK_ROWS = 65_536  # rows per block: a block's temporaries stay in cache
@@ -270,7 +271,7 @@ def _marginal_terms(sig, Y, logger, gains, residual, model_term, clip):
     rather than with the product of the labels' weights (the joint rᵢ of :func:`_dr_terms`).
     The active mask is per row (every label's ratio below M).
     """
-    r = np.where(Y > 0, sig, 1.0 - sig) / np.where(Y > 0, logger, 1.0 - logger)
+    r = label_ratios(sig, Y, logger)
     under = r < clip
     q = Y.shape[1]
     u = model_term + residual * (np.sum(np.minimum(clip, r), axis=1) - q + 1.0)
