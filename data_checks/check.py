@@ -128,22 +128,37 @@ def _comparable(metadata: str) -> str:
 
 
 def _metadata_failure(results: list[PartitionResult], names: list[str], n: int) -> list:
+    """Partitions whose resolved metadata differs (e.g. some gave rewards, some losses)."""
     metas = [_comparable(r.metadata) if r.metadata else None for r in results]
     if len(set(metas) - {None}) < 2:
         return []
     first = sorted(set(metas) - {None})[0]
-    bad = [name for m, name in zip(metas, names, strict=True) if m is not None and m != first]
+    bad = [(name, m) for m, name in zip(metas, names, strict=True) if m is not None and m != first]
+    mine, theirs = json.loads(bad[0][1]), json.loads(first)
+    keys = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
+    differs = "; ".join(f"{k} {mine.get(k)!r} vs {theirs.get(k)!r}" for k in keys[:5])
     return [
         ExpectationFailure(
             "metadata",
             "partitions_agree",
             "dataset",
-            f"{len(bad)} partitions resolve to different metadata than the first "
-            f"(e.g. {bad[0]}); declare n_actions / loss_bounds for the whole log",
+            f"{len(bad)} of {len(metas) - metas.count(None)} partitions resolve to different "
+            f"metadata than the first (e.g. {bad[0][0]}: {differs}); declare n_actions / "
+            "loss_bounds for the whole log",
             0,
             n,
         )
     ]
+
+
+def _gave_rewards(results: list[PartitionResult]) -> bool:
+    """The log gave rewards: every checked partition's resolved metadata says ``rewards``.
+
+    Partitions that disagree (some rewards, some losses) are refused by
+    :func:`_metadata_failure`, never resolved to one of the two.
+    """
+    gave = [json.loads(r.metadata).get("rewards", False) for r in results if r.metadata]
+    return bool(gave) and all(gave)
 
 
 def check_pieces(
@@ -186,7 +201,8 @@ def check_pieces(
     Returns
     -------
     report : DataCheckReport
-        Merged report (``row_reasons`` not kept: the quarantine is already written).
+        Merged report (``row_reasons`` not kept: the quarantine is already written), with
+        ``rewards`` from the partitions' resolved metadata.
     propensity : PropensityReport or None
         None when the report failed.
     files : dict
@@ -235,7 +251,13 @@ def check_pieces(
     n = merged.n_rows
     count = [] if one else [f for f in [row_count_failure(n, max(1, settings.min_rows))] if f]
     failures = (*count, *merged.failures, *_metadata_failure(results, names, n))
-    report = replace(merged, failures=failures, row_reasons=None, skipped_files=tuple(skipped))
+    report = replace(
+        merged,
+        failures=failures,
+        row_reasons=None,
+        skipped_files=tuple(skipped),
+        rewards=_gave_rewards(results),
+    )
     files = {} if report.docs_path is None else {"data_docs": report.docs_path}
     if quarantine is not None and quarantine.exists():
         files["quarantine"] = str(quarantine)

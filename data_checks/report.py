@@ -114,6 +114,9 @@ class DataCheckReport:
     skipped_files : tuple of str
         Files below the log folder that look like data (``*.parquet``) but are not read, each
         with the reason (the data-file rule of :mod:`poem.io._folder`).
+    rewards : bool
+        The log gave rewards, converted once to losses δ = −reward (its resolved metadata's
+        ``rewards``, the same in every partition): reports show rewards, not losses.
     """
 
     suite: str
@@ -128,6 +131,7 @@ class DataCheckReport:
     docs_path: str | None = None
     row_reasons: Any = field(default=None, repr=False, compare=False)
     skipped_files: tuple[str, ...] = ()
+    rewards: bool = False
 
     @property
     def warnings(self) -> tuple[ExpectationFailure, ...]:
@@ -188,6 +192,7 @@ class DataCheckReport:
             "hard_failures": [str(f) for f in self.hard_failures],
             "warnings": [str(f) for f in self.warnings],
             "skipped_files": list(self.skipped_files),
+            "rewards": self.rewards,
         }
 
     def to_json(self, **kwargs: Any) -> str:

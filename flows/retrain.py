@@ -115,8 +115,9 @@ class RetrainResult:
         Whether the challenger is a fit of the learner or the champion re-tempered at
         ``best_params["temperature"]`` with no refit (no fit beat it on validation).
     rewards : bool
-        The log gave rewards (``data.reward_bounds``): the headline shows rewards (e.g. the
-        click-through rate), −risk, and the gain's lower bound, not losses.
+        The log gave rewards (``data.reward_bounds``, or ``reward_bounds`` declared in the
+        log's own metadata: the check's ``DataCheckReport.rewards``): the headline shows
+        rewards (e.g. the click-through rate), −risk, and the gain's lower bound, not losses.
     propensity_source : {"logged", "estimated"}
         Where the propensities the learner and the gate used came from
         (``data.propensity``); ``estimated`` is said in the headline's first line.
@@ -264,6 +265,8 @@ def retrain_progress() -> Iterator[RetrainProgress]:
         reset_progress(token)
 
 
+REWARDS_KEY = "rewards"  # the log metadata's key: the log gave rewards (δ = −reward)
+
 ESTIMATE_IN_MEMORY = (
     "data.propensity: estimate fits the logging policy on the whole log in memory, not on a "
     "cluster's partitions; set dask.partitioned: false (or dask.mode: never)"
@@ -349,7 +352,9 @@ def _checked_log(cfg: Any, run: Any, client: Any) -> tuple:
 
     The prepared log's metadata: ``{"propensity_source": "logged"}``, or with
     ``data.propensity: estimate`` ``"estimated"`` and the estimate's provenance (model,
-    folds, seed), the propensities having been estimated (:func:`estimate_logging_policy`).
+    folds, seed), the propensities having been estimated (:func:`estimate_logging_policy`);
+    and ``rewards``: the log gave rewards, by its checked metadata (``data.reward_bounds`` or
+    the log's own declared ``reward_bounds``).
     """
     own = cfg.dask.scheduler_address is None  # a LocalCluster started for this run
     report, propensity, source, header = check_logs(cfg.data, cfg.checks, run, client, own)
@@ -358,6 +363,7 @@ def _checked_log(cfg: Any, run: Any, client: Any) -> tuple:
         report, propensity, source, metadata = estimate_logging_policy(
             report, source, cfg.data, cfg.checks, run
         )
+    metadata = {**metadata, REWARDS_KEY: report.rewards}  # configured or declared by the log
     record_check_report(report, run)  # logged before enforcing: a failed run keeps its report
     enforce_checks(report, cfg.checks)
     check_champion(header, cfg.tracking)  # an incompatible champion fails before training
@@ -484,7 +490,7 @@ def retrain(
         else:
             outcome = _stages(cfg, run, fingerprint)
         comparison, trials, best, policy, n_rows, champion_version, log_metadata = outcome
-        source_of_p = log_metadata[PROPENSITY_SOURCE_KEY]
+        source_of_p, rewards = log_metadata[PROPENSITY_SOURCE_KEY], log_metadata[REWARDS_KEY]
         policy = with_action_ids(policy, cfg.data.action_ids)  # served with the log's own ids
         progress.champion_before = champion_version
         kind = challenger_kind(trials[best].params)
@@ -494,7 +500,7 @@ def retrain(
             flow_run_id=flow_run_id,
             n_rows=n_rows,
             champion_version=champion_version,
-            rewards=cfg.data.reward_bounds is not None,
+            rewards=rewards,
         )
         tags[KIND_KEY] = kind  # learned, or the champion re-tempered (no learning)
         tags[PROPENSITY_SOURCE_KEY] = source_of_p  # logged, or estimated by a model
@@ -518,7 +524,7 @@ def retrain(
             n_rows=n_rows,
             estimator=comparison.estimator,
             challenger_kind=kind,
-            rewards=cfg.data.reward_bounds is not None,
+            rewards=rewards,
             propensity_source=source_of_p,
         )
         progress.planned = result

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -28,7 +30,7 @@ from poem.diagnostics.propensity import (
     propensity_summary,
     summary_report,
 )
-from poem.io.parquet import write_log
+from poem.io.parquet import METADATA_KEY, write_log
 from poem.io.partitions import LocalPartitions, log_partitions
 
 SIZES = (150, 0, 37, 300, 113)  # uneven row groups, one empty
@@ -330,3 +332,49 @@ def test_kept_partitions_equal_the_in_memory_log(parts_log, tmp_path):
     for name in ("actions", "losses", "propensities", "timestamps"):
         got_values = np.concatenate([getattr(p, name) for p in logs])
         np.testing.assert_array_equal(got_values, getattr(log, name), err_msg=name)
+
+
+def _as_rewards(table: pa.Table) -> pa.Table:
+    """The same rows as rewards: reward = −loss with reward bounds [−δ_max, −δ_min]."""
+    frame = table.to_pandas()
+    meta = json.loads(table.schema.metadata[METADATA_KEY.encode()])
+    lo, hi = meta.pop("loss_bounds")
+    frame = frame.rename(columns={"loss": "reward"}).assign(reward=-frame["loss"])
+    stored = {**meta, "loss_bounds": None, "reward_bounds": [-hi, -lo]}
+    out = pa.Table.from_pandas(frame, preserve_index=False)
+    return out.replace_schema_metadata({METADATA_KEY: json.dumps(stored)})
+
+
+@pytest.mark.parametrize("in_memory", [True, False], ids=["in-memory", "partitions"])
+def test_a_log_declaring_reward_bounds_is_reported_as_rewards(tmp_path, log_factory, in_memory):
+    """The report says whether the log gave rewards, from the partitions' resolved metadata."""
+    write_log(log_factory("discrete", n=300, seed=3), tmp_path / "losses.parquet")
+    table = pq.read_table(tmp_path / "losses.parquet")
+    _write_groups(_as_rewards(table), tmp_path / "rewards.parquet", (150, 150))
+    settings = CheckSettings(family="discrete")
+    for name, rewards in (("losses", False), ("rewards", True)):
+        path = tmp_path / f"{name}.parquet"
+        report, *_ = check_partitioned(path, settings, in_memory=in_memory)
+        assert report.passed and report.rewards is rewards, report.to_markdown()
+        assert report.to_dict()["rewards"] is rewards
+
+
+def test_partitions_of_rewards_and_of_losses_are_refused_naming_them(tmp_path, log_factory):
+    """A log is rewards or losses as a whole: a folder mixing both is never read as one."""
+    write_log(log_factory("discrete", n=300, seed=3), tmp_path / "losses.parquet")
+    table = pq.read_table(tmp_path / "losses.parquet")
+    (tmp_path / "log").mkdir()
+    pq.write_table(table.slice(0, 150), tmp_path / "log" / "part-0.parquet")
+    pq.write_table(_as_rewards(table.slice(150)), tmp_path / "log" / "part-1.parquet")
+    settings = CheckSettings(family="discrete")
+    report, *_ = check_partitioned(tmp_path / "log", settings)
+    assert not report.passed and not report.rewards
+    (failure,) = [f for f in report.hard_failures if f.expectation == "partitions_agree"]
+    assert re.search(
+        r"^1 of 2 partitions .*\(e\.g\. \S+part-1\.parquet \(row group 0\): "
+        r"rewards True vs False\)",
+        failure.reason,
+    ), failure.reason
+    report, *_ = check_partitioned(tmp_path / "log", settings, in_memory=True)
+    (failure,) = report.hard_failures  # in memory: the files' columns and metadata differ
+    assert not report.rewards and "part-1.parquet: does not match part-0.parquet" in str(failure)

@@ -128,3 +128,27 @@ def test_check_and_retrain_give_the_same_report(
         assert result.decision in ("promoted", "rejected") and result.n_rows == n_kept
         assert outcome.log.n_rows == n_kept, outcome.to_text()
     assert _without(_flow_report(tmp_path)) == _without(outcome.report.to_dict())
+
+
+@pytest.mark.parametrize(
+    "data", [{}, {"reward_bounds": [0.0, 1.0]}], ids=["declared-by-the-log", "configured"]
+)
+def test_a_reward_log_is_reported_in_rewards_wherever_its_bounds_are_declared(
+    tmp_path, digits_log, write_config, data
+):
+    """Reward bounds declared in the Parquet metadata (``data.reward_bounds`` null) gave a
+    headline of "risk" (the negated rewards) and a version tagged ``feedback: loss``."""
+    path, _ = rewards(digits_log, tmp_path)
+    config = write_config(
+        path, data=data, checks=CHECKS, search={"grid": {"variance_scale": [0.1]}}
+    )
+    result = retrain(config)
+    first, second = result.headline()[:2]
+    assert result.rewards and "reward (e.g. click-through rate)" in first, first
+    assert second.startswith("  gain ") and "lower bound" in second, second
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    version = MlflowClient(tracking_uri=uri, registry_uri=uri).get_model_version(
+        "poem-policy", result.challenger_version
+    )
+    assert version.tags["feedback"] == "reward"
+    assert " reward " in version.description.splitlines()[0], version.description
