@@ -23,11 +23,7 @@ worse (README). So the fit is served only when both one-sided upper bounds at le
 This intersection–union test can only turn a "shown" into "not shown", so the chance of
 serving a fit that is not better stays at most that of the DR bound alone. The model term's
 standard error treats the cross-fitted predictions as fixed, so its bound is a necessary
-agreement, not a test on its own — and an agreement only when the cross-fitted model explains
-some of the validation losses: a fit is confirmed only when the model's out-of-fold R² is > 0
-(``MIN_LOSS_MODEL_R2``). A model worse than the mean makes the model term noise; on a small
-sparse-label log (the birds-like stand-in, R² = −0.06) both bounds were < 0 for a fit 0.81
-worse than the sharpened logger.
+agreement, not a test on its own.
 
 **Rows that share a context are not independent.** When several validation rows come from one
 context (a user's repeated sessions; the replays of a supervised example in
@@ -67,12 +63,6 @@ from poem.learners.champion_candidates import selected_champion_policy
 from poem.learners.prepared import prepare_log
 from poem.log_rows import concat_logs
 
-# A fit is confirmed only with a loss model that predicts the validation losses better than
-# their mean out of fold: the model term's agreement is no evidence otherwise. Measured on the
-# birds-like stand-in (issue 35, dC run 3): a fit 0.81 worse than the sharpened h₀ had paired
-# DR difference −0.28 ± 0.115 and model term −0.22 (bound −0.19) with R² = −0.06.
-MIN_LOSS_MODEL_R2 = 0.0
-
 __all__ = [
     "EvidenceModel",
     "LearningEvidence",
@@ -110,8 +100,6 @@ class LearningEvidence:
         Rows the loss model was cross-fitted on (validation and model rows).
     loss_model_r2 : float
         Out-of-fold R² of the loss model on the validation rows' logged losses.
-    min_loss_model_r2 : float, default=NaN
-        The R² the model term needs to count as agreement (NaN: no requirement).
     """
 
     difference: float
@@ -124,21 +112,11 @@ class LearningEvidence:
     n_clusters: int
     n_model_rows: int
     loss_model_r2: float
-    min_loss_model_r2: float = float("nan")
-
-    @property
-    def model_informative(self) -> bool:
-        """Whether the loss model's R² reaches ``min_loss_model_r2`` (always, when NaN)."""
-        return not self.loss_model_r2 <= self.min_loss_model_r2
 
     @property
     def learned(self) -> bool:
-        """Whether the fit is shown better: both upper bounds < 0, the model informative.
-
-        The DR and the model-term bounds are both < 0 and the loss model explains the
-        validation losses (:attr:`model_informative`).
-        """
-        return bool(self.upper < 0.0 and self.model_upper < 0.0 and self.model_informative)
+        """Whether the fit is shown better: both upper bounds (DR and model term) are < 0."""
+        return bool(self.upper < 0.0 and self.model_upper < 0.0)
 
     def to_dict(self) -> dict[str, float]:
         """Flat metrics (the flow logs them with a ``learning_`` prefix)."""
@@ -389,7 +367,6 @@ def learning_evidence(
     random_state: int = 0,
     groups: Any = None,
     model: EvidenceModel | None = None,
-    min_loss_model_r2: float = float("nan"),
 ) -> LearningEvidence:
     r"""Doubly robust paired estimate of R(fit) − R(candidate) on the validation rows.
 
@@ -427,9 +404,6 @@ def learning_evidence(
         The cross-fitted loss model of these rows (:func:`evidence_model`), shared by several
         comparisons on the same rows; None fits it here from ``model_log``, ``n_folds``,
         ``random_state`` and ``groups``.
-    min_loss_model_r2 : float, default=NaN
-        The out-of-fold R² the loss model must exceed for ``learned`` (NaN: none);
-        :func:`confirm_fit` asks for > 0.
 
     Returns
     -------
@@ -471,7 +445,6 @@ def learning_evidence(
         n_clusters=n_clusters,
         n_model_rows=model.n_model_rows,
         loss_model_r2=1.0 - float(np.sum(residual**2)) / ss if ss > 0 else float("nan"),
-        min_loss_model_r2=float(min_loss_model_r2),
     )
 
 
@@ -516,6 +489,5 @@ def confirm_fit(
         confidence_level=confidence_level,
         groups=groups,
         model=model,
-        min_loss_model_r2=MIN_LOSS_MODEL_R2,
     )
     return reference, evidence

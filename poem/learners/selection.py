@@ -10,8 +10,7 @@ returns what the flow serves (:class:`ChallengerSelection`):
    fits and candidates.
 3. **Confirm a fit, corrected for multiplicity.** A first-ranked fit is served only when the
    paired doubly robust difference R(fit) − R(best candidate) and its model term both have
-   one-sided upper bounds < 0, with a loss model whose out-of-fold R² is > 0
-   (:func:`~poem.learners.learning_evidence.confirm_fit`) at the
+   one-sided upper bounds < 0 (:func:`~poem.learners.learning_evidence.confirm_fit`) at the
    Bonferroni-corrected level
 
    .. math:: 1 - \gamma / K, \qquad K = n_{fits},
@@ -96,10 +95,6 @@ RULES = ("bonferroni", "simultaneous", "holdout", "uncorrected")  # select_chall
 # reasons (the MLflow tag ``selection_reason``)
 FIT_SHOWN = "fit shown better than the champion re-tempered"
 FIT_NOT_SHOWN = "fit not shown better (multiplicity-corrected): champion kept"
-MODEL_NOT_INFORMATIVE = (
-    "fit not shown better: the loss model does not explain the validation losses (out-of-fold "
-    "R² ≤ 0), its agreement is no evidence: champion kept"
-)
 NO_CHAMPION = "fit ranked first; no champion to compare with (the gate decides)"
 CANDIDATE_FIRST = "champion re-tempered ranked first"
 RETEMPER_SHOWN = "re-tempering shown better than the champion as served"
@@ -107,10 +102,6 @@ RETEMPER_NOT_SHOWN = "re-tempering not shown better (multiplicity-corrected): ch
 HOLDOUT = {  # the same sentences under rule="holdout"
     FIT_SHOWN: "fit shown better than the champion re-tempered on the held-out confirm rows",
     FIT_NOT_SHOWN: "fit not shown better on the held-out confirm rows: champion kept",
-    MODEL_NOT_INFORMATIVE: (
-        "fit not shown better on the held-out confirm rows: the loss model does not explain "
-        "their losses (out-of-fold R² ≤ 0): champion kept"
-    ),
     RETEMPER_SHOWN: "re-tempering shown better than the champion as served on the confirm rows",
     RETEMPER_NOT_SHOWN: "re-tempering not shown better on the confirm rows: champion as served",
 }
@@ -481,9 +472,7 @@ def select_challenger(
             )
             reason = FIT_SHOWN
             if not evidence.learned:
-                bounds_only = evidence.upper < 0.0 and evidence.model_upper < 0.0
-                reason = MODEL_NOT_INFORMATIVE if bounds_only else FIT_NOT_SHOWN
-                selected, estimator = len(fits) + reference, None
+                selected, estimator, reason = len(fits) + reference, None, FIT_NOT_SHOWN
             if holdout:
                 reason = HOLDOUT[reason]
     else:

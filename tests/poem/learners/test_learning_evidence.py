@@ -43,28 +43,6 @@ def test_discrete_difference_is_unbiased_and_decides():
     assert back.difference == pytest.approx(-ev.difference, abs=1e-12) and not back.learned
 
 
-def test_a_fit_is_shown_better_only_with_a_loss_model_that_explains_the_losses():
-    """Both bounds < 0 are no evidence when the model's out-of-fold R² is ≤ the required one."""
-    problem = make_synthetic(n=3000, seed=4)
-    stream = np.random.default_rng(4)
-    stream.normal(size=(3000, 5))
-    theta = stream.normal(size=(4, 5))
-    good = _discrete_policy(np.hstack([-2.0 * theta, np.zeros((4, 1))]))
-    uniform = _discrete_policy(np.zeros((4, 6)))
-    valid, rest = problem.log.take(np.arange(1000)), problem.log.take(np.arange(1000, 3000))
-    free = learning_evidence(good, uniform, valid, rest)  # no requirement (NaN)
-    assert math.isnan(free.min_loss_model_r2) and free.model_informative and free.learned
-    r2 = free.loss_model_r2
-    at = learning_evidence(good, uniform, valid, rest, min_loss_model_r2=r2)
-    assert (at.upper, at.model_upper) == (free.upper, free.model_upper)  # the same bounds
-    assert at.upper < 0 and at.model_upper < 0 and not at.model_informative and not at.learned
-    assert at.to_dict()["min_loss_model_r2"] == r2 and at.to_dict()["learned"] == 0.0
-    below = learning_evidence(good, uniform, valid, rest, min_loss_model_r2=r2 - 1e-9)
-    assert below.learned
-    assert replace(free, loss_model_r2=float("nan"), min_loss_model_r2=0.0).model_informative
-    assert not replace(free, loss_model_r2=-0.06, min_loss_model_r2=0.0).learned
-
-
 class _RowTable:
     """A policy that is a table over the validation rows (in their order): the memorizer."""
 

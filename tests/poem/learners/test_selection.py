@@ -7,13 +7,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-import poem.learners.learning_evidence as learning_evidence_module
 from poem.learners._trials import Trial, validation_scores
 from poem.learners.selection import (
     FIT_NOT_SHOWN,
     FIT_SHOWN,
     HOLDOUT,
-    MODEL_NOT_INFORMATIVE,
     NO_CHAMPION,
     RETEMPER_NOT_SHOWN,
     confirm_split,
@@ -205,23 +203,6 @@ def test_holdout_serves_a_better_fit_the_corrected_bound_misses():
     assert new.evidence.difference == pytest.approx(-0.054, abs=1e-3)
     assert new.policy is good or np.allclose(new.policy.coef, good.coef)
     assert fits[19].estimator.policy_ is good  # the search's estimator is left as it was
-
-
-def test_a_fit_is_not_served_on_a_loss_model_that_explains_nothing(many_fits, monkeypatch):
-    """confirm_fit asks the model's out-of-fold R² to exceed MIN_LOSS_MODEL_R2 (0): the reason
-    names it when both bounds were < 0 but the model is not informative."""
-    champion, valid, train, fits = many_fits
-    shown = _select(fits, champion, valid, train, multiplicity=False)
-    assert shown.kind == "learned" and shown.evidence.min_loss_model_r2 == 0.0
-    assert 0.0 < shown.evidence.loss_model_r2 < 1.0
-    monkeypatch.setattr(learning_evidence_module, "MIN_LOSS_MODEL_R2", 1.0)  # no model reaches it
-    kept = _select(fits, champion, valid, train, multiplicity=False)
-    assert kept.evidence.upper == shown.evidence.upper < 0 and kept.evidence.model_upper < 0
-    assert kept.kind == "champion_retempered" and kept.champion_kept
-    assert kept.reason.startswith(MODEL_NOT_INFORMATIVE) and "R² ≤ 0" in kept.reason
-    assert kept.tags()["learning_evidence"] == "not shown"
-    assert kept.metrics()["learning_min_loss_model_r2"] == 1.0
-    assert "held-out confirm rows" in HOLDOUT[MODEL_NOT_INFORMATIVE]  # the holdout rule's words
 
 
 def test_the_confirm_split_keeps_clusters_whole():
