@@ -175,7 +175,8 @@ def test_gate_against_logging_policy_and_blocking_checks(parts, trials):
     drawn = gate_candidate.fn(rows, randomized, [], None, attempt)
     coin = decision_coin(attempt.order_seed)
     assert drawn.randomization == coin and gate_metrics(drawn)["gate_randomization"] == coin
-    assert drawn.upper_bound <= comparison.upper_bound
+    # the coin only lowers the bound (equal up to rounding: the two are summed in another order)
+    assert drawn.upper_bound <= comparison.upper_bound + 1e-12 * abs(comparison.upper_bound)
 
 
 def test_gate_on_estimated_propensities_is_labelled_and_refuses_the_logged_terms(
