@@ -69,6 +69,7 @@ __all__ = [
     "confirm_fit",
     "evidence_model",
     "learning_evidence",
+    "paired_parts",
     "paired_terms",
     "simultaneous_level",
 ]
@@ -243,6 +244,33 @@ def evidence_model(
     return EvidenceModel(logged, expected, clusters, n_clusters, rows.n_rows, base)
 
 
+def paired_parts(
+    fit: Any, candidate: Any, validation_log: LoggedBandit, model: EvidenceModel
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Per-row parts of :func:`paired_terms`: the model gain and the weight differences.
+
+    Returns ``(gain, weights, per_label)``: ``gain[i]`` = v̂ᵢ(π_f) − v̂ᵢ(π_c),
+    ``weights[i]`` = r^f_i − r^c_i (joint, π/p) and ``per_label[i]`` = m^f_i − m^c_i
+    (:func:`poem.estimators.marginal.marginal_weights`; None without
+    ``model.logger_marginals``).
+    """
+    inputs = (
+        validation_log.candidates
+        if validation_log.family == "candidates"
+        else validation_log.contexts
+    )
+    p = np.asarray(validation_log.propensities, dtype=np.float64)
+    n = validation_log.n_rows
+    gain, weights = np.zeros(n), np.zeros(n)
+    per_label = None if model.logger_marginals is None else np.zeros(n)
+    for sign, policy in ((1.0, fit), (-1.0, candidate)):
+        gain += sign * model.expected(policy.predict_proba(inputs))
+        weights += sign * policy.action_probability(inputs, validation_log.actions) / p
+        if per_label is not None:
+            per_label += sign * marginal_weights(policy, model.logger_marginals, validation_log)
+    return gain, weights, per_label
+
+
 def paired_terms(
     fit: Any, candidate: Any, validation_log: LoggedBandit, model: EvidenceModel
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -258,22 +286,10 @@ def paired_terms(
     most rows and the terms are the model's (measured: emotions, a fit 0.53 better on test,
     s.e. 0.18 joint vs 0.28 per label).
     """
-    inputs = (
-        validation_log.candidates
-        if validation_log.family == "candidates"
-        else validation_log.contexts
-    )
     residual = np.asarray(validation_log.losses, dtype=np.float64) - model.logged
-    p = np.asarray(validation_log.propensities, dtype=np.float64)
-    n = validation_log.n_rows
-    gain, weights, per_label = np.zeros(n), np.zeros(n), np.zeros(n)
-    for sign, policy in ((1.0, fit), (-1.0, candidate)):
-        gain += sign * model.expected(policy.predict_proba(inputs))
-        weights += sign * policy.action_probability(inputs, validation_log.actions) / p
-        if model.logger_marginals is not None:
-            per_label += sign * marginal_weights(policy, model.logger_marginals, validation_log)
+    gain, weights, per_label = paired_parts(fit, candidate, validation_log, model)
     terms = gain + weights * residual
-    if model.logger_marginals is not None:  # the weighting whose terms vary less
+    if per_label is not None:  # the weighting whose terms vary less
         other = gain + per_label * residual
         if _mean_and_se(other, model.clusters)[1] < _mean_and_se(terms, model.clusters)[1]:
             terms = other

@@ -29,7 +29,13 @@ from poem.learners.prepared import CRMPartition, PreparedTraining, prepare_log
 from poem.policies._base import check_serving_params
 from poem.policies.stochastic import StochasticPolicy
 
-__all__ = ["POEM", "calibrated_variance_penalty", "initial_coef", "resolve_clip"]
+__all__ = [
+    "POEM",
+    "calibrated_variance_penalty",
+    "initial_coef",
+    "resolve_clip",
+    "resolve_implicit_exploration",
+]
 
 POLICIES = ("discrete", "multilabel", "candidates")
 SOLVERS = ("adagrad", "lbfgs")
@@ -79,6 +85,52 @@ def resolve_clip(clip: Any, propensities: np.ndarray) -> float:
     if not clip > 0:  # also rejects NaN
         raise ValueError(f"clip must be > 0, got {clip!r}")
     return float(clip)
+
+
+def resolve_implicit_exploration(gamma: Any, propensities: np.ndarray) -> float:
+    r"""Resolve the implicit-exploration γ from a number or a percentile rule.
+
+    .. math:: \gamma = p_{(k)} \quad\text{for the rule } \texttt{"p}k\texttt{"}
+
+    where p₍ₖ₎ is the k-th percentile of the training propensities pᵢ (k an integer in
+    1..99): a γ on the scale of the log's propensities, which differ by orders of magnitude
+    between action spaces (measured: median joint propensity 0.002 on yeast's 14 labels,
+    0.18 on emotions' 6).
+
+    Parameters
+    ----------
+    gamma : float or str
+        γ ≥ 0, or a rule ``"p1"`` … ``"p99"``.
+    propensities : ndarray of shape (n_samples,)
+        Training propensities pᵢ.
+
+    Returns
+    -------
+    float
+        γ.
+
+    Raises
+    ------
+    ValueError
+        For a negative γ or a malformed rule.
+    TypeError
+        For a γ that is neither a number nor a string.
+    """
+    if isinstance(gamma, str):
+        k = gamma[1:]
+        if not (gamma.startswith("p") and k.isdigit() and 1 <= int(k) <= 99):
+            raise ValueError(
+                "implicit_exploration must be a number >= 0 or a percentile rule 'p1'..'p99', "
+                f"got {gamma!r}"
+            )
+        return float(np.percentile(propensities, int(k)))
+    if isinstance(gamma, bool) or not isinstance(gamma, Real):
+        raise TypeError(
+            f"implicit_exploration must be a real number or a str, got {type(gamma).__name__}"
+        )
+    if not gamma >= 0:  # also rejects NaN
+        raise ValueError(f"implicit_exploration must be >= 0, got {gamma!r}")
+    return float(gamma)
 
 
 def calibrated_variance_penalty(scaled_losses: np.ndarray) -> float:
@@ -243,6 +295,15 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
         uniform policy); an array is raw-space coefficients; a policy (e.g. the logger h₀ or
         the champion) or a fitted learner starts at its served distribution without floor,
         i.e. w₀.
+    implicit_exploration : float or str, default=0.0
+        γ ≥ 0, or a percentile rule of :func:`resolve_implicit_exploration` (``"p10"``: the
+        10th percentile of the training propensities), i.e. γ: the objective's importance
+        weights are π_w(yᵢ|xᵢ)/(pᵢ + γ) instead of π_w(yᵢ|xᵢ)/pᵢ (implicit exploration, IX:
+        Neu 2015; Gabbianelli, Neu & Papini 2024), then clipped at M. Each weight shrinks,
+        most where pᵢ is small; with δ'ᵢ ≤ 0 the IPS risk estimate is then pessimistic (its
+        expectation is ≥ the true scaled risk), a smooth alternative to the clip. With the
+        doubly robust objective it shrinks the correction's weights (not pessimistic there).
+        Not for ``objective="marginal"`` (per-label weights).
     logging_policy : StochasticPolicy, fitted estimator or None, default=None
         The logging policy π₀ of the training rows, for ``objective="marginal"`` (its
         per-label probabilities); it must reproduce every row's propensity pᵢ (relative
@@ -291,6 +352,7 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
         standardize=True,
         warm_start="zeros",
         logging_policy=None,
+        implicit_exploration=0.0,
     ):
         store_params(self, locals())
 
@@ -314,6 +376,12 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
             check_scalar(self.variance_penalty, "variance_penalty", Real, min_val=0.0)
         check_scalar(self.variance_scale, "variance_scale", Real, min_val=0.0)
         check_scalar(self.anchor_penalty, "anchor_penalty", Real, min_val=0.0)
+        resolve_implicit_exploration(self.implicit_exploration, np.ones(1))  # without data
+        if self.implicit_exploration not in (0, 0.0) and self.objective == "marginal":
+            raise ValueError(
+                "implicit_exploration shrinks the joint weights π/p; objective='marginal' uses "
+                "per-label weights: use objective='dr' or implicit_exploration=0"
+            )
         check_shared_params(self)
         check_scalar(
             self.learning_rate, "learning_rate", Real, min_val=0.0, include_boundaries="neither"
@@ -483,7 +551,8 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
             coef0 = prepared.scaling.from_raw(coef0)
         clip = resolve_clip(self.clip, prepared.propensities)
         lam = self._resolved_variance_penalty(prepared.scaled_losses)
-        data = self._with_loss_model(prepared)
+        gamma = resolve_implicit_exploration(self.implicit_exploration, prepared.propensities)
+        data = _implicit_exploration(self._with_loss_model(prepared), gamma)
         start = np.zeros(family.coef_shape) if coef0 is None else np.asarray(coef0, np.float64)
         mu, center = float(self.l2_penalty), None
         if self.anchor_penalty:  # μ‖w‖² + a‖w − w₀‖² = (μ + a)‖w − c‖² + const
@@ -581,6 +650,26 @@ def _attach_logger(
     model = np.concatenate([part.loss_model, marginals], axis=1)
     model.flags.writeable = False
     return replace(part, loss_model=model)
+
+
+def _implicit_exploration(prepared: PreparedTraining, gamma: float) -> PreparedTraining:
+    """``prepared`` with every propensity pᵢ + γ (IX weights π/(p + γ); cached per γ)."""
+    if not gamma:
+        return prepared
+    key = ("implicit_exploration", float(gamma))
+    if key not in prepared.cache:
+        parts = prepared.partitions.map(_shift_propensities, gamma=float(gamma))
+        prepared.cache[key] = replace(prepared, partitions=parts, cache={})
+    return prepared.cache[key]
+
+
+def _shift_propensities(part: CRMPartition | None, *, gamma: float) -> CRMPartition | None:
+    """The partition with propensities pᵢ + γ."""
+    if part is None:
+        return None
+    shifted = np.asarray(part.propensities, dtype=np.float64) + gamma
+    shifted.flags.writeable = False
+    return replace(part, propensities=shifted)
 
 
 def _attach_loss_model(part: CRMPartition | None) -> CRMPartition | None:

@@ -131,6 +131,11 @@ DEFECTS = [
         r"search\.grid\.clip\[0\]: clip must be one of \['p90/p10'",
     ),
     (
+        "search:\n  grid: {implicit_exploration: [0.0, p100]}\n",
+        r"search\.grid\.implicit_exploration\[1\]: implicit_exploration must be .*'p1'..'p99', "
+        r"got 'p100'",
+    ),
+    (
         "search:\n  grid: {variance_scale: [0.1, -1]}\n",
         r"search\.grid\.variance_scale\[1\]: variance_scale == -1, must be >= 0",
     ),

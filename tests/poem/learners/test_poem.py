@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 import re
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -146,6 +147,42 @@ def test_anchor_penalty_holds_a_warm_start_and_ignores_zeros(solver, synthetic_l
     assert np.linalg.norm(anchored.coef_) < np.linalg.norm(_quiet_fit(POEM(**base), log).coef_)
 
 
+@pytest.mark.parametrize("objective", ["ips", "dr"])
+def test_implicit_exploration_is_the_objective_on_propensities_plus_gamma(objective, make_log):
+    """IX weights π/(p + γ): the fit equals the plain fit on a log with pᵢ + γ (clip from p)."""
+    family = "discrete" if objective == "ips" else "multilabel"
+    log = make_log(family, n=160, seed=3)
+    log = log.take(np.flatnonzero(log.propensities <= 0.8))  # p + γ stays a probability
+    gamma = float(np.percentile(log.propensities, 10))
+    assert 0.0 < gamma < 0.2
+    shifted = replace(log, propensities=log.propensities + gamma)
+    base = dict(policy=family, objective=objective, solver="lbfgs", variance_penalty=0.2, **FAST)
+    ix = _quiet_fit(POEM(**base, clip=None, implicit_exploration="p10"), log)
+    plain = _quiet_fit(POEM(**base, clip=None), shifted)
+    np.testing.assert_allclose(ix.coef_, plain.coef_, rtol=1e-10, atol=1e-12)
+    assert ix.objective_ == pytest.approx(plain.objective_, rel=1e-10)
+    fixed = _quiet_fit(POEM(**base, clip=None, implicit_exploration=gamma), log)
+    np.testing.assert_array_equal(fixed.coef_, ix.coef_)
+    assert _quiet_fit(POEM(**base, clip=None), log).objective_ != pytest.approx(ix.objective_)
+
+
+def test_implicit_exploration_is_pessimistic_for_ips(synthetic_log):
+    """δ' ≤ 0 and smaller weights: the IX estimate of any fixed policy is ≥ the IPS one."""
+    est = _quiet_fit(POEM(solver="lbfgs", clip=None, variance_penalty=0.0, **FAST), synthetic_log)
+    family, log = est.family_, synthetic_log
+    args = (est.coef_, family, family.inputs_from_log(log), log.actions, log.scaled_losses())
+    ips, _ = crm_objective(*args, log.propensities, clip=np.inf, variance_penalty=0.0)
+    ix, _ = crm_objective(*args, log.propensities + 0.05, clip=np.inf, variance_penalty=0.0)
+    assert ips < ix <= 0.0
+
+
+def test_implicit_exploration_refuses_the_marginal_objective(make_log):
+    with pytest.raises(ValueError, match=r"objective='marginal' uses per-label weights"):
+        POEM(policy="multilabel", objective="marginal", implicit_exploration="p10").fit(
+            make_log("multilabel")
+        )
+
+
 def test_poem_improves_true_risk_over_the_logger(synthetic_problem):
     prob = synthetic_problem
     logger = float(np.mean(np.sum(prob.logging_probs * prob.expected_loss, axis=1)))
@@ -242,6 +279,13 @@ BAD_PARAMS = [
     (dict(l2_penalty=-0.1), ValueError, r"l2_penalty == -0.1, must be >= 0"),
     (dict(anchor_penalty=-1.0), ValueError, r"anchor_penalty == -1.0, must be >= 0"),
     (dict(anchor_penalty="1e-5"), TypeError, r"anchor_penalty must be an instance of float"),
+    (dict(implicit_exploration=-0.1), ValueError, r"implicit_exploration must be >= 0, got -0.1"),
+    (
+        dict(implicit_exploration="p0"),
+        ValueError,
+        r"implicit_exploration must be .*rule 'p1'..'p99', got 'p0'",
+    ),
+    (dict(implicit_exploration=[0.1]), TypeError, r"implicit_exploration must be a real number"),
     (dict(learning_rate=0.0), ValueError, r"learning_rate == 0.0, must be > 0"),
     (dict(batch_size=0), ValueError, r"batch_size == 0, must be >= 1"),
     (dict(max_iter=2.5), TypeError, r"max_iter must be an instance of"),
