@@ -19,7 +19,7 @@ Usage (from the repo root)::
 
     python benchmarks/control_variate_se.py --datasets yeast emotions --runs 3 --seed 0
 
-Measured 2026-12-03 (README and docs/results.md: "A control-variate coefficient").
+Measured 2026-12-02: docs/results.md, "Implicit exploration and a control-variate coefficient".
 """
 
 from __future__ import annotations

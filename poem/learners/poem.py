@@ -377,7 +377,7 @@ class POEM(PolicyPredictionMixin, BaseEstimator):
         check_scalar(self.variance_scale, "variance_scale", Real, min_val=0.0)
         check_scalar(self.anchor_penalty, "anchor_penalty", Real, min_val=0.0)
         resolve_implicit_exploration(self.implicit_exploration, np.ones(1))  # without data
-        if self.implicit_exploration not in (0, 0.0) and self.objective == "marginal":
+        if self.implicit_exploration != 0 and self.objective == "marginal":
             raise ValueError(
                 "implicit_exploration shrinks the joint weights π/p; objective='marginal' uses "
                 "per-label weights: use objective='dr' or implicit_exploration=0"
