@@ -33,10 +33,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import paper_multilabel  # noqa: E402
 
-from poem.estimators.marginal import marginal_weights  # noqa: E402
+from poem.estimators._loss_model import cluster_codes  # noqa: E402
+from poem.estimators.marginal import check_logger, marginal_weights  # noqa: E402
+from poem.estimators.weights import effective_sample_size  # noqa: E402
 from poem.learners._trials import select_trial  # noqa: E402
 from poem.learners.champion_candidates import selected_champion_policy  # noqa: E402
-from poem.learners.learning_evidence import _mean_and_se, evidence_model  # noqa: E402
+from poem.learners.learning_evidence import _mean_and_se  # noqa: E402
 
 CALLS: list[tuple] = []
 _select = paper_multilabel.select_challenger
@@ -70,8 +72,8 @@ def check(ds, run: int, args, out: dict) -> dict:
     ev = result.evidence
     if ev is None or champion is None:
         return row
-    valid, train = kw["evidence_logs"]
-    model = evidence_model(valid, train, groups=kw["groups"], logger=kw["logger"])
+    valid = kw["evidence_logs"][0]
+    clusters = None if kw["groups"] is None else cluster_codes(kw["groups"])
     fit = result.trials[result.ranked_first].estimator.policy_
     candidates = [t for t in result.trials if t.estimator is None]
     best = select_trial(
@@ -85,8 +87,8 @@ def check(ds, run: int, args, out: dict) -> dict:
             "dr": [round(ev.difference, 3), round(ev.std_error, 3), round(ev.upper, 3)],
             "model_upper": round(ev.model_upper, 3),
             "level": round(ev.confidence_level, 4),
-            "joint_mean_se_z": mean_z(joint, model.clusters),
-            "ess_joint": round(float(joint.sum() ** 2 / np.sum(joint**2)), 1),
+            "joint_mean_se_z": mean_z(joint, clusters),
+            "ess_joint": round(effective_sample_size(joint), 1),
             "true_difference": round(
                 paper_multilabel.learned_loss(fit, ds)
                 - paper_multilabel.learned_loss(candidate, ds),
@@ -94,9 +96,9 @@ def check(ds, run: int, args, out: dict) -> dict:
             ),
         }
     )
-    if model.logger_marginals is not None:
-        per_label = marginal_weights(fit, model.logger_marginals, valid)
-        row["label_mean_se_z"] = mean_z(per_label, model.clusters)
+    if kw["logger"] is not None:  # the selection scored with per-label weights
+        per_label = marginal_weights(fit, check_logger(kw["logger"], valid), valid)
+        row["label_mean_se_z"] = mean_z(per_label, clusters)
     return row
 
 
