@@ -9,6 +9,8 @@ rows are prepared or taken once.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +18,41 @@ from poem.data import LoggedBandit
 from poem.learners.prepared import PreparedTraining, prepare_log, prepare_training
 from poem.log_rows import PartitionedSplit
 
-__all__ = ["TrainingRows", "fit_on_rows", "training_rows"]
+__all__ = ["Preparations", "TrainingRows", "fit_on_rows", "training_rows"]
+
+
+class Preparations:
+    """POEM's preparations of one :class:`TrainingRows`, by ``(fit_intercept, standardize)``.
+
+    An opaque holder, not a dict: trials running in threads fill it while an orchestrator may
+    walk another trial's inputs (Prefect resolving task parameters iterates every dict it
+    finds; a dict that grows meanwhile failed a scheduled run with "dictionary changed size
+    during iteration"). A lock makes each preparation happen once, the other trials waiting
+    for it. Pickles without the lock (a Dask worker gets its own).
+    """
+
+    def __init__(self, items: dict | None = None) -> None:
+        self._items: dict[tuple[bool, bool], PreparedTraining] = dict(items or {})
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[bool, bool], make: Callable[[], PreparedTraining]):
+        """The preparation under ``key``, made by ``make()`` on first use."""
+        with self._lock:
+            if key not in self._items:
+                self._items[key] = make()
+            return self._items[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __getstate__(self) -> dict:
+        return {"items": dict(self._items)}
+
+    def __setstate__(self, state: dict) -> None:
+        self._items, self._lock = dict(state["items"]), threading.Lock()
 
 
 @dataclass(eq=False)
@@ -32,14 +68,14 @@ class TrainingRows:
         The split.
     part : {"train", "train+validation"}, default="train"
         The rows (``training.refit_on``).
-    prepared : dict
+    prepared : Preparations
         ``(fit_intercept, standardize)`` → :class:`PreparedTraining`, filled on first use
         (or in advance by :func:`prepare_training` with ``release``).
     """
 
     split: PartitionedSplit
     part: str = "train"
-    prepared: dict = field(default_factory=dict)
+    prepared: Preparations = field(default_factory=Preparations)
     _log: Any = field(default=None, repr=False)
 
     def log(self) -> LoggedBandit:
@@ -51,16 +87,15 @@ class TrainingRows:
     def preparation(self, fit_intercept: bool, standardize: bool) -> PreparedTraining:
         """The rows prepared for POEM: as one log when they are one partition, else in place."""
         key = (bool(fit_intercept), bool(standardize))
-        if key not in self.prepared:
+
+        def make() -> PreparedTraining:
             if len(self.split.source) == 1:  # the in-memory preparation (dense or sparse)
-                self.prepared[key] = prepare_log(
-                    self.log(), fit_intercept=key[0], standardize_features=key[1]
-                )
-            else:
-                self.prepared[key], _ = prepare_training(
-                    self.split, part=self.part, fit_intercept=key[0], standardize=key[1]
-                )
-        return self.prepared[key]
+                return prepare_log(self.log(), fit_intercept=key[0], standardize_features=key[1])
+            return prepare_training(
+                self.split, part=self.part, fit_intercept=key[0], standardize=key[1]
+            )[0]
+
+        return self.prepared.get(key, make)
 
 
 def _preparation_key(estimator: Any, split: PartitionedSplit) -> tuple[bool, bool] | None:
@@ -120,7 +155,7 @@ def training_rows(
         prepared, split = prepare_training(
             split, part=part, fit_intercept=key[0], standardize=key[1], release=True
         )
-        return TrainingRows(split, part, {key: prepared}), split
+        return TrainingRows(split, part, Preparations({key: prepared})), split
     rows = TrainingRows(split, part)
     rows.preparation(*key)
     return rows, split
