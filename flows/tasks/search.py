@@ -294,11 +294,13 @@ def choose_challenger(
     evidence = selection.evidence
     if evidence is not None:
         task_logger().info(
-            "fit vs champion re-tempered: R difference %.4g, %.4g%% upper bound %.4g (model "
-            "term %.4g, bound %.4g; rule %s over %d fits) on %d validation rows",
+            "fit vs champion re-tempered: R difference %.4g, %.4g%% upper bound %.4g "
+            "(+ %.4g for the weights' unseen mass; model term %.4g, bound %.4g; rule %s over "
+            "%d fits) on %d validation rows",
             evidence.difference,
             100 * evidence.confidence_level,
             evidence.upper,
+            evidence.coverage_penalty,
             evidence.model_difference,
             evidence.model_upper,
             selection.rule,

@@ -10,8 +10,10 @@ returns what the flow serves (:class:`ChallengerSelection`):
    fits and candidates.
 3. **Confirm a fit, corrected for multiplicity.** A first-ranked fit is served only when the
    paired doubly robust difference R(fit) − R(best candidate) and its model term both have
-   one-sided upper bounds < 0 (:func:`~poem.learners.learning_evidence.confirm_fit`) at the
-   Bonferroni-corrected level
+   one-sided upper bounds < 0, the DR bound with the share of both policies' mass the rows did
+   not see valued at the loss range (weights whose mean is shown < 1 at the fixed
+   :data:`~poem.learners.learning_evidence.COVERAGE_LEVEL`;
+   :func:`~poem.learners.learning_evidence.confirm_fit`), at the Bonferroni-corrected level
 
    .. math:: 1 - \gamma / K, \qquad K = n_{fits},
 
@@ -95,6 +97,9 @@ RULES = ("bonferroni", "simultaneous", "holdout", "uncorrected")  # select_chall
 # reasons (the MLflow tag ``selection_reason``)
 FIT_SHOWN = "fit shown better than the champion re-tempered"
 FIT_NOT_SHOWN = "fit not shown better (multiplicity-corrected): champion kept"
+FIT_NOT_COVERED = (  # both bounds < 0, but not with the unseen share of the weights' mass
+    "fit not shown better once its weights' unseen mass is valued at the loss range: champion kept"
+)
 NO_CHAMPION = "fit ranked first; no champion to compare with (the gate decides)"
 CANDIDATE_FIRST = "champion re-tempered ranked first"
 RETEMPER_SHOWN = "re-tempering shown better than the champion as served"
@@ -102,6 +107,10 @@ RETEMPER_NOT_SHOWN = "re-tempering not shown better (multiplicity-corrected): ch
 HOLDOUT = {  # the same sentences under rule="holdout"
     FIT_SHOWN: "fit shown better than the champion re-tempered on the held-out confirm rows",
     FIT_NOT_SHOWN: "fit not shown better on the held-out confirm rows: champion kept",
+    FIT_NOT_COVERED: (
+        "fit not shown better on the held-out confirm rows once its weights' unseen mass is "
+        "valued at the loss range: champion kept"
+    ),
     RETEMPER_SHOWN: "re-tempering shown better than the champion as served on the confirm rows",
     RETEMPER_NOT_SHOWN: "re-tempering not shown better on the confirm rows: champion as served",
 }
@@ -472,7 +481,10 @@ def select_challenger(
             )
             reason = FIT_SHOWN
             if not evidence.learned:
-                selected, estimator, reason = len(fits) + reference, None, FIT_NOT_SHOWN
+                reason = FIT_NOT_SHOWN
+                if evidence.upper < 0.0 and evidence.model_upper < 0.0:  # refused for coverage
+                    reason = FIT_NOT_COVERED
+                selected, estimator = len(fits) + reference, None
             if holdout:
                 reason = HOLDOUT[reason]
     else:

@@ -326,6 +326,9 @@ def test_a_fit_is_served_only_when_shown_better_than_the_champion_retempered(
     assert m["learning_upper"] < 0 and m["learning_learned"] == 1.0
     assert m["learning_difference"] < m["learning_upper"]
     assert m["learning_model_difference"] < m["learning_model_upper"] < 0
+    # the fit's weights cover the validation rows: no penalty for an unseen share of its mass
+    assert m["learning_covered"] == 1.0 and m["learning_coverage_penalty"] == 0.0
+    assert m["learning_weight_upper"] >= 1.0 and m["learning_weight_std_error"] > 0
     # issue 35: the level is corrected for the K distinct fits compared (2 here): the max-t
     # level of their paired differences (search.selection_rule: simultaneous), between the
     # uncorrected 0.9 and Bonferroni's 1 − 0.1/2; the run says why the fit is served

@@ -39,6 +39,8 @@ def test_discrete_difference_is_unbiased_and_decides():
     assert ev.learned and ev.upper < 0 and ev.model_difference < ev.model_upper < 0
     assert (ev.n_validation, ev.n_model_rows, ev.confidence_level) == (1000, 3000, 0.95)
     assert 0.0 < ev.loss_model_r2 < 1.0
+    assert ev.covered and abs(ev.weight_mean - 1.0) < 3 * ev.weight_std_error  # E[r] = 1
+    assert ev.coverage_penalty == 0.0
     back = learning_evidence(uniform, good, valid, rest)  # the other way round: not learned
     assert back.difference == pytest.approx(-ev.difference, abs=1e-12) and not back.learned
 
@@ -83,6 +85,36 @@ def test_a_fit_carried_by_the_residual_term_alone_is_not_shown_better():
     assert ev.upper < -0.3  # the DR bound alone is fooled by the row-wise selection ...
     assert abs(ev.model_difference - truth) < 0.03 and ev.model_upper > 0  # ... its model term not
     assert not ev.learned and ev.to_dict()["learned"] == 0.0
+
+
+def test_a_fit_whose_weights_under_cover_the_rows_is_not_shown_better():
+    """A fit that never plays the logged action: both bounds < 0, weights shown to average < 1.
+
+    Action 0 has expected loss 0.7, the others 0.4. The fit puts 0.99 on the low-loss actions
+    other than the logged one, so every rᵢ ≤ 0.01/pᵢ: the DR difference is the loss model's
+    alone (right here, the fit is truly better), and nothing on these rows could show it wrong.
+    Its mean weight, 1 in expectation for any policy, is bounded far below 1; that unseen share
+    valued at the loss range turns the bound positive: not served.
+    """
+    problem = make_synthetic(n=3000, seed=4)
+    mu = np.array([0.7, 0.4, 0.4, 0.4])
+    coin = np.random.default_rng(5).random(3000) < mu[np.asarray(problem.log.actions)]
+    log = replace(problem.log, losses=coin.astype(float))
+    valid, rest = log.take(np.arange(1000)), log.take(np.arange(1000, 3000))
+    k, logged = log.n_actions, np.asarray(valid.actions)
+    avoid = np.zeros((1000, k), dtype=bool)
+    avoid[:, 0] = True
+    avoid[np.arange(1000), logged] = True
+    table = np.where(avoid, 0.01, 0.99)
+    table /= table.sum(axis=1, keepdims=True)
+    fit, uniform = _RowTable(table), _RowTable(np.full((1000, k), 1.0 / k))
+    ev = learning_evidence(fit, uniform, valid, rest)
+    assert ev.upper < 0 and ev.model_upper < 0  # both halves say better ...
+    assert ev.weight_mean < 0.1 and ev.weight_upper < 0.2  # ... on weights that cover nothing
+    lo, hi = valid.loss_bounds  # the unseen share (1 − U_f), the uniform policy's none
+    assert ev.coverage_penalty == pytest.approx((hi - lo) * (1.0 - ev.weight_upper), rel=1e-9)
+    assert ev.upper + ev.coverage_penalty > 0.5 and not ev.covered and not ev.learned
+    assert ev.to_dict()["covered"] == 0.0 and ev.to_dict()["learned"] == 0.0
 
 
 @pytest.mark.parametrize("family", ["discrete", "multilabel", "candidates"])

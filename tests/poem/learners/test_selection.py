@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from poem.learners._trials import Trial, validation_scores
+from poem.learners._trials import Trial, rows_scores, validation_scores
 from poem.learners.selection import (
+    FIT_NOT_COVERED,
     FIT_NOT_SHOWN,
     FIT_SHOWN,
     HOLDOUT,
@@ -21,6 +23,7 @@ from poem.learners.selection import (
 )
 from poem.policies import StochasticPolicy, make_family
 from tests.conftest import make_synthetic
+from tests.poem.learners.test_learning_evidence import _RowTable
 
 TEMPERATURES = [1.0, 0.5, 0.25, 0.125, 0.0625]
 
@@ -122,6 +125,42 @@ def test_a_retempering_is_served_only_when_shown_better():
         assert new.metrics()["retemper_learned"] == float(alpha != 1.0)
         if alpha == 1.0:
             assert new.reason.endswith(RETEMPER_NOT_SHOWN), name
+
+
+def test_a_fit_whose_weights_cover_nothing_is_not_served():
+    """Ranked first, both bounds < 0, yet it never plays a logged action: the champion is kept.
+
+    The fit of ``test_a_fit_whose_weights_under_cover_the_rows_is_not_shown_better`` (0.99 on
+    the low-loss actions other than the logged one) against a champion that plays the
+    high-loss action 0: its evidence is the loss model's alone, and the reason says why.
+    """
+    problem = make_synthetic(n=3000, seed=4)
+    mu = np.array([0.7, 0.4, 0.4, 0.4])
+    coin = np.random.default_rng(5).random(3000) < mu[np.asarray(problem.log.actions)]
+    log = replace(problem.log, losses=coin.astype(float))
+    valid, rest = log.take(np.arange(1000)), log.take(np.arange(1000, 3000))
+    avoid = np.zeros((1000, 4), dtype=bool)
+    avoid[:, 0] = True
+    avoid[np.arange(1000), np.asarray(valid.actions)] = True
+    table = np.where(avoid, 0.01, 0.99)
+    fit = _RowTable(table / table.sum(axis=1, keepdims=True))
+    ips, snips = rows_scores(
+        valid.losses, fit.action_probability(None, valid.actions), valid.propensities,
+        valid.loss_bounds,
+    )  # fmt: skip
+    trial = Trial({"k": 0}, ips, snips, ips.effective_sample_size, 0, 0, 1, True, 0, {},
+                  SimpleNamespace(policy_=fit))  # fmt: skip
+    coef = np.zeros((4, 6))
+    coef[0, -1] = 3.0  # the champion: action 0 (expected loss 0.7) with probability ~0.87
+    chosen = _select([trial], _policy(coef), valid, rest)
+    evidence = chosen.evidence
+    assert chosen.ranked_first == 0 and evidence.upper < 0 and evidence.model_upper < 0
+    assert evidence.weight_mean < 0.05 and not evidence.covered and not evidence.learned
+    assert chosen.kind == "champion_retempered" and chosen.champion_kept
+    assert chosen.reason.startswith(FIT_NOT_COVERED)
+    assert chosen.metrics()["learning_covered"] == 0.0
+    assert chosen.metrics()["learning_weight_upper"] == pytest.approx(evidence.weight_upper)
+    assert chosen.tags()["learning_evidence"] == "not shown"
 
 
 def test_no_champion_serves_the_first_ranked_fit(many_fits):
