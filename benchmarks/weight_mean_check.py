@@ -39,11 +39,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import paper_multilabel  # noqa: E402
 
 from poem.estimators._loss_model import cluster_codes  # noqa: E402
-from poem.estimators.marginal import check_logger, marginal_weights  # noqa: E402
+from poem.estimators.marginal import check_logger  # noqa: E402
 from poem.estimators.weights import effective_sample_size  # noqa: E402
 from poem.learners._trials import select_trial  # noqa: E402
 from poem.learners.champion_candidates import selected_champion_policy  # noqa: E402
-from poem.learners.learning_evidence import _mean_and_se  # noqa: E402
+from poem.learners.learning_evidence import _mean_and_se, policy_weights  # noqa: E402
 
 CALLS: list[tuple] = []
 BY_ROW: dict[int, tuple] = {}  # id of a served_choice result -> its selection's call
@@ -87,9 +87,7 @@ def check(ds, run: int, args, out: dict) -> dict:
     if again is not None:  # the re-tempering's weights (served α against α = 1)
         row["retemper_weight_upper"] = round(again.weight_upper, 3)
         row["retemper_coverage_penalty"] = round(again.coverage_penalty, 3)
-        row["retemper_refused_by_coverage"] = bool(
-            again.upper < 0 and again.model_upper < 0 and not again.learned
-        )
+        row["retemper_refused_by_coverage"] = again.refused_for_coverage
     ev = result.evidence
     if ev is None or champion is None:
         return row
@@ -101,8 +99,9 @@ def check(ds, run: int, args, out: dict) -> dict:
         candidates, kw["scoring"], min_effective_sample_size=kw["min_effective_sample_size"]
     )
     candidate = selected_champion_policy(candidates[best].params, champion, kw["exploration_floor"])
-    p = np.asarray(valid.propensities, dtype=np.float64)
-    joint = fit.action_probability(valid.contexts, valid.actions) / p
+    base = None if kw["logger"] is None else check_logger(kw["logger"], valid)
+    joint, *per_label = policy_weights(fit, valid, base)  # per-label: the selection used them
+    fit_loss = paper_multilabel.learned_loss(fit, ds)
     row.update(
         {
             "dr": [round(ev.difference, 3), round(ev.std_error, 3), round(ev.upper, 3)],
@@ -111,19 +110,14 @@ def check(ds, run: int, args, out: dict) -> dict:
             "joint_mean_se_z": mean_z(joint, clusters),
             "weight_upper": round(ev.weight_upper, 3),
             "coverage_penalty": round(ev.coverage_penalty, 3),
-            "refused_by_coverage": bool(ev.upper < 0 and ev.model_upper < 0 and not ev.learned),
-            "fit_loss": round(paper_multilabel.learned_loss(fit, ds), 3),
+            "refused_by_coverage": ev.refused_for_coverage,
+            "fit_loss": round(fit_loss, 3),
             "ess_joint": round(effective_sample_size(joint), 1),
-            "true_difference": round(
-                paper_multilabel.learned_loss(fit, ds)
-                - paper_multilabel.learned_loss(candidate, ds),
-                3,
-            ),
+            "true_difference": round(fit_loss - paper_multilabel.learned_loss(candidate, ds), 3),
         }
     )
-    if kw["logger"] is not None:  # the selection scored with per-label weights
-        per_label = marginal_weights(fit, check_logger(kw["logger"], valid), valid)
-        row["label_mean_se_z"] = mean_z(per_label, clusters)
+    if per_label:
+        row["label_mean_se_z"] = mean_z(per_label[0], clusters)
     return row
 
 

@@ -25,6 +25,18 @@ serving a fit that is not better stays at most that of the DR bound alone. The m
 standard error treats the cross-fitted predictions as fixed, so its bound is a necessary
 agreement, not a test on its own.
 
+**Rows that share a context are not independent.** When several validation rows come from one
+context (a user's repeated sessions; the replays of a supervised example in
+``benchmarks/paper_multilabel.py``), their terms are correlated, the model term exactly so (it
+depends on the context only), and the row-wise standard error is too small. ``groups`` gives
+each row its cluster; the standard errors are then cluster-robust (Liang & Zeger 1986) and the t
+quantile has G − 1 degrees of freedom for G clusters:
+
+.. math:: \widehat{se}^2 = \frac{G}{G-1}\,\frac{1}{n_v^2}\sum_g \Big(\sum_{i\in g}
+          (t_i - \bar t)\Big)^2,
+
+which equals the row-wise s²/n_v when every row is its own cluster.
+
 **Weights that do not cover the rows.** Both bounds rest on the normal approximation of
 weighted terms, and a fit far from the logger can put most of its mass on actions the
 validation rows never logged: its weights are then small on every row seen, the heavy ones
@@ -156,6 +168,11 @@ class LearningEvidence:
     def covered(self) -> bool:
         """Whether the fit's weights are not shown to under-cover the rows (no penalty)."""
         return bool(self.coverage_penalty == 0.0)
+
+    @property
+    def refused_for_coverage(self) -> bool:
+        """Whether the penalty alone keeps the fit out: both bounds < 0, yet not learned."""
+        return bool(self.upper < 0.0 and self.model_upper < 0.0 and not self.learned)
 
     @property
     def learned(self) -> bool:
@@ -306,7 +323,7 @@ def paired_parts(
     per_label = None if model.logger_marginals is None else np.zeros(n)
     for sign, policy in ((1.0, fit), (-1.0, candidate)):
         gain += sign * model.expected(policy.predict_proba(_inputs(validation_log)))
-        joint, *marginal = policy_weights(policy, validation_log, model)
+        joint, *marginal = policy_weights(policy, validation_log, model.logger_marginals)
         weights += sign * joint
         if per_label is not None:
             per_label += sign * marginal[0]
@@ -319,18 +336,18 @@ def _inputs(log: LoggedBandit) -> Any:
 
 
 def policy_weights(
-    policy: Any, validation_log: LoggedBandit, model: EvidenceModel
+    policy: Any, validation_log: LoggedBandit, logger_marginals: np.ndarray | None = None
 ) -> list[np.ndarray]:
     """A policy's validation weights, each with mean 1 under the logger: [joint rᵢ, per-label mᵢ].
 
-    The per-label mᵢ (:func:`poem.estimators.marginal.marginal_weights`) only with
-    ``model.logger_marginals``.
+    The per-label mᵢ (:func:`poem.estimators.marginal.marginal_weights`) only with the
+    logger's ``logger_marginals`` π₀,l(1|xᵢ) (:func:`poem.estimators.marginal.check_logger`).
     """
     p = np.asarray(validation_log.propensities, dtype=np.float64)
     joint = policy.action_probability(_inputs(validation_log), validation_log.actions)
     out = [np.asarray(joint, dtype=np.float64) / p]
-    if model.logger_marginals is not None:
-        out.append(marginal_weights(policy, model.logger_marginals, validation_log))
+    if logger_marginals is not None:
+        out.append(marginal_weights(policy, logger_marginals, validation_log))
     return out
 
 
@@ -515,7 +532,10 @@ def learning_evidence(
     ss = float(np.sum((losses - losses.mean()) ** 2))
     t_cover = float(stats.t.ppf(COVERAGE_LEVEL, n_clusters - 1))
     weight_mean, weight_se = max(
-        (_mean_and_se(w, clusters) for w in policy_weights(fit, validation_log, model)),
+        (
+            _mean_and_se(w, clusters)
+            for w in policy_weights(fit, validation_log, model.logger_marginals)
+        ),
         key=lambda m_se: m_se[0] + t_cover * m_se[1],
     )
     lo, hi = validation_log.loss_bounds

@@ -10,8 +10,8 @@ returns what the flow serves (:class:`ChallengerSelection`):
    fits and candidates.
 3. **Confirm a fit, corrected for multiplicity.** A first-ranked fit is served only when the
    paired doubly robust difference R(fit) − R(best candidate) and its model term both have
-   one-sided upper bounds < 0, the DR bound with the share of both policies' mass the rows did
-   not see valued at the loss range (weights whose mean is shown < 1 at the fixed
+   one-sided upper bounds < 0, the DR bound with the share of the fit's mass the rows did not
+   see valued at the loss range (weights whose mean is shown < 1 at the fixed
    :data:`~poem.learners.learning_evidence.COVERAGE_LEVEL`;
    :func:`~poem.learners.learning_evidence.confirm_fit`), at the Bonferroni-corrected level
 
@@ -481,9 +481,7 @@ def select_challenger(
             )
             reason = FIT_SHOWN
             if not evidence.learned:
-                reason = FIT_NOT_SHOWN
-                if evidence.upper < 0.0 and evidence.model_upper < 0.0:  # refused for coverage
-                    reason = FIT_NOT_COVERED
+                reason = FIT_NOT_COVERED if evidence.refused_for_coverage else FIT_NOT_SHOWN
                 selected, estimator = len(fits) + reference, None
             if holdout:
                 reason = HOLDOUT[reason]

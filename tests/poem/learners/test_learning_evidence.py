@@ -40,7 +40,7 @@ def test_discrete_difference_is_unbiased_and_decides():
     assert (ev.n_validation, ev.n_model_rows, ev.confidence_level) == (1000, 3000, 0.95)
     assert 0.0 < ev.loss_model_r2 < 1.0
     assert ev.covered and abs(ev.weight_mean - 1.0) < 3 * ev.weight_std_error  # E[r] = 1
-    assert ev.coverage_penalty == 0.0
+    assert ev.coverage_penalty == 0.0 and not ev.refused_for_coverage
     back = learning_evidence(uniform, good, valid, rest)  # the other way round: not learned
     assert back.difference == pytest.approx(-ev.difference, abs=1e-12) and not back.learned
 
@@ -114,6 +114,7 @@ def test_a_fit_whose_weights_under_cover_the_rows_is_not_shown_better():
     lo, hi = valid.loss_bounds  # the unseen share (1 − U_f), the uniform policy's none
     assert ev.coverage_penalty == pytest.approx((hi - lo) * (1.0 - ev.weight_upper), rel=1e-9)
     assert ev.upper + ev.coverage_penalty > 0.5 and not ev.covered and not ev.learned
+    assert ev.refused_for_coverage  # the penalty alone keeps it out
     assert ev.to_dict()["covered"] == 0.0 and ev.to_dict()["learned"] == 0.0
 
 
