@@ -205,6 +205,69 @@ def test_kill_9_of_the_server_mid_run_stops_the_run_in_one_line(tmp_path, logs_d
     assert client.search_model_versions() == []
 
 
+LOST = """
+import subprocess, sys, time
+from flows.prefect_server import PrefectServerDied, TemporaryServer
+server = TemporaryServer()
+server.process = subprocess.Popen(["sleep", "600"])  # stands in for the server's process
+server.redeliver_after = float(sys.argv[1])
+server.watch()
+server.process.kill()
+t0 = time.monotonic()
+for _ in range(1 if sys.argv[2] == "stop" else 2):
+    try:
+        time.sleep(30)
+    except PrefectServerDied as exc:  # lost, as in a __del__: the run goes on
+        print(f"{time.monotonic() - t0:.1f} {exc}", flush=True)
+if sys.argv[2] == "stop":
+    server.stop()  # the run ends its block: no more interrupts, no exit from the watcher
+    time.sleep(3 * server.redeliver_after)
+    print("stopped", flush=True)
+    sys.exit(0)
+time.sleep(30)
+print("not reached", flush=True)
+"""
+
+
+def _lost(mode: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
+    return subprocess.run(
+        [sys.executable, "-c", LOST, "2", mode],
+        cwd=ROOT,
+        env=env | {"PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,  # a hang guard only
+    )
+
+
+def test_a_lost_interrupt_is_sent_again_and_a_run_that_ignores_it_exits():
+    """The server's death interrupts the main thread at once and again after the grace; a run
+    that ignores both exits 1 with one line after twice the grace, not when its task ends."""
+    done = _lost("ignore")
+    assert done.returncode == 1, done.stderr
+    died = r"Prefect's temporary API server \(pid \d+\) died during the run: killed by SIGKILL"
+    first, second = done.stdout.splitlines()
+    assert re.fullmatch(rf"\d+\.\d {died}", first), done.stdout
+    assert re.fullmatch(rf"\d+\.\d {died}", second), done.stdout
+    assert float(first.split()[0]) < 1.5  # at once
+    assert 2.0 <= float(second.split()[0]) - float(first.split()[0]) < 3.5  # after the grace
+    assert re.fullmatch(
+        rf"error: {died}; the run did not stop within 4s of it: exiting without closing its "
+        r"MLflow run \(shown KILLED\? until the next run on this host marks it KILLED\)",
+        done.stderr.strip(),
+    ), done.stderr
+
+
+def test_a_stopped_server_is_not_watched_any_more():
+    """After stop() (the run left its block) the watcher neither interrupts nor exits."""
+    done = _lost("stop")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2 and lines[1] == "stopped", done.stdout
+    assert done.stderr == ""
+
+
 def test_a_prefect_home_that_cannot_hold_the_lock_is_one_line(tmp_path, monkeypatch):
     from flows.prefect_server import PrefectServerError, TemporaryServer
 
