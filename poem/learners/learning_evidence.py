@@ -87,6 +87,7 @@ from poem.data import LoggedBandit
 from poem.estimators._loss_model import cluster_codes
 from poem.estimators.dr import LossPredictions, fit_loss_model
 from poem.estimators.marginal import check_logger, marginal_weights
+from poem.estimators.weights import importance_weights
 from poem.learners._additive import fit_additive_loss_model
 from poem.learners._trials import Trial, select_trial
 from poem.learners.champion_candidates import selected_champion_policy
@@ -343,9 +344,8 @@ def policy_weights(
     The per-label mᵢ (:func:`poem.estimators.marginal.marginal_weights`) only with the
     logger's ``logger_marginals`` π₀,l(1|xᵢ) (:func:`poem.estimators.marginal.check_logger`).
     """
-    p = np.asarray(validation_log.propensities, dtype=np.float64)
     joint = policy.action_probability(_inputs(validation_log), validation_log.actions)
-    out = [np.asarray(joint, dtype=np.float64) / p]
+    out = [importance_weights(joint, validation_log.propensities)]
     if logger_marginals is not None:
         out.append(marginal_weights(policy, logger_marginals, validation_log))
     return out
@@ -538,8 +538,9 @@ def learning_evidence(
         ),
         key=lambda m_se: m_se[0] + t_cover * m_se[1],
     )
+    weight_upper = weight_mean + t_cover * weight_se
     lo, hi = validation_log.loss_bounds
-    deficit = max(0.0, 1.0 - (weight_mean + t_cover * weight_se))
+    deficit = max(0.0, 1.0 - weight_upper)
     return LearningEvidence(
         difference=mean,
         std_error=se,
@@ -553,7 +554,7 @@ def learning_evidence(
         loss_model_r2=1.0 - float(np.sum(residual**2)) / ss if ss > 0 else float("nan"),
         weight_mean=weight_mean,
         weight_std_error=weight_se,
-        weight_upper=weight_mean + t_cover * weight_se,
+        weight_upper=weight_upper,
         coverage_penalty=float(hi - lo) * deficit if deficit > 1e-9 else 0.0,
     )
 
