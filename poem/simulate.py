@@ -24,6 +24,7 @@ from poem.policies import StochasticPolicy, expected_hamming_loss, make_family
 
 __all__ = [
     "fit_logging_policy",
+    "fit_rows",
     "map_loss",
     "supervised_loss",
     "supervised_to_bandit",
@@ -116,10 +117,8 @@ def fit_logging_policy(
     n = X.shape[0]
     n_actions = _n_actions(Y, family) if n_labels is None else int(n_labels)
     Y = _check_labels(Y, family, n, n_actions)
-    m = int(np.ceil(fraction * n))
-    if m < 2:
-        raise ValueError(f"fraction={fraction} of {n} rows gives {m} row(s); h0 needs at least 2")
-    rows = np.sort(check_random_state(random_state).choice(n, size=m, replace=False))
+    rows = fit_rows(n, fraction, random_state)
+    m = rows.size
     X_fit = X[rows]
     if family == "multilabel":
         coef, pseudo = _fit_per_label(X_fit, Y[rows], fit_intercept)
@@ -144,6 +143,17 @@ def fit_logging_policy(
         "version": "h0-" + _digest(coef, temperature),
     }
     return StochasticPolicy(policy_family, coef, temperature=float(temperature), metadata=metadata)
+
+
+def fit_rows(n: int, fraction: float, random_state: Any = None) -> np.ndarray:
+    """Sorted rows of ``n`` supervised rows :func:`fit_logging_policy` fits h₀ on (seeded).
+
+    Raises ValueError when ``fraction`` of ``n`` gives fewer than 2 rows.
+    """
+    m = int(np.ceil(fraction * n))
+    if m < 2:
+        raise ValueError(f"fraction={fraction} of {n} rows gives {m} row(s); h0 needs at least 2")
+    return np.sort(check_random_state(random_state).choice(n, size=m, replace=False))
 
 
 def supervised_to_bandit(

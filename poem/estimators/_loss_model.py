@@ -104,6 +104,19 @@ def cluster_codes(groups: Any) -> np.ndarray:
     return np.unique(np.asarray(groups), return_inverse=True)[1].ravel()
 
 
+def row_cluster_codes(n_rows: int, groups: Any, rows: str = "validation row") -> np.ndarray:
+    """:func:`cluster_codes` of ``groups``, one label per row (None: every row its own cluster).
+
+    ValueError when ``groups`` does not label each of the ``n_rows`` rows (``rows`` names them).
+    """
+    if groups is None:
+        return np.arange(int(n_rows))
+    labels = np.asarray(groups)
+    if labels.shape != (int(n_rows),):
+        raise ValueError(f"groups must have one label per {rows} ({n_rows}), got {labels.shape}")
+    return cluster_codes(labels)
+
+
 def group_folds(groups: Any, n_folds: int, random_state: Any) -> np.ndarray:
     """Fold of each row with every cluster in one fold: ``permutation(G)[cluster] % n_folds``.
 

@@ -50,6 +50,15 @@ ranking on 𝒮 and one **un-corrected** paired bound at level 1 − γ on 𝒞 
 winner (the fit against the best candidate; a re-tempering against the champion as served).
 No row of 𝒞 chose the winner, so its bound is a valid one-sided test whatever was tried on 𝒮.
 
+**Evidence from the training rows** (``crossfit_folds=k``, the flow's
+``search.crossfit_folds``): when step 3's validation evidence falls short, the ranked-first
+fit's configuration is refitted on k − 1 of k folds of the evidence training rows and compared
+with the same candidate on each held fold (:func:`~poem.learners.crossfit.crossfit_evidence`,
+pooled). No row of it chose anything, so it is tested at 1 − γ uncorrected, with the same
+intersection of bounds; the fit is served when either test passes, so by the union bound a fit
+not better than the candidate is served with chance ≤ 2γ (the gate's own bound still stands
+before any promotion).
+
 When the evidence is weak the result says so (:attr:`ChallengerSelection.reason`,
 :meth:`ChallengerSelection.tags`), and the flow logs it to MLflow. Plain library code: the
 flow's task (:mod:`flows.tasks.search`), ``benchmarks/paper_multilabel.py`` and
@@ -64,8 +73,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+from sklearn.base import clone
 
-from poem.estimators._loss_model import cluster_codes
+from poem.estimators._loss_model import row_cluster_codes
 from poem.learners._trials import Trial, select_trial
 from poem.learners.champion_candidates import (
     LEARNED,
@@ -74,6 +84,7 @@ from poem.learners.champion_candidates import (
     champion_trials,
     selected_champion_policy,
 )
+from poem.learners.crossfit import crossfit_evidence
 from poem.learners.learning_evidence import (
     LearningEvidence,
     confirm_fit,
@@ -99,6 +110,10 @@ FIT_SHOWN = "fit shown better than the champion re-tempered"
 FIT_NOT_SHOWN = "fit not shown better (multiplicity-corrected): champion kept"
 FIT_NOT_COVERED = (  # both bounds < 0, but not with the unseen share of the weights' mass
     "fit not shown better once its weights' unseen mass is valued at the loss range: champion kept"
+)
+FIT_SHOWN_CROSSFIT = (
+    "fit not shown better on the validation rows, but its configuration is, refitted and "
+    "cross-fitted on the training rows"
 )
 NO_CHAMPION = "fit ranked first; no champion to compare with (the gate decides)"
 CANDIDATE_FIRST = "champion re-tempered ranked first"
@@ -147,6 +162,9 @@ class ChallengerSelection:
         The selection rule (:data:`RULES`).
     n_confirm : int
         Evidence validation rows held out for the confirmation (0 unless ``rule="holdout"``).
+    crossfit_evidence : LearningEvidence or None
+        The ranked-first configuration against the same candidate, refitted and cross-fitted
+        on the training rows (:mod:`poem.learners.crossfit`; None: not computed).
     """
 
     trials: tuple[Trial, ...]
@@ -161,6 +179,7 @@ class ChallengerSelection:
     reason: str
     rule: str = "bonferroni"
     n_confirm: int = 0
+    crossfit_evidence: LearningEvidence | None = None
 
     @property
     def kind(self) -> str:
@@ -193,6 +212,8 @@ class ChallengerSelection:
             out.update({f"learning_{k}": v for k, v in self.evidence.to_dict().items()})
         if self.retemper_evidence is not None:
             out.update({f"retemper_{k}": v for k, v in self.retemper_evidence.to_dict().items()})
+        if self.crossfit_evidence is not None:
+            out.update({f"crossfit_{k}": v for k, v in self.crossfit_evidence.to_dict().items()})
         return out
 
     def tags(self) -> dict[str, str]:
@@ -200,6 +221,8 @@ class ChallengerSelection:
         shown = "none" if self.evidence is None else "not shown"
         if self.evidence is not None and self.evidence.learned:
             shown = "shown"
+        elif self.crossfit_evidence is not None and self.crossfit_evidence.learned:
+            shown = "shown (cross-fitted)"
         return {
             "learning_evidence": shown,
             "selection_reason": self.reason,
@@ -246,15 +269,7 @@ def confirm_split(
     """
     if not 0.0 < float(confirm_fraction) < 1.0:
         raise ValueError(f"confirm_fraction must be in (0, 1), got {confirm_fraction!r}")
-    if groups is None:
-        codes = np.arange(int(n_rows))
-    else:
-        labels = np.asarray(groups)
-        if labels.shape != (int(n_rows),):
-            raise ValueError(
-                f"groups must have one label per validation row ({n_rows}), got {labels.shape}"
-            )
-        codes = cluster_codes(labels)
+    codes = row_cluster_codes(n_rows, groups)
     g = int(codes.max(initial=-1)) + 1
     if g < 4:
         raise ValueError(
@@ -340,6 +355,10 @@ def select_challenger(
     confirm_fraction: float = 0.5,
     random_state: int = 0,
     logger: Any = None,
+    crossfit_folds: int = 0,
+    refit: Callable[[Mapping[str, Any], Any], Any] | None = None,
+    train_groups: Any = None,
+    crossfit_exclude: Any = None,
 ) -> ChallengerSelection:
     """Rank fits and champion candidates, confirm with multiplicity-safe evidence, serve.
 
@@ -389,6 +408,20 @@ def select_challenger(
         :func:`poem.estimators.marginal.known_logger`): the candidates' scores and every paired
         comparison use the per-label weights mᵢ (:mod:`poem.estimators.marginal`), as the
         fits' scores must (``run_trial(logger=)``); None: the joint weights.
+    crossfit_folds : int, default=0
+        k > 1: a ranked-first fit the validation rows do not show better is served when its
+        configuration, refitted on k − 1 of k folds of the evidence training rows, is shown
+        better than the same candidate on the held folds (:func:`~poem.learners.crossfit.
+        crossfit_evidence`, the same intersection of bounds, at ``learning_confidence_level``):
+        by the union bound over the two tests a fit not better is served with chance ≤ 2γ
+        (γ/2 each cost yeast all it gains: README). 0: off.
+    refit : callable or None, default=None
+        ``(params, rows) ↦ fitted estimator`` of a configuration on a training log; None:
+        a clone of the ranked-first fit's kept estimator, fitted on the rows.
+    train_groups : array-like or None, default=None
+        Cluster label of each evidence training row (the folds keep clusters whole).
+    crossfit_exclude : array-like of int or None, default=None
+        Evidence training rows no fold is evaluated on (e.g. rows the champion was fitted on).
 
     Returns
     -------
@@ -442,7 +475,11 @@ def select_challenger(
     k = n_compared(fits, temperatures, per_temperature) if rule in RULES[:2] else 1
     gamma = 1.0 - float(learning_confidence_level)
     holdout = n_confirm > 0
-    evidence = retemper = model = None
+    crossfit = (
+        int(crossfit_folds) > 1 and multiplicity and evidence_logs[1] is not None and bool(fits)
+    )
+    fit_level = float(learning_confidence_level)
+    evidence = retemper = model = cv = None
     level, selected, estimator = float("nan"), ranked, None
     if challenger_kind(trials[ranked].params) == LEARNED:
         estimator = trials[ranked].estimator
@@ -454,7 +491,7 @@ def select_challenger(
         reason = NO_CHAMPION
         if candidates:
             model = evidence_model(*evidence_logs, groups=groups, logger=logger)
-            level = corrected_level(learning_confidence_level, k)
+            level = corrected_level(fit_level, k)
             if rule == "simultaneous":
                 level = simultaneous_level(
                     _fit_policies(fits, estimator, ranked, fit),
@@ -465,7 +502,7 @@ def select_challenger(
                     ),
                     evidence_logs[0],
                     model,
-                    confidence_level=learning_confidence_level,
+                    confidence_level=fit_level,
                     random_state=random_state,
                 )
             reference, evidence = confirm_fit(
@@ -480,11 +517,29 @@ def select_challenger(
                 **rule_kw,
             )
             reason = FIT_SHOWN
-            if not evidence.learned:
+            if not evidence.learned and crossfit:
+                cv = _crossfit(
+                    trials[ranked],
+                    selected_champion_policy(
+                        candidates[reference].params, champion, exploration_floor
+                    ),
+                    evidence_logs[1],
+                    model_log=evidence_logs[0],
+                    refit=refit,
+                    folds=int(crossfit_folds),
+                    groups=train_groups,
+                    exclude=crossfit_exclude,
+                    confidence_level=fit_level,
+                    random_state=random_state,
+                    logger=logger,
+                )
+            if not evidence.learned and not (cv is not None and cv.learned):
                 reason = FIT_NOT_COVERED if evidence.refused_for_coverage else FIT_NOT_SHOWN
                 selected, estimator = len(fits) + reference, None
             if holdout:
                 reason = HOLDOUT[reason]
+            if not evidence.learned and cv is not None and cv.learned:
+                reason = FIT_SHOWN_CROSSFIT
     else:
         reason = CANDIDATE_FIRST
     params = trials[selected].params
@@ -546,4 +601,28 @@ def select_challenger(
         reason=reason,
         rule=rule,
         n_confirm=n_confirm,
+        crossfit_evidence=cv,
+    )
+
+
+def _crossfit(trial: Trial, candidate: Any, training_log: Any, *, refit, **options):
+    """:func:`~poem.learners.crossfit.crossfit_evidence` of ``trial``'s configuration."""
+    params = dict(trial.params)
+    if refit is None:
+        if trial.estimator is None:
+            raise ValueError(
+                "cross-fitted evidence refits the ranked-first configuration: keep its "
+                "estimator or pass refit="
+            )
+        template = trial.estimator
+
+        def refit(_params, rows):
+            return clone(template).fit(rows)
+
+    return crossfit_evidence(
+        lambda rows: refit(params, rows),
+        candidate,
+        training_log,
+        temperature=params.get("temperature"),
+        **options,
     )
