@@ -76,6 +76,7 @@ from poem.learners.search import Trial, ess_floor, policy_scores  # noqa: E402
 from poem.learners.selection import select_challenger  # noqa: E402
 from poem.simulate import (  # noqa: E402
     fit_logging_policy,
+    fit_rows,
     map_loss,
     supervised_to_bandit,
     true_expected_loss,
@@ -274,6 +275,7 @@ def flow_defaults(config: Path, overrides: list[str] = ()) -> dict:
         "confidence_level": cfg.search.confidence_level,
         "learning_confidence_level": cfg.search.learning_confidence_level,
         "selection_rule": cfg.search.selection_rule,
+        "crossfit_folds": cfg.search.crossfit_folds,
         "per_label_weights": cfg.search.per_label_weights,
         "candidates": {  # search.candidates: other learners of the same search
             name: {"params": dict(spec.params), "grid": {k: list(v) for k, v in spec.grid.items()}}
@@ -408,6 +410,15 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
     perm, n_val = validation_rows(ds.X_train.shape[0], args, seed)
     contexts = perm[:n_val] % ds.X_train.shape[0]  # a validation row's context: its cluster
     train, valid = log.take(perm[n_val:]), log.take(perm[:n_val])
+    # the default row's cross-fitted evidence: folds by context, never evaluated on the
+    # contexts h₀ was fitted on (a flow's champion saw earlier logs, not these)
+    train_contexts = perm[n_val:] % ds.X_train.shape[0]
+    crossfit = {
+        "train_groups": train_contexts,
+        "crossfit_exclude": np.flatnonzero(
+            np.isin(train_contexts, fit_rows(ds.X_train.shape[0], args.fraction, seed))
+        ),
+    }
     out = {
         "h0": {
             "loss": true_expected_loss(h0, ds.X_test, ds.Y_test),
@@ -543,7 +554,7 @@ def one_run(ds: SupervisedDataset, run: int, args, defaults: dict) -> dict:
         )
         out[name] = served_choice(
             pool, champions, h0, floor, defaults, min_ess, ds, (valid, train), contexts, rule,
-            logger,
+            logger, crossfit if name == "POEM" else None,
         )  # fmt: skip
         out[name]["seconds"] = float(np.mean([t.seconds for _, t in pool]))
     sky, seconds = fit_skyline(ds, intercept)
@@ -590,7 +601,18 @@ def candidate_trials(
 
 
 def served_choice(
-    fits, candidates, h0, floor, defaults, min_ess, ds, logs, groups, args, logger=None
+    fits,
+    candidates,
+    h0,
+    floor,
+    defaults,
+    min_ess,
+    ds,
+    logs,
+    groups,
+    args,
+    logger=None,
+    crossfit=None,
 ) -> dict:
     """The flow's selection over fitted trials and champion candidates, and its test losses.
 
@@ -598,7 +620,9 @@ def served_choice(
     (h₀ is the champion) the selection is :func:`poem.learners.selection.select_challenger`
     with h₀ as the champion, exactly the flow's (``logs`` = (validation, training) logs of the
     paired comparison; ``groups`` = each validation row's context, whose replays are one
-    cluster); without, h₀ is the logging policy (no candidates, no confirmation).
+    cluster); without, h₀ is the logging policy (no candidates, no confirmation). ``crossfit``
+    (``train_groups``, ``crossfit_exclude``): with ``search.crossfit_folds`` the cross-fitted
+    evidence on the training rows (the default ``POEM`` row only; None: off).
     """
     chosen = select_challenger(
         [t for _, t in fits],
@@ -616,6 +640,8 @@ def served_choice(
         rule=getattr(args, "rule", None)
         or (defaults["selection_rule"] if args.multiplicity else "uncorrected"),
         logger=logger,
+        crossfit_folds=defaults.get("crossfit_folds", 0) if crossfit else 0,
+        **(crossfit or {}),
     )
     trial = chosen.selected_trial
     retempered = chosen.kind == RETEMPERED
@@ -630,6 +656,9 @@ def served_choice(
         "map_loss": map_loss(chosen.policy, ds.X_test, ds.Y_test),
         "retempered_h0": retempered,
         "learning_evidence": None if chosen.evidence is None else chosen.evidence.to_dict(),
+        "crossfit_evidence": (
+            None if chosen.crossfit_evidence is None else chosen.crossfit_evidence.to_dict()
+        ),
         "reason": chosen.reason,
         "selected": selected,
         "n_iter": trial.n_iter,

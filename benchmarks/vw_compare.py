@@ -79,7 +79,7 @@ from poem.learners.champion_candidates import (
 from poem.learners.ipw_classifier import IPWClassifier
 from poem.learners.search import ess_floor
 from poem.learners.selection import RULES, select_challenger
-from poem.simulate import fit_logging_policy, supervised_to_bandit
+from poem.simulate import fit_logging_policy, fit_rows, supervised_to_bandit
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DATASETS = ("digits", "breast_cancer", "wine", "synthetic")
@@ -119,7 +119,11 @@ def load_discrete(name: str, seed: int):
 
 
 def simulate(name: str, seed: int, replays: int):
-    """h₀, the log, train / validation / test logs, the supervised test set, validation contexts."""
+    """h₀, the log, train / validation / test logs, the supervised test set, validation contexts.
+
+    The last item also holds the cross-fitted evidence's training contexts and the training
+    rows it never evaluates on (h₀'s own contexts, as ``paper_multilabel.py``).
+    """
     X_tr, y_tr, X_te, y_te = load_discrete(name, seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # absent classes in h0's 5 %: smoothed
@@ -136,7 +140,11 @@ def simulate(name: str, seed: int, replays: int):
     train_rows = np.sort((contexts[None, n_val:] + replay).ravel())
     train, valid = log.take(train_rows), log.take(valid_rows)
     groups = valid_rows % n  # each validation row's context: its replays are one cluster
-    return h0, log, train, valid, test, X_te, y_te, groups
+    crossfit = {
+        "train_groups": train_rows % n,
+        "crossfit_exclude": np.flatnonzero(np.isin(train_rows % n, fit_rows(n, 0.05, seed))),
+    }
+    return h0, log, train, valid, test, X_te, y_te, (groups, crossfit)
 
 
 # -- Vowpal Wabbit ---------------------------------------------------------------------------
@@ -254,6 +262,7 @@ def flow_defaults(config: Path) -> dict:
         "confidence_level": cfg.search.confidence_level,
         "learning_confidence_level": cfg.search.learning_confidence_level,
         "selection_rule": cfg.search.selection_rule,
+        "crossfit_folds": cfg.search.crossfit_folds,
         "refit_on": cfg.training.refit_on,
         "candidates": {  # search.candidates: other learners of the same search
             name: {"params": dict(spec.params), "grid": {k: list(v) for k, v in spec.grid.items()}}
@@ -334,7 +343,8 @@ def flow_search(defaults: dict, trials, valid, train, champion=None, refit_log=N
     """What the flow serves from ``trials``: :func:`poem.learners.selection.select_challenger`.
 
     With a ``champion`` it is re-tempered beside the fits and a fit is served only when shown
-    better at the multiplicity-corrected level (``groups``: each validation row's context).
+    better at the multiplicity-corrected level (``groups``: each validation row's context, and
+    the cross-fitted evidence's ``train_groups`` / ``crossfit_exclude``: :func:`simulate`).
     Returns the served policy, what was selected, and the selected configuration refit on
     ``refit_log`` (``training.refit_on: train+validation``; None without it).
     """
@@ -350,7 +360,9 @@ def flow_search(defaults: dict, trials, valid, train, champion=None, refit_log=N
         confidence_level=defaults["confidence_level"],
         learning_confidence_level=defaults["learning_confidence_level"],
         evidence_logs=(valid, train),
-        groups=groups,
+        groups=None if groups is None else groups[0],
+        crossfit_folds=defaults.get("crossfit_folds", 0) if groups is not None else 0,
+        **({} if groups is None else groups[1]),
         multiplicity=defaults.get("multiplicity", True),
         rule=defaults["selection_rule"] if defaults.get("multiplicity", True) else "uncorrected",
     )

@@ -121,6 +121,10 @@ class RetrainResult:
     propensity_source : {"logged", "estimated"}
         Where the propensities the learner and the gate used came from
         (``data.propensity``); ``estimated`` is said in the headline's first line.
+    learning_shown_on : str
+        Where a learned challenger was shown better than the champion re-tempered:
+        ``validation`` rows, or ``the training folds`` (its configuration refitted,
+        ``search.crossfit_folds``).
     """
 
     decision: str
@@ -139,6 +143,7 @@ class RetrainResult:
     challenger_kind: str = LEARNED
     rewards: bool = False
     propensity_source: str = LOGGED
+    learning_shown_on: str = "validation"
 
     def summary_line(self) -> str:
         """``decision=<promoted|rejected> champion=<version>`` (the CLI's last line)."""
@@ -202,8 +207,12 @@ class RetrainResult:
             return "challenger learned (no champion coefficients to re-temper: the logging policy)"
         return (
             f"challenger learned: shown better than champion v{self.previous_champion_version} "
-            "re-tempered on validation (paired DR and model bounds)"
+            f"re-tempered on {self.learning_shown_on} (paired DR and model bounds)"
         )
+
+
+VALIDATION_ROWS = "validation"  # RetrainResult.learning_shown_on
+TRAINING_FOLDS = "the training folds, its configuration refitted"
 
 
 @dataclass
@@ -418,7 +427,12 @@ def _stages(cfg: Any, run: Any, fingerprint: str, client: Any = None) -> tuple:
     attempt = open_attempt(cfg.tracking, champion_version, test_rows, cfg.gate, run)
     comparison = gate_candidate(test_rows, cfg.gate, blocking, floor, attempt, source_of_p)
     report_gate(comparison, champion_version, run)
-    return comparison, trials, best, policy, header.n_rows, champion_version, log_metadata
+    shown_on = VALIDATION_ROWS
+    if selection.crossfit_evidence is not None and selection.crossfit_evidence.learned:
+        shown_on = TRAINING_FOLDS
+    return (
+        comparison, trials, best, policy, header.n_rows, champion_version, log_metadata, shown_on
+    )  # fmt: skip
 
 
 def _close_failed_run(run: Any, data_path: str, exc: BaseException) -> None:
@@ -489,7 +503,7 @@ def retrain(
                 outcome = _stages(cfg, run, fingerprint, client)
         else:
             outcome = _stages(cfg, run, fingerprint)
-        comparison, trials, best, policy, n_rows, champion_version, log_metadata = outcome
+        comparison, trials, best, policy, n_rows, champion_version, log_metadata, shown_on = outcome
         source_of_p, rewards = log_metadata[PROPENSITY_SOURCE_KEY], log_metadata[REWARDS_KEY]
         policy = with_action_ids(policy, cfg.data.action_ids)  # served with the log's own ids
         progress.champion_before = champion_version
@@ -526,6 +540,7 @@ def retrain(
             challenger_kind=kind,
             rewards=rewards,
             propensity_source=source_of_p,
+            learning_shown_on=shown_on,
         )
         progress.planned = result
         if comparison.promote:

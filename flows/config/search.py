@@ -133,11 +133,23 @@ class SearchConfig(Section):
     confidence_level: float = _of(SELECTION, "confidence_level", gt=0, lt=1)
     learning_confidence_level: float = _of(SELECTION, "learning_confidence_level", gt=0, lt=1)
     selection_rule: SelectionRule = "simultaneous"
+    # a ranked-first fit the validation rows do not show better is served when its configuration,
+    # refitted on k − 1 of k folds of the training rows, is shown better on the held folds (both
+    # tests at learning_confidence_level: a fit not better is served with chance ≤ 2γ;
+    # poem.learners.crossfit); 0: off
+    crossfit_folds: int = Field(5, ge=0, le=10)
     # a multilabel log the champion served: score with per-label weights where they vary less
     # (assumes a loss that adds per-label terms, as the Hamming loss; false: joint weights only)
     per_label_weights: bool = True
     max_workers: int = Field(2, ge=1, le=64)
     cache_expiration_hours: float = Field(24.0, gt=0, le=24 * 365 * 10)
+
+    @field_validator("crossfit_folds")
+    @classmethod
+    def _not_one_fold(cls, folds: int) -> int:
+        if folds == 1:
+            raise ValueError("crossfit_folds must be 0 (off) or at least 2 folds, got 1")
+        return folds
 
     @field_validator("grid")
     @classmethod

@@ -263,7 +263,10 @@ def choose_challenger(
     paired doubly robust evidence on ``logs`` (:func:`evidence_logs`) shows it better than the
     best candidate at the multiplicity-corrected level, a re-tempering only when shown better
     than the champion as served, by ``search.selection_rule``. Logs the metrics ``learning_*`` /
-    ``retemper_*`` and the tags ``learning_evidence`` (``shown`` / ``not shown`` / ``none``),
+    ``retemper_*`` / ``crossfit_*`` (the configuration refitted on ``search.crossfit_folds``
+    folds of the evidence training rows, when the validation rows did not show the fit better)
+    and the tags ``learning_evidence`` (``shown`` / ``shown (cross-fitted)`` / ``not shown`` /
+    ``none``),
     ``selection_reason`` (why the served trial is served: when the evidence is weak, that the
     champion was kept), ``selection_rule`` and ``selection_weights`` (``per-label`` when
     ``logger``, the champion, logged the rows: :func:`poem.estimators.marginal.known_logger`;
@@ -285,6 +288,10 @@ def choose_challenger(
         fit=lambda params: fit_learner(rows, header, cfg.training, params, champion, cfg.search),
         rule=cfg.search.selection_rule,
         logger=logger,
+        crossfit_folds=cfg.search.crossfit_folds,
+        refit=lambda params, log: fit_learner(
+            log, header, cfg.training, params, champion, cfg.search
+        ),
     )
     client = run.client()
     log_metrics(client, run.run_id, selection.metrics())
@@ -306,6 +313,20 @@ def choose_challenger(
             selection.rule,
             selection.n_compared,
             evidence.n_validation,
+        )
+    cv = selection.crossfit_evidence
+    if cv is not None:
+        task_logger().info(
+            "its configuration refitted on %d training folds: R difference %.4g, %.4g%% upper "
+            "bound %.4g (+ %.4g; model term %.4g, bound %.4g) on %d training rows",
+            cfg.search.crossfit_folds,
+            cv.difference,
+            100 * cv.confidence_level,
+            cv.upper,
+            cv.coverage_penalty,
+            cv.model_difference,
+            cv.model_upper,
+            cv.n_validation,
         )
     task_logger().info("selection: %s", selection.reason)
     return selection

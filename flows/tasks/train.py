@@ -39,13 +39,17 @@ def fit_learner(
     """The trial's learner with ``params`` fitted on ``rows`` (no logging; :func:`train_policy`).
 
     ``training.learner``, or the ``search.candidates`` learner ``params`` names
-    (:func:`flows.learners.trial_learner`).
+    (:func:`flows.learners.trial_learner`); ``rows`` may also be a LoggedBandit (the
+    selection's cross-fitted refits on the evidence training rows).
     """
     name, fixed, overrides = trial_learner(params, training, search)
     estimator = build_learner(name, fixed, overrides, champion=champion, log=header)
     with warnings.catch_warnings(record=True) as caught:  # the fit records ``converged_``
         warnings.simplefilter("always")
-        fit_on_rows(estimator, rows)
+        if isinstance(rows, TrainingRows):
+            fit_on_rows(estimator, rows)
+        else:
+            estimator.fit(rows)
     for warning in caught:  # to the run's log (Prefect API), not the console of every run
         if warning.category.__name__ == "ConvergenceWarning":  # scikit-learn's
             task_logger().info("%s", warning.message)

@@ -433,6 +433,21 @@ def test_search_selection_rule_is_the_library_rule_and_simultaneous_by_default(t
         load_config(_write(tmp_path, "search:\n  selection_rule: bonferoni\n"))
 
 
+def test_search_crossfit_folds_is_five_by_default_and_never_one(tmp_path):
+    """issue 35: the cross-fitted evidence on the training rows is on by default (k = 5)."""
+    assert load_config(REPO / "mlflow.yml").search.crossfit_folds == 5
+    assert load_config(_write(tmp_path, "")).search.crossfit_folds == 5
+    assert (
+        load_config(_write(tmp_path, "search:\n  crossfit_folds: 0\n")).search.crossfit_folds == 0
+    )
+    with pytest.raises(
+        ConfigError, match="crossfit_folds must be 0 \\(off\\) or at least 2 folds, got 1"
+    ):
+        load_config(_write(tmp_path, "search:\n  crossfit_folds: 1\n"))
+    with pytest.raises(ConfigError, match="crossfit_folds"):
+        load_config(_write(tmp_path, "search:\n  crossfit_folds: -1\n"))
+
+
 def test_a_new_gate_option_is_one_class_and_one_registry_entry(tmp_path, monkeypatch):
     # issue 34 item 5: config validation and the report read the option registry; nothing
     # else branches on the option's name (before: a Literal in GateConfig, "snips" in

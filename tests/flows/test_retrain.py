@@ -328,6 +328,7 @@ def test_a_fit_is_served_only_when_shown_better_than_the_champion_retempered(
     assert m["learning_model_difference"] < m["learning_model_upper"] < 0
     # the fit's weights cover the validation rows: no penalty for an unseen share of its mass
     assert m["learning_covered"] == 1.0 and m["learning_coverage_penalty"] == 0.0
+    assert not any(k.startswith("crossfit_") for k in m)  # validation showed it: no refits
     assert m["learning_weight_upper"] >= 1.0 and m["learning_weight_std_error"] > 0
     # issue 35: the level is corrected for the K distinct fits compared (2 here): the max-t
     # level of their paired differences (search.selection_rule: simultaneous), between the
@@ -354,6 +355,9 @@ def test_a_fit_is_served_only_when_shown_better_than_the_champion_retempered(
         "fit not shown better (multiplicity-corrected): champion kept"
     )
     assert run.metrics["learning_champion_kept"] == 1.0
+    # its configuration refitted on 4 of 5 folds of the training rows is not better either
+    assert run.metrics["crossfit_learned"] == 0.0
+    assert run.metrics["crossfit_n_validation"] > 0 and run.metrics["crossfit_upper"] >= 0
     # 0 up to round-off: the refit reproduces w to ~1e-13 (summation order varies with load)
     assert (run.metrics["learning_difference"], run.metrics["learning_upper"]) == pytest.approx(
         (0.0, 0.0), abs=1e-9

@@ -397,3 +397,19 @@ def test_a_run_prints_no_convergence_warning_of_concurrent_search_trials():
         outputs[mode] = done.stderr
     assert "ConvergenceWarning" in outputs["library"]  # the library still warns its users
     assert "ConvergenceWarning" not in outputs["flows"], outputs["flows"]
+
+
+def test_the_headline_says_where_a_learned_challenger_was_shown_better():
+    """issue 35: a fit shown only on the training folds (cross-fitted) is not said 'on validation'."""
+    from flows.retrain import TRAINING_FOLDS, RetrainResult
+
+    kw = {"decision": "promoted", "challenger_version": "3", "champion_version": "3"}
+    kw |= {"previous_champion_version": "2", "reasons": (), "estimator": "snips"}
+    assert RetrainResult(**kw).challenger_origin() == (
+        "challenger learned: shown better than champion v2 re-tempered on validation "
+        "(paired DR and model bounds)"
+    )
+    assert RetrainResult(**kw, learning_shown_on=TRAINING_FOLDS).challenger_origin() == (
+        "challenger learned: shown better than champion v2 re-tempered on the training folds, "
+        "its configuration refitted (paired DR and model bounds)"
+    )
