@@ -133,10 +133,10 @@ class SearchConfig(Section):
     confidence_level: float = _of(SELECTION, "confidence_level", gt=0, lt=1)
     learning_confidence_level: float = _of(SELECTION, "learning_confidence_level", gt=0, lt=1)
     selection_rule: SelectionRule = "simultaneous"
-    # a ranked-first fit the validation rows do not show better is served when its configuration,
-    # refitted on k − 1 of k folds of the training rows, is shown better on the held folds (both
-    # tests at learning_confidence_level: a fit not better is served with chance ≤ 2γ;
-    # poem.learners.crossfit); 0: off
+    # a ranked-first fit the validation rows show better only uncorrected is served when its
+    # configuration, refitted on k − 1 of k folds of the training rows, is shown better on the
+    # held folds (each test at learning_confidence_level: a fit not better is served with
+    # chance ≤ 2γ; poem.learners.crossfit); 0: off
     crossfit_folds: int = Field(5, ge=0, le=10)
     # a multilabel log the champion served: score with per-label weights where they vary less
     # (assumes a loss that adds per-label terms, as the Hamming loss; false: joint weights only)

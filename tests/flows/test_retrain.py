@@ -355,9 +355,8 @@ def test_a_fit_is_served_only_when_shown_better_than_the_champion_retempered(
         "fit not shown better (multiplicity-corrected): champion kept"
     )
     assert run.metrics["learning_champion_kept"] == 1.0
-    # its configuration refitted on 4 of 5 folds of the training rows is not better either
-    assert run.metrics["crossfit_learned"] == 0.0
-    assert run.metrics["crossfit_n_validation"] > 0 and run.metrics["crossfit_upper"] >= 0
+    # its own bounds do not pass even uncorrected (Δ̂ = 0): no cross-fitted refits either
+    assert not any(k.startswith("crossfit_") for k in run.metrics)
     # 0 up to round-off: the refit reproduces w to ~1e-13 (summation order varies with load)
     assert (run.metrics["learning_difference"], run.metrics["learning_upper"]) == pytest.approx(
         (0.0, 0.0), abs=1e-9

@@ -210,6 +210,23 @@ def test_a_refit_that_does_not_converge_warns_in_the_run_log_not_the_console(
     assert any("did not converge" in r.getMessage() for r in caplog.records)
 
 
+def test_the_selection_refits_a_configuration_on_a_log_of_training_rows(digits_log):
+    """issue 35: the cross-fitted evidence refits through fit_learner on a LoggedBandit."""
+    import numpy as np
+
+    from flows.config import TrainingConfig
+    from flows.tasks.train import fit_learner
+
+    training = TrainingConfig(params={"solver": "lbfgs", "max_iter": 5, "random_state": 0})
+    rows = digits_log.take(np.arange(450))
+    fitted = fit_learner(rows, digits_log, training, {"variance_scale": 0.01})
+    assert fitted.variance_scale == 0.01 and fitted.policy_.coef.shape[0] == 10
+    again = fit_learner(rows, digits_log, training, {"variance_scale": 0.01})
+    assert np.array_equal(fitted.policy_.coef, again.policy_.coef)
+    other = fit_learner(digits_log.take(np.arange(450, 900)), digits_log, training, {})
+    assert not np.array_equal(fitted.policy_.coef, other.policy_.coef)
+
+
 @pytest.mark.slow
 def test_prefect_flow_runs_carry_their_log_lines_and_the_console_stays_quiet(prefect_harness):
     """Prefect's flow-run pages said "This run didn't generate logs" (.ci/env.sh's WARNING)."""
