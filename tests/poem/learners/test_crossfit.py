@@ -15,7 +15,7 @@ from poem.learners.crossfit import crossfit_evidence, crossfit_folds, pool_evide
 from poem.learners.learning_evidence import LearningEvidence
 from poem.learners.selection import FIT_SHOWN_CROSSFIT
 from tests.conftest import make_synthetic
-from tests.poem.learners.test_selection import _fit, _policy, _select
+from tests.poem.learners.test_selection import _fit, _policy, _select, perturbed_fits
 
 
 def _theta(n: int, seed: int) -> np.ndarray:
@@ -161,19 +161,7 @@ def test_a_fit_too_few_rows_validate_is_served_on_the_training_folds():
 
 def test_the_winner_of_many_is_not_rescued_by_the_training_folds():
     """100 perturbations of a near-optimal champion, none truly better: the winner stays out."""
-    problem = make_synthetic(n=1400, seed=0)
-    theta = _theta(1400, 0)
-    champion = _policy(np.hstack([-3.0 * theta, np.zeros((4, 1))]))
-    valid, train = problem.log.take(np.arange(200)), problem.log.take(np.arange(200, 1400))
-    rng = np.random.default_rng(100)
-    fits = [
-        _fit(
-            {"k": k},
-            _policy(np.hstack([-3.0 * theta + rng.normal(0, 1.2, (4, 5)), np.zeros((4, 1))])),
-            valid,
-        )
-        for k in range(100)
-    ]
+    champion, valid, train, fits = perturbed_fits(-3.0)
     chosen = _select(
         fits, champion, valid, train, crossfit_folds=3,
         refit=lambda params, rows: fits[params["k"]].estimator,

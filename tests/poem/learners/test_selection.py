@@ -38,25 +38,30 @@ def _fit(params: dict, policy: StochasticPolicy, valid) -> Trial:
     return Trial(params, ips, snips, ips.effective_sample_size, 0.0, 0.0, 1, True, 0.0, {}, model)
 
 
-@pytest.fixture(scope="module")
-def many_fits():
-    """100 perturbations of a champion scored on 200 validation rows: the winner's curse."""
+def perturbed_fits(scale: float = -0.7):
+    """The champion w = scale·θ and 100 perturbations of it scored on 200 validation rows."""
     problem = make_synthetic(n=1400, seed=0)
     stream = np.random.default_rng(0)  # make_synthetic's stream: X, then θ
     stream.normal(size=(1400, 5))
     theta = stream.normal(size=(4, 5))
-    champion = _policy(np.hstack([-0.7 * theta, np.zeros((4, 1))]))
+    champion = _policy(np.hstack([scale * theta, np.zeros((4, 1))]))
     valid, train = problem.log.take(np.arange(200)), problem.log.take(np.arange(200, 1400))
     rng = np.random.default_rng(100)
     fits = [
         _fit(
             {"k": k},
-            _policy(np.hstack([-0.7 * theta + rng.normal(0, 1.2, (4, 5)), np.zeros((4, 1))])),
+            _policy(np.hstack([scale * theta + rng.normal(0, 1.2, (4, 5)), np.zeros((4, 1))])),
             valid,
         )
         for k in range(100)
     ]
     return champion, valid, train, fits
+
+
+@pytest.fixture(scope="module")
+def many_fits():
+    """100 perturbations of a champion scored on 200 validation rows: the winner's curse."""
+    return perturbed_fits()
 
 
 def _select(fits, champion, valid, train, **kw):
