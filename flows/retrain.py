@@ -85,6 +85,10 @@ class RetrainInterrupted(KeyboardInterrupt):
         self.run_id = run_id
 
 
+VALIDATION_ROWS = "validation"  # RetrainResult.learning_shown_on
+TRAINING_FOLDS = "the training folds, its configuration refitted"
+
+
 @dataclass(frozen=True)
 class RetrainResult:
     """Outcome of one ``retrain`` run.
@@ -143,7 +147,7 @@ class RetrainResult:
     challenger_kind: str = LEARNED
     rewards: bool = False
     propensity_source: str = LOGGED
-    learning_shown_on: str = "validation"
+    learning_shown_on: str = VALIDATION_ROWS
 
     def summary_line(self) -> str:
         """``decision=<promoted|rejected> champion=<version>`` (the CLI's last line)."""
@@ -209,10 +213,6 @@ class RetrainResult:
             f"challenger learned: shown better than champion v{self.previous_champion_version} "
             f"re-tempered on {self.learning_shown_on} (paired DR and model bounds)"
         )
-
-
-VALIDATION_ROWS = "validation"  # RetrainResult.learning_shown_on
-TRAINING_FOLDS = "the training folds, its configuration refitted"
 
 
 @dataclass
@@ -427,9 +427,7 @@ def _stages(cfg: Any, run: Any, fingerprint: str, client: Any = None) -> tuple:
     attempt = open_attempt(cfg.tracking, champion_version, test_rows, cfg.gate, run)
     comparison = gate_candidate(test_rows, cfg.gate, blocking, floor, attempt, source_of_p)
     report_gate(comparison, champion_version, run)
-    shown_on = VALIDATION_ROWS
-    if selection.crossfit_evidence is not None and selection.crossfit_evidence.learned:
-        shown_on = TRAINING_FOLDS
+    shown_on = TRAINING_FOLDS if selection.shown_on_training_folds else VALIDATION_ROWS
     return (
         comparison, trials, best, policy, header.n_rows, champion_version, log_metadata, shown_on
     )  # fmt: skip

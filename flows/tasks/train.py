@@ -46,10 +46,7 @@ def fit_learner(
     estimator = build_learner(name, fixed, overrides, champion=champion, log=header)
     with warnings.catch_warnings(record=True) as caught:  # the fit records ``converged_``
         warnings.simplefilter("always")
-        if isinstance(rows, TrainingRows):
-            fit_on_rows(estimator, rows)
-        else:
-            estimator.fit(rows)
+        fit_on_rows(estimator, rows)
     for warning in caught:  # to the run's log (Prefect API), not the console of every run
         if warning.category.__name__ == "ConvergenceWarning":  # scikit-learn's
             task_logger().info("%s", warning.message)

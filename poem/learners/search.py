@@ -137,10 +137,7 @@ def run_trial(
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        if isinstance(train_log, TrainingRows):
-            fit_on_rows(model, train_log)
-        else:
-            model.fit(train_log)
+        fit_on_rows(model, train_log)
     seconds = time.perf_counter() - start
     if temperatures is None:
         scores = policy_scores((model.policy_,), validation_log, confidence_level, logger)[0]

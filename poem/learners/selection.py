@@ -196,6 +196,15 @@ class ChallengerSelection:
         return self.trials[self.selected]
 
     @property
+    def shown_on_training_folds(self) -> bool:
+        """Whether the fit is served on the cross-fitted evidence (not the corrected one)."""
+        return bool(
+            self.crossfit_evidence is not None
+            and self.crossfit_evidence.learned
+            and not (self.evidence is not None and self.evidence.learned)
+        )
+
+    @property
     def champion_kept(self) -> bool:
         """Whether a fit ranked first but the evidence kept the champion (re-tempered or not)."""
         return (
@@ -225,7 +234,7 @@ class ChallengerSelection:
         shown = "none" if self.evidence is None else "not shown"
         if self.evidence is not None and self.evidence.learned:
             shown = "shown"
-        elif self.crossfit_evidence is not None and self.crossfit_evidence.learned:
+        elif self.shown_on_training_folds:
             shown = "shown (cross-fitted)"
         return {
             "learning_evidence": shown,
@@ -624,19 +633,15 @@ def select_challenger(
 def _crossfit(trial: Trial, candidate: Any, training_log: Any, *, refit, **options):
     """:func:`~poem.learners.crossfit.crossfit_evidence` of ``trial``'s configuration."""
     params = dict(trial.params)
-    if refit is None:
-        if trial.estimator is None:
-            raise ValueError(
-                "cross-fitted evidence refits the ranked-first configuration: keep its "
-                "estimator or pass refit="
-            )
-        template = trial.estimator
-
-        def refit(_params, rows):
-            return clone(template).fit(rows)
-
+    if refit is None and trial.estimator is None:
+        raise ValueError(
+            "cross-fitted evidence refits the ranked-first configuration: keep its estimator "
+            "or pass refit="
+        )
     return crossfit_evidence(
-        lambda rows: refit(params, rows),
+        (lambda rows: clone(trial.estimator).fit(rows))
+        if refit is None
+        else (lambda rows: refit(params, rows)),
         candidate,
         training_log,
         temperature=params.get("temperature"),

@@ -108,14 +108,18 @@ def _preparation_key(estimator: Any, split: PartitionedSplit) -> tuple[bool, boo
     return bool(estimator.fit_intercept), bool(estimator.standardize) and family != "candidates"
 
 
-def fit_on_rows(estimator: Any, rows: TrainingRows) -> Any:
+def fit_on_rows(estimator: Any, rows: TrainingRows | LoggedBandit) -> Any:
     """Fit ``estimator`` on training rows, prepared in place or taken (module docstring).
+
+    A LoggedBandit is fitted as it is (``estimator.fit``).
 
     Returns
     -------
     estimator
         Fitted.
     """
+    if not isinstance(rows, TrainingRows):
+        return estimator.fit(rows)
     key = _preparation_key(estimator, rows.split)
     if key is None:
         return estimator.fit(rows.log())

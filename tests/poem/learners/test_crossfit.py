@@ -152,6 +152,7 @@ def test_a_fit_too_few_rows_validate_is_served_on_the_training_folds():
     assert cv.difference == pytest.approx(-0.128, abs=0.005)  # true R difference: −0.12
     assert chosen.kind == "learned" and chosen.policy is fits[0].estimator.policy_
     assert chosen.reason == FIT_SHOWN_CROSSFIT
+    assert chosen.shown_on_training_folds and not without.shown_on_training_folds
     assert chosen.tags()["learning_evidence"] == "shown (cross-fitted)"
     metrics = chosen.metrics()
     assert metrics["crossfit_learned"] == 1.0
